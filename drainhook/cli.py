@@ -1,0 +1,376 @@
+"""The commands (CONTRACT §4-5): flags and environment in, one frozen config,
+an exit code out. Every flag also reads DRAINHOOK_<FLAG> from the environment;
+explicit flags (command line or environment) win over `--annotations`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+import typing
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from drainhook import __version__, signals
+from drainhook.clock import start_time
+from drainhook.config import (
+    DEFAULT_CONFIRM,
+    DEFAULT_EXIT_RESERVE,
+    DEFAULT_GRACE,
+    DEFAULT_HOST,
+    DEFAULT_INTERVAL,
+    DEFAULT_LINGER,
+    DEFAULT_MAX_BODY,
+    DEFAULT_PATH,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_SCHEME,
+    DEFAULT_SETTLE,
+    ConfigError,
+    Reach,
+    WaitConfig,
+)
+from drainhook.drain import Outcome, Result, drain
+from drainhook.gauges import BY_NAME, ENGINE_NAMES
+from drainhook.target import Target, TargetError, build_url, parse_url, read_annotations
+from drainhook.verdict import Verdict
+
+EXIT_DRAINED = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_DEADLINE = 3
+EXIT_UNREACHABLE = 4
+
+PROBE_EXIT = {
+    Verdict.IDLE: 0,
+    Verdict.BUSY: 1,
+    Verdict.UNKNOWN: 3,
+    Verdict.UNREACHABLE: 4,
+}
+
+F = typing.TypeVar("F", bound=Callable[..., typing.Any])
+
+
+class Duration(click.ParamType):
+    """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
+
+    name = "seconds"
+    _UNITS: typing.ClassVar[dict[str, float]] = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0}
+
+    def convert(
+        self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m)?\s*", str(value))
+        if m is None:
+            self.fail(f"{value!r} is not a duration (seconds, e.g. 30, 0.5, 250ms)", param, ctx)
+        seconds = float(m.group(1)) * self._UNITS[m.group(2) or ""]
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite duration", param, ctx)
+        return seconds
+
+
+class ByteSize(click.ParamType):
+    """Bytes: `16777216`, `16MiB`, `512KiB`, `1M`."""
+
+    name = "bytes"
+    _UNITS: typing.ClassVar[dict[str, int]] = {
+        "": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024,
+        "m": 1000**2, "mb": 1000**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+    }  # fmt: skip
+
+    def convert(
+        self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else ""
+        if m is None or unit not in self._UNITS:
+            self.fail(f"{value!r} is not a size in bytes (e.g. 16MiB)", param, ctx)
+        return int(m.group(1)) * self._UNITS[unit]
+
+
+DURATION = Duration()
+BYTES = ByteSize()
+
+
+def _env(name: str) -> str:
+    return "DRAINHOOK_" + name.upper().replace("-", "_")
+
+
+def _option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
+    """A click option that also reads DRAINHOOK_<FLAG>."""
+    return click.option(flag, *names, envvar=_env(flag.lstrip("-")), show_envvar=True, **kwargs)
+
+
+def _reach_options(f: F) -> F:
+    """The options that say where and how to read: shared by wait and probe."""
+    options = [
+        _option("--url", help="Metrics URL (http or https); instead of the four below."),
+        _option("--scheme", type=click.Choice(["http", "https"]), default=DEFAULT_SCHEME,
+                show_default=True, help="Scheme of the metrics listener."),
+        _option("--host", default=DEFAULT_HOST, show_default=True,
+                help="Host of the metrics listener (loopback unless --allow-remote)."),
+        _option("--port", type=click.IntRange(1, 65535),
+                help="Port of the metrics listener  [default: 8000; 30000 with --engine sglang]"),
+        _option("--path", default=DEFAULT_PATH, show_default=True, help="Metrics path."),
+        _option("--annotations", type=click.Path(dir_okay=False, path_type=Path),
+                help="Downward-API annotations file; prometheus.io/scheme|port|path name "
+                "the listener. Explicit flags win."),
+        _option("--engine", type=click.Choice(["auto", *ENGINE_NAMES]), default="auto",
+                show_default=True, help="Engine whose gauges count; auto recognises it."),
+        _option("--read-timeout", type=DURATION, default=DEFAULT_READ_TIMEOUT,
+                show_default=True, help="Bound on one whole read, seconds."),
+        _option("--max-body", type=BYTES, default=DEFAULT_MAX_BODY, show_default=True,
+                help="Largest body read (bytes; 16MiB, 512KiB); more reads unknown."),
+        _option("--cacert", type=click.Path(dir_okay=False, path_type=Path),
+                help="Verify https against this CA bundle (PEM)."),
+        _option("--tls-server-name", help="Name to send (SNI) and verify for https."),
+        _option("--insecure", is_flag=True,
+                help="Read a remote https listener without verifying it."),
+        _option("--allow-remote", is_flag=True,
+                help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost)."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _explicit(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def _target(ctx: click.Context, params: dict[str, typing.Any]) -> Target:
+    """The target from --url, or the parts, or the annotations file, or defaults."""
+    parts = ("scheme", "host", "port", "path")
+    if params["url"] is not None:
+        given = [f"--{p}" for p in parts if _explicit(ctx, p)]
+        if given:
+            raise ConfigError(f"--url cannot be combined with {', '.join(given)}")
+        return parse_url(params["url"])
+    found: dict[str, str] = {}
+    if params["annotations"] is not None:
+        found = read_annotations(params["annotations"])
+    scheme = params["scheme"] if _explicit(ctx, "scheme") else found.get("scheme", DEFAULT_SCHEME)
+    path = params["path"] if _explicit(ctx, "path") else found.get("path", DEFAULT_PATH)
+    if params["port"] is not None:
+        port = params["port"]
+    elif "port" in found:
+        try:
+            port = int(found["port"])
+        except ValueError:
+            raise ConfigError(
+                f"annotation prometheus.io/port is not a port: {found['port'][:40]!r}"
+            ) from None
+    else:
+        engine = params["engine"]
+        port = BY_NAME[engine].default_port if engine in BY_NAME else BY_NAME["vllm"].default_port
+    if scheme.lower() not in ("http", "https"):
+        raise ConfigError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"port {port} is out of range")
+    return parse_url(build_url(scheme.lower(), params["host"], port, path))
+
+
+def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
+    reach = Reach(
+        target=_target(ctx, params),
+        engine=params["engine"],
+        max_body=params["max_body"],
+        read_timeout=params["read_timeout"],
+        cacert=params["cacert"],
+        tls_server_name=params["tls_server_name"],
+        insecure=params["insecure"],
+        allow_remote=params["allow_remote"],
+    )
+    reach.check()
+    return reach
+
+
+def _reader(reach: Reach) -> typing.Any:
+    from drainhook.read import Reader
+    from drainhook.target import ssl_context
+
+    return Reader(
+        reach.target,
+        engine=reach.engine,
+        max_body=reach.max_body,
+        ssl_context=ssl_context(reach.target, reach.cacert, reach.insecure),
+        tls_server_name=reach.tls_server_name,
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="drainhook")
+def cli() -> None:
+    """A preStop hook that lets an LLM engine (vLLM, SGLang) finish its requests.
+
+    `drainhook wait` holds the Pod's termination until the engine's /metrics
+    read idle twice, or until grace - exit-reserve at the latest.
+    """
+
+
+@cli.command()
+@_reach_options
+@_option("--grace", type=DURATION, default=DEFAULT_GRACE, show_default=True,
+         help="G: the Pod's terminationGracePeriodSeconds.")
+@_option("--settle", type=DURATION, default=DEFAULT_SETTLE, show_default=True,
+         help="S: keep serving untouched this long while routers drop the Pod.")
+@_option("--exit-reserve", type=DURATION, default=DEFAULT_EXIT_RESERVE, show_default=True,
+         help="R: return by G - R, leaving the engine this long to exit.")
+@_option("--interval", type=DURATION, default=DEFAULT_INTERVAL, show_default=True,
+         help="I: seconds between reads.")
+@_option("--confirm", type=click.IntRange(min=1), default=DEFAULT_CONFIRM, show_default=True,
+         help="Consecutive idle reads that confirm the drain.")
+@_option("--linger", type=DURATION, default=DEFAULT_LINGER, show_default=True,
+         help="Hold this long after idle is confirmed (clipped to the deadline).")
+@_option("--max-wait", type=DURATION,
+         help="Cap on the wait from the hook's start: D = min(G - R, max-wait).")
+@_option("--log-format", type=click.Choice(["text", "json"]), default="text",
+         show_default=True, help="Format of the log lines.")
+@_option("--log-file", type=click.Path(dir_okay=False, path_type=Path),
+         help="Also write the log lines here (/proc/1/fd/1: kubectl logs).")
+@_option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome.")
+@_option("--quiet", is_flag=True, help="Only the summary line on stderr.")
+@click.pass_context
+def wait(ctx: click.Context, **params: typing.Any) -> int:  # fmt: skip
+    """The preStop hook: settle, then read until idle is confirmed or the deadline.
+
+    Exit: 0 drained, 3 deadline, 4 unreachable, 143/130 SIGTERM/SIGINT, 2 usage.
+    """
+    t0 = start_time()
+    config = WaitConfig(
+        reach=_reach(ctx, params),
+        grace=params["grace"],
+        settle=params["settle"],
+        exit_reserve=params["exit_reserve"],
+        interval=params["interval"],
+        confirm=params["confirm"],
+        linger=params["linger"],
+        max_wait=params["max_wait"],
+        log_format=params["log_format"],
+        log_file=params["log_file"],
+        exit_zero=params["exit_zero"],
+        quiet=params["quiet"],
+    )
+    config.check()
+    return run_wait(config, t0)
+
+
+def run_wait(config: WaitConfig, t0: float) -> int:
+    """Drain per config from t0; log; return the exit code."""
+    from drainhook.report import Log
+
+    log = Log(config.log_format, quiet=config.quiet)
+    if config.log_file is not None:
+        log.open_file(config.log_file)
+    reader = _reader(config.reach)
+    count = 0
+
+    def on_read(t: float, reading: typing.Any) -> None:
+        nonlocal count
+        count += 1
+        log.read(t, count, reading)
+
+    try:
+        result = drain(
+            config.timeline(),
+            reader.read,
+            t0=t0,
+            clock=time.monotonic,
+            sleep=time.sleep,
+            on_read=on_read,
+        )
+    finally:
+        signals.disarm()
+    code = exit_code(result, config.exit_zero)
+    log.summary(result, code, config.reach.target.display, config.deadline)
+    log.close()
+    reader.close()
+    return code
+
+
+def exit_code(result: Result, exit_zero: bool = False) -> int:
+    """CONTRACT §5: the exit code of an outcome."""
+    if exit_zero:
+        return 0
+    if result.outcome is Outcome.INTERRUPTED:
+        return 128 + (result.signum or 15)
+    return {
+        Outcome.DRAINED: EXIT_DRAINED,
+        Outcome.DEADLINE: EXIT_DEADLINE,
+        Outcome.UNREACHABLE: EXIT_UNREACHABLE,
+    }[result.outcome]
+
+
+@cli.command()
+@_reach_options
+@_option("--json", "as_json", is_flag=True, help="Print one JSON object (schema 1).")
+@click.pass_context
+def probe(ctx: click.Context, as_json: bool, **params: typing.Any) -> int:
+    """One read now: engine, counted series, total, verdict and reason.
+
+    Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.
+    """
+    from drainhook.report import probe_json, probe_text
+
+    reach = _reach(ctx, params)
+    reader = _reader(reach)
+    try:
+        reading = reader.read(reach.read_timeout)
+    finally:
+        reader.close()
+    out = probe_json if as_json else probe_text
+    click.echo(out(reading, reach.target.display))
+    return PROBE_EXIT[reading.verdict]
+
+
+@cli.command()
+def demo() -> int:
+    """Drain a simulated vLLM engine with live requests, on a short timeline."""
+    from drainhook.sim import run_demo
+
+    return run_demo()
+
+
+def run(argv: list[str]) -> int:
+    """Run the CLI on argv; every failure is an exit code with a one-line message."""
+    try:
+        code = cli.main(args=argv, prog_name="drainhook", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.UsageError as exc:
+        where = f"drainhook {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "drainhook"
+        _error(f"{where}: {exc.format_message()}")
+        return EXIT_USAGE
+    except (ConfigError, TargetError) as exc:
+        _error(f"drainhook: {exc}")
+        return EXIT_USAGE
+    except click.ClickException as exc:
+        _error(f"drainhook: {exc.format_message()}")
+        return EXIT_USAGE
+    except click.Abort:
+        return EXIT_USAGE
+    except Exception as exc:  # never a traceback (CONTRACT §6)
+        _error(f"drainhook: internal error: {type(exc).__name__}: {exc}")
+        return EXIT_INTERNAL
+    return int(code) if isinstance(code, int) else 0
+
+
+def _error(message: str) -> None:
+    try:
+        click.echo(" ".join(message.split()), err=True)
+    except (OSError, ValueError):
+        pass
+
+
+def main() -> None:
+    """Console entry used by tests that import the CLI directly."""
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""The hook's configuration: defaults, one frozen value, validation (CONTRACT §1, §4).
+
+The CLI builds a `WaitConfig` from flags, environment and the annotations
+file; nothing below the CLI reads any of those.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from drainhook.drain import Timeline
+from drainhook.target import Target
+
+DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
+DEFAULT_SETTLE = 5.0
+DEFAULT_EXIT_RESERVE = 5.0
+DEFAULT_INTERVAL = 1.0
+DEFAULT_READ_TIMEOUT = 1.0
+DEFAULT_CONFIRM = 2
+DEFAULT_LINGER = 0.0
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+DEFAULT_SCHEME = "http"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PATH = "/metrics"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message is the one-line usage error."""
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How to reach the target: TLS and the loopback rule."""
+
+    target: Target
+    engine: str = "auto"
+    max_body: int = DEFAULT_MAX_BODY
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    cacert: Path | None = None
+    tls_server_name: str | None = None
+    insecure: bool = False
+    allow_remote: bool = False
+
+    def check(self) -> None:
+        if not self.target.is_loopback and not self.allow_remote:
+            raise ConfigError(
+                f"{self.target.display} is not a loopback address; a read through a "
+                "Service lands on whichever replica answers (use --allow-remote to override)"
+            )
+        if self.max_body < 1:
+            raise ConfigError("--max-body must be at least 1 byte")
+        _positive("--read-timeout", self.read_timeout)
+
+
+@dataclass(frozen=True)
+class WaitConfig:
+    """Everything `drainhook wait` needs, read once at the edge."""
+
+    reach: Reach
+    grace: float = DEFAULT_GRACE
+    settle: float = DEFAULT_SETTLE
+    exit_reserve: float = DEFAULT_EXIT_RESERVE
+    interval: float = DEFAULT_INTERVAL
+    confirm: int = DEFAULT_CONFIRM
+    linger: float = DEFAULT_LINGER
+    max_wait: float | None = None
+    log_format: str = "text"
+    log_file: Path | None = None
+    exit_zero: bool = False
+    quiet: bool = False
+
+    @property
+    def deadline(self) -> float:
+        """D = min(G - R, max-wait), never before t0."""
+        d = self.grace - self.exit_reserve
+        if self.max_wait is not None:
+            d = min(d, self.max_wait)
+        return max(0.0, d)
+
+    def timeline(self) -> Timeline:
+        return Timeline(
+            settle=self.settle,
+            deadline=self.deadline,
+            interval=self.interval,
+            read_timeout=self.reach.read_timeout,
+            confirm=self.confirm,
+            linger=self.linger,
+        )
+
+    def check(self) -> None:
+        self.reach.check()
+        for flag, value in (
+            ("--grace", self.grace),
+            ("--settle", self.settle),
+            ("--exit-reserve", self.exit_reserve),
+            ("--linger", self.linger),
+        ):
+            _not_negative(flag, value)
+        _positive("--interval", self.interval)
+        if self.max_wait is not None:
+            _not_negative("--max-wait", self.max_wait)
+        if self.confirm < 1:
+            raise ConfigError("--confirm must be at least 1")
+
+
+def _not_negative(flag: str, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{flag} must be a finite number of seconds >= 0, not {value}")
+
+
+def _positive(flag: str, value: float) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{flag} must be a finite number of seconds > 0, not {value}")

@@ -1,0 +1,110 @@
+"""The drain loop of CONTRACT §1: reads in, an outcome out.
+
+Pure: the clock, the sleep and the read are handed in, so the loop runs under
+a fake clock in tests. It checks first, then waits, and never waits past the
+deadline D: every sleep and every read timeout is clipped to the time left.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from drainhook.verdict import Reading, Verdict
+
+
+class Outcome(str, enum.Enum):
+    DRAINED = "drained"
+    DEADLINE = "deadline"
+    UNREACHABLE = "unreachable"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Interrupted(BaseException):
+    """Raised by the hook's signal handler; ends the loop with INTERRUPTED.
+
+    A BaseException so that no `except Exception` on the read path swallows it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Seconds from t0 (the hook's start): settle S, deadline D, and the read cadence."""
+
+    settle: float
+    deadline: float
+    interval: float
+    read_timeout: float
+    confirm: int = 2
+    linger: float = 0.0
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the loop did: the outcome, when it ended (seconds from t0), its reads."""
+
+    outcome: Outcome
+    elapsed: float
+    reads: int
+    last: Reading | None
+    signum: int | None = None
+
+
+def drain(
+    timeline: Timeline,
+    read: Callable[[float], Reading],
+    *,
+    t0: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    on_read: Callable[[float, Reading], None] = lambda _t, _r: None,
+) -> Result:
+    """Run the timeline from t0 and return what happened.
+
+    `read(timeout)` performs one read that ends within timeout; `on_read`
+    sees each reading with its time since t0.
+    """
+    deadline = t0 + timeline.deadline
+    reads = 0
+    last: Reading | None = None
+
+    def result(outcome: Outcome, signum: int | None = None) -> Result:
+        return Result(outcome, clock() - t0, reads, last, signum)
+
+    def wait_until(when: float) -> None:
+        while (now := clock()) < min(when, deadline):
+            sleep(min(when, deadline) - now)
+
+    try:
+        wait_until(t0 + timeline.settle)
+        due = t0 + timeline.settle
+        idle_run = 0
+        while True:
+            now = clock()
+            if now >= deadline:
+                return result(Outcome.DEADLINE)
+            if now < due:
+                wait_until(due)
+                continue
+            last = read(min(timeline.read_timeout, deadline - now))
+            reads += 1
+            on_read(clock() - t0, last)
+            if last.verdict is Verdict.UNREACHABLE:
+                return result(Outcome.UNREACHABLE)
+            idle_run = idle_run + 1 if last.verdict is Verdict.IDLE else 0
+            if idle_run >= timeline.confirm:
+                wait_until(clock() + timeline.linger)
+                return result(Outcome.DRAINED)
+            # Reads keep to a grid from the settle's end; after one that ran past
+            # its slot the next starts at once, and the grid restarts from there.
+            due = max(due + timeline.interval, clock())
+    except Interrupted as exc:
+        return result(Outcome.INTERRUPTED, exc.signum)

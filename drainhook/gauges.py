@@ -1,0 +1,80 @@
+"""The engine table of CONTRACT §3: which gauges count, defined here and nowhere else.
+
+The scanner, `probe`, `plan` and the README's table all read `ENGINES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's counted gauges, by canonical name (with `:`)."""
+
+    name: str
+    prefix: str
+    default_port: int
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+    @property
+    def counted(self) -> tuple[str, ...]:
+        return self.required + self.optional
+
+
+ENGINES: tuple[Engine, ...] = (
+    # vLLM V1 (seen through 0.33): one series per DP engine (`engine` label);
+    # `*_by_reason` is a subset of waiting and is not counted.
+    Engine(
+        name="vllm",
+        prefix="vllm",
+        default_port=8000,
+        required=("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    ),
+    # SGLang (seen through 0.5.23): the disaggregation queues hold requests the
+    # running/queue gauges do not; `num_prefill_prealloc_queue_reqs` is the
+    # pre-0.5 name of the bootstrap queue. Host-receive is a subset of
+    # transfer, retracted/paused are per-interval event counts: not counted.
+    Engine(
+        name="sglang",
+        prefix="sglang",
+        default_port=30000,
+        required=("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+        optional=(
+            "sglang:num_grammar_queue_reqs",
+            "sglang:num_prefill_bootstrap_queue_reqs",
+            "sglang:num_prefill_prealloc_queue_reqs",
+            "sglang:num_prefill_inflight_queue_reqs",
+            "sglang:num_decode_prealloc_queue_reqs",
+            "sglang:num_decode_transfer_queue_reqs",
+        ),
+    ),
+)
+
+ENGINE_NAMES: tuple[str, ...] = tuple(e.name for e in ENGINES)
+
+BY_NAME: dict[str, Engine] = {e.name: e for e in ENGINES}
+
+# Series label with this name and a non-empty value: SGLang's per-priority
+# breakdown of the priority="" total (0.5.x, --enable-priority-scheduling).
+PRIORITY_LABEL = "priority"
+# Series that differ only in this label describe one batch
+# (--enable-metrics-for-all-schedulers publishes it once per TP rank).
+TP_RANK_LABEL = "tp_rank"
+
+
+def counted_name(raw: str) -> tuple[Engine, str] | None:
+    """Map a sample or family name to (engine, canonical name), or None if not counted.
+
+    A name written with `_` after the engine prefix (OpenMetrics escaping of
+    `:`) is the same gauge.
+    """
+    for engine in ENGINES:
+        p = engine.prefix
+        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in ":_":
+            canonical = f"{p}:{raw[len(p) + 1 :]}"
+            if canonical in engine.counted:
+                return engine, canonical
+            return None
+    return None

@@ -1,0 +1,183 @@
+"""What the hook says: a line per read, one summary line, `probe` output (CONTRACT §4-5).
+
+Lines go to stderr and, with `--log-file`, to that file too. Writing never
+blocks the hook and never fails it: a closed stderr, a full disk or a FIFO
+nobody reads only lose lines. Nothing secret is printed: targets are shown
+through `Target.display`, which has no userinfo.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import typing
+from pathlib import Path
+
+from drainhook.drain import Result
+from drainhook.verdict import Reading, Series
+
+SCHEMA = 1
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:g}" if value != int(value) or abs(value) >= 1e15 else str(int(value))
+
+
+def _quote(text: str | None) -> str:
+    if text is None:
+        return "-"
+    return json.dumps(text) if any(c in text for c in ' "=\\') else text
+
+
+def series_text(s: Series) -> str:
+    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
+    return f"{s.name}{{{labels}}}" if labels else s.name
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Log:
+    """The hook's line sink: stderr (unless quiet) and an optional file."""
+
+    def __init__(
+        self,
+        fmt: str = "text",
+        *,
+        quiet: bool = False,
+        stream: typing.TextIO | None = None,
+    ) -> None:
+        self._fmt = fmt
+        self._quiet = quiet
+        self._stream = stream if stream is not None else sys.stderr
+        self._fd: int | None = None
+
+    def open_file(self, path: Path) -> None:
+        """Also write to path; say so on stderr and go on if it cannot be opened.
+
+        O_NONBLOCK: a FIFO with no reader refuses at once instead of hanging,
+        and a full pipe (such as /proc/1/fd/1) drops a line instead of blocking.
+        """
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            self._fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if exc.errno == errno.ENXIO:
+                reason = "no process reads that FIFO"
+            self._stderr(f"drainhook: cannot open --log-file {path}: {reason}; going on")
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def read(self, t: float, n: int, reading: Reading) -> None:
+        if self._fmt == "json":
+            line = json.dumps(
+                {
+                    "event": "read",
+                    "t": round(t, 3),
+                    "read": n,
+                    "verdict": reading.verdict.value,
+                    "in_flight": reading.in_flight,
+                    "read_ms": round(reading.read_ms, 2),
+                    "engine": reading.engine,
+                    "reason": reading.reason,
+                }
+            )
+        else:
+            line = (
+                f"drainhook t={t:.3f} read={n} verdict={reading.verdict.value} "
+                f"in_flight={_number(reading.in_flight)} read_ms={reading.read_ms:.1f}"
+            )
+            if reading.reason:
+                line += f" reason={_quote(reading.reason)}"
+        self._emit(line, summary=False)
+
+    def summary(self, result: Result, exit_code: int, target: str, deadline: float) -> None:
+        last = result.last
+        in_flight = last.in_flight if last else None
+        reason = last.reason if last else None
+        if self._fmt == "json":
+            line = json.dumps(
+                {
+                    "event": "summary",
+                    "outcome": result.outcome.value,
+                    "elapsed": round(result.elapsed, 3),
+                    "reads": result.reads,
+                    "in_flight": in_flight,
+                    "reason": reason,
+                    "exit": exit_code,
+                    "deadline": round(deadline, 3),
+                    "target": target,
+                }
+            )
+        else:
+            line = (
+                f"drainhook outcome={result.outcome.value} elapsed={result.elapsed:.3f} "
+                f"reads={result.reads} in_flight={_number(in_flight)} reason={_quote(reason)} "
+                f"exit={exit_code} deadline={deadline:.3f} target={target}"
+            )
+        self._emit(line, summary=True)
+
+    def _emit(self, line: str, *, summary: bool) -> None:
+        if summary or not self._quiet:
+            self._stderr(line)
+        if self._fd is not None:
+            try:
+                os.write(self._fd, (line + "\n").encode("utf-8", "replace"))
+            except OSError:
+                pass  # full disk, full pipe: the line is lost, the hook goes on
+
+    def _stderr(self, line: str) -> None:
+        try:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass  # stderr closed
+
+
+def probe_json(reading: Reading, target: str) -> str:
+    """The stable `probe --json` object (schema 1)."""
+    counted = reading.verdict.value in ("idle", "busy")
+    return json.dumps(
+        {
+            "schema": SCHEMA,
+            "target": target,
+            "engine": reading.engine,
+            "verdict": reading.verdict.value,
+            "reason": None if counted else reading.reason,
+            "in_flight": reading.in_flight if counted else None,
+            "series": [
+                {"name": s.name, "labels": dict(s.labels), "value": s.value}
+                for s in reading.series
+            ],
+            "read_ms": round(reading.read_ms, 3),
+        }
+    )
+
+
+def probe_text(reading: Reading, target: str) -> str:
+    """`probe` for people: a key/value block, then every counted series."""
+    rows = [
+        ("target", target),
+        ("engine", reading.engine or "-"),
+        ("verdict", reading.verdict.value),
+        ("reason", reading.reason or "-"),
+        ("in_flight", _number(reading.in_flight)),
+        ("read_ms", f"{reading.read_ms:.1f}"),
+        ("series", str(len(reading.series))),
+    ]
+    lines = [f"{k:<10} {v}" for k, v in rows]
+    width = max((len(series_text(s)) for s in reading.series), default=0)
+    lines += [f"  {series_text(s):<{width}}  {_number(s.value)}" for s in reading.series]
+    return "\n".join(lines)

@@ -1,0 +1,180 @@
+"""Where the hook reads: the metrics URL, the loopback rule and TLS (CONTRACT §4, §6).
+
+Nothing here opens a connection: `Target` is checked before the first read.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import SplitResult, urlsplit, urlunsplit
+
+# The downward API writes one `key="value"` line per annotation; a Pod's
+# annotations are capped at 256 KiB by the API server, so more is not a Pod's.
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+ANNOTATION_PREFIX = "prometheus.io/"
+
+
+class TargetError(ValueError):
+    """A target that cannot be used; its message is the one-line usage error."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One metrics URL, split into what is connected to and what is shown."""
+
+    url: str  # as given, userinfo included (sent as basic auth, never shown)
+    scheme: str
+    host: str  # as given (a name or a literal), without brackets
+    port: int
+    path: str  # path and query
+
+    @property
+    def display(self) -> str:
+        """The URL without userinfo: the only form that is ever printed."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return urlunsplit((self.scheme, f"{host}:{self.port}", self.path, "", ""))
+
+    @property
+    def connect_host(self) -> str:
+        """The address connected to. `localhost` is 127.0.0.1 and is never looked up,
+        so an /etc/hosts entry cannot send a loopback-only read elsewhere (RFC 6761)."""
+        return "127.0.0.1" if _is_localhost(self.host) else self.host
+
+    @property
+    def is_loopback(self) -> bool:
+        if _is_localhost(self.host):
+            return True
+        try:
+            addr = ipaddress.ip_address(self.host)
+        except ValueError:
+            return False
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            return addr.ipv4_mapped.is_loopback
+        return addr.is_loopback
+
+    @property
+    def request_url(self) -> str:
+        """The URL handed to httpx: the connect host, userinfo kept for basic auth."""
+        host = self.connect_host
+        host = f"[{host}]" if ":" in host else host
+        parts = urlsplit(self.url)
+        auth = parts.netloc.rpartition("@")[0]
+        netloc = f"{auth}@{host}:{self.port}" if auth else f"{host}:{self.port}"
+        return urlunsplit((self.scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+def _is_localhost(host: str) -> bool:
+    return host.lower().rstrip(".") == "localhost"
+
+
+def parse_url(url: str) -> Target:
+    """Split and check a metrics URL (`http` or `https`, a host, an optional port)."""
+    try:
+        parts: SplitResult = urlsplit(url.strip())
+        port = parts.port
+        host = parts.hostname
+    except ValueError as exc:
+        raise TargetError(f"invalid URL {_redact(url)!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise TargetError(f"URL {_redact(url)!r} must start with http:// or https://")
+    if not host:
+        raise TargetError(f"URL {_redact(url)!r} has no host")
+    if port is None:
+        port = 443 if scheme == "https" else 80
+    path = parts.path or "/"
+    if parts.query:
+        path = f"{path}?{parts.query}"
+    return Target(url.strip(), scheme, host, port, path)
+
+
+def build_url(scheme: str, host: str, port: int, path: str) -> str:
+    """A URL from its parts, bracketing an IPv6 literal."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    if not path.startswith("/"):
+        path = "/" + path
+    return f"{scheme}://{host}:{port}{path}"
+
+
+def _redact(url: str) -> str:
+    """A URL with any userinfo replaced, for error messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url.split("@")[-1]
+    netloc, slash, tail = rest.partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return f"{scheme}{sep}{netloc}{slash}{tail}"
+
+
+def read_annotations(path: Path) -> dict[str, str]:
+    """The `prometheus.io/*` annotations of a downward-API file, without the prefix.
+
+    The file holds `key="value"` lines with Go-quoted values; other keys are ignored.
+    """
+    try:
+        with path.open("rb") as f:
+            data = f.read(ANNOTATIONS_MAX_BYTES + 1)
+    except OSError as exc:
+        raise TargetError(f"cannot read annotations file {path}: {exc.strerror}") from None
+    if len(data) > ANNOTATIONS_MAX_BYTES:
+        raise TargetError(f"annotations file {path} is over {ANNOTATIONS_MAX_BYTES} bytes")
+    found: dict[str, str] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, eq, value = line.partition("=")
+        key = key.strip()
+        if not eq or not key.startswith(ANNOTATION_PREFIX):
+            continue
+        found[key[len(ANNOTATION_PREFIX) :]] = _unquote_go(value.strip())
+    return found
+
+
+def _unquote_go(value: str) -> str:
+    """Undo Go's strconv.Quote for the simple values annotations hold."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        inner = value[1:-1]
+        out: list[str] = []
+        i = 0
+        while i < len(inner):
+            c = inner[i]
+            if c == "\\" and i + 1 < len(inner):
+                nxt = inner[i + 1]
+                out.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, nxt))
+                i += 2
+            else:
+                out.append(c)
+                i += 1
+        return "".join(out)
+    return value
+
+
+def ssl_context(
+    target: Target, cacert: Path | None, insecure: bool
+) -> ssl.SSLContext | None:
+    """The TLS context for an https target, or None for http.
+
+    With `--cacert`, only that CA is trusted. Without it, a loopback listener
+    is in the Pod and is read unverified; a remote one is verified against the
+    system store unless `--insecure`. No environment variable (SSL_CERT_FILE)
+    is consulted for the loopback and `--cacert` cases.
+    """
+    if target.scheme != "https":
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cacert is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(cacert))
+        except (OSError, ssl.SSLError) as exc:
+            raise TargetError(f"cannot load --cacert {cacert}: {exc}") from None
+        return ctx
+    if target.is_loopback or insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    ctx.load_default_certs()
+    return ctx
