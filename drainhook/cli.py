@@ -5,6 +5,7 @@ explicit flags (command line or environment) win over `--annotations`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import sys
@@ -55,7 +56,7 @@ PROBE_EXIT = {
 F = typing.TypeVar("F", bound=Callable[..., typing.Any])
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType[float, typing.Any]):
     """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
 
     name = "seconds"
@@ -75,7 +76,7 @@ class Duration(click.ParamType):
         return seconds
 
 
-class ByteSize(click.ParamType):
+class ByteSize(click.ParamType[int, typing.Any]):
     """Bytes: `16777216`, `16MiB`, `512KiB`, `1M`."""
 
     name = "bytes"
@@ -219,28 +220,69 @@ def cli() -> None:
 
 @cli.command()
 @_reach_options
-@_option("--grace", type=DURATION, default=DEFAULT_GRACE, show_default=True,
-         help="G: the Pod's terminationGracePeriodSeconds.")
-@_option("--settle", type=DURATION, default=DEFAULT_SETTLE, show_default=True,
-         help="S: keep serving untouched this long while routers drop the Pod.")
-@_option("--exit-reserve", type=DURATION, default=DEFAULT_EXIT_RESERVE, show_default=True,
-         help="R: return by G - R, leaving the engine this long to exit.")
-@_option("--interval", type=DURATION, default=DEFAULT_INTERVAL, show_default=True,
-         help="I: seconds between reads.")
-@_option("--confirm", type=click.IntRange(min=1), default=DEFAULT_CONFIRM, show_default=True,
-         help="Consecutive idle reads that confirm the drain.")
-@_option("--linger", type=DURATION, default=DEFAULT_LINGER, show_default=True,
-         help="Hold this long after idle is confirmed (clipped to the deadline).")
-@_option("--max-wait", type=DURATION,
-         help="Cap on the wait from the hook's start: D = min(G - R, max-wait).")
-@_option("--log-format", type=click.Choice(["text", "json"]), default="text",
-         show_default=True, help="Format of the log lines.")
-@_option("--log-file", type=click.Path(dir_okay=False, path_type=Path),
-         help="Also write the log lines here (/proc/1/fd/1: kubectl logs).")
+@_option(
+    "--grace",
+    type=DURATION,
+    default=DEFAULT_GRACE,
+    show_default=True,
+    help="G: the Pod's terminationGracePeriodSeconds.",
+)
+@_option(
+    "--settle",
+    type=DURATION,
+    default=DEFAULT_SETTLE,
+    show_default=True,
+    help="S: keep serving untouched this long while routers drop the Pod.",
+)
+@_option(
+    "--exit-reserve",
+    type=DURATION,
+    default=DEFAULT_EXIT_RESERVE,
+    show_default=True,
+    help="R: return by G - R, leaving the engine this long to exit.",
+)
+@_option(
+    "--interval",
+    type=DURATION,
+    default=DEFAULT_INTERVAL,
+    show_default=True,
+    help="I: seconds between reads.",
+)
+@_option(
+    "--confirm",
+    type=click.IntRange(min=1),
+    default=DEFAULT_CONFIRM,
+    show_default=True,
+    help="Consecutive idle reads that confirm the drain.",
+)
+@_option(
+    "--linger",
+    type=DURATION,
+    default=DEFAULT_LINGER,
+    show_default=True,
+    help="Hold this long after idle is confirmed (clipped to the deadline).",
+)
+@_option(
+    "--max-wait",
+    type=DURATION,
+    help="Cap on the wait from the hook's start: D = min(G - R, max-wait).",
+)
+@_option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Format of the log lines.",
+)
+@_option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the log lines here (/proc/1/fd/1: kubectl logs).",
+)
 @_option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome.")
 @_option("--quiet", is_flag=True, help="Only the summary line on stderr.")
 @click.pass_context
-def wait(ctx: click.Context, **params: typing.Any) -> int:  # fmt: skip
+def wait(ctx: click.Context, /, **params: typing.Any) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
 
     Exit: 0 drained, 3 deadline, 4 unreachable, 143/130 SIGTERM/SIGINT, 2 usage.
@@ -314,7 +356,7 @@ def exit_code(result: Result, exit_zero: bool = False) -> int:
 @_reach_options
 @_option("--json", "as_json", is_flag=True, help="Print one JSON object (schema 1).")
 @click.pass_context
-def probe(ctx: click.Context, as_json: bool, **params: typing.Any) -> int:
+def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
     """One read now: engine, counted series, total, verdict and reason.
 
     Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.
@@ -365,10 +407,8 @@ def run(argv: list[str]) -> int:
 
 
 def _error(message: str) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):
         click.echo(" ".join(message.split()), err=True)
-    except (OSError, ValueError):
-        pass
 
 
 def main() -> None:

@@ -23,14 +23,10 @@ _NEEDLES: dict[str, tuple[bytes, ...]] = {
 }
 _NAME_END = re.compile(rb"[{ \t\r]|$")
 _META = re.compile(rb"[ \t]*#[ \t]+(?:TYPE|HELP|UNIT)[ \t]+$")
-_LABEL = re.compile(
-    r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,|\})'
-)
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,|\})')
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _SPECIAL = r"[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])"
-_TAIL = re.compile(
-    rf"[ \t]+({_NUMBER}|{_SPECIAL})(?:[ \t]+{_NUMBER})?[ \t]*"
-)
+_TAIL = re.compile(rf"[ \t]+({_NUMBER}|{_SPECIAL})(?:[ \t]+{_NUMBER})?[ \t]*")
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPE = {"n": "\n", "\\": "\\", '"': '"'}
 

@@ -8,6 +8,7 @@ through `Target.display`, which has no userinfo.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -74,10 +75,8 @@ class Log:
 
     def close(self) -> None:
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self._fd)
-            except OSError:
-                pass
             self._fd = None
 
     def read(self, t: float, n: int, reading: Reading) -> None:
@@ -133,10 +132,9 @@ class Log:
         if summary or not self._quiet:
             self._stderr(line)
         if self._fd is not None:
-            try:
+            # A full disk or a full pipe loses the line; the hook goes on.
+            with contextlib.suppress(OSError):
                 os.write(self._fd, (line + "\n").encode("utf-8", "replace"))
-            except OSError:
-                pass  # full disk, full pipe: the line is lost, the hook goes on
 
     def _stderr(self, line: str) -> None:
         try:
@@ -158,8 +156,7 @@ def probe_json(reading: Reading, target: str) -> str:
             "reason": None if counted else reading.reason,
             "in_flight": reading.in_flight if counted else None,
             "series": [
-                {"name": s.name, "labels": dict(s.labels), "value": s.value}
-                for s in reading.series
+                {"name": s.name, "labels": dict(s.labels), "value": s.value} for s in reading.series
             ],
             "read_ms": round(reading.read_ms, 3),
         }

@@ -152,9 +152,7 @@ def _unquote_go(value: str) -> str:
     return value
 
 
-def ssl_context(
-    target: Target, cacert: Path | None, insecure: bool
-) -> ssl.SSLContext | None:
+def ssl_context(target: Target, cacert: Path | None, insecure: bool) -> ssl.SSLContext | None:
     """The TLS context for an https target, or None for http.
 
     With `--cacert`, only that CA is trusted. Without it, a loopback listener

@@ -1,0 +1,93 @@
+"""Shared fixtures: the hook as a real subprocess, for every entry point built.
+
+`hook` runs `drainhook ARGS...` as a subprocess and returns a `Run` with the
+exit code, stdout, stderr and the wall time from spawn to exit. It is
+parametrized over the entry points: the installed package (`python -m
+drainhook`) always, and the PyInstaller directory build when
+DRAINHOOK_BINARY names it (scripts/test sets it after scripts/build-binary).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+    elapsed: float
+
+    @property
+    def lines(self) -> list[str]:
+        return self.stderr.splitlines()
+
+    @property
+    def summary(self) -> str:
+        found = [line for line in self.lines if "outcome=" in line or '"summary"' in line]
+        assert found, f"no summary line in stderr:\n{self.stderr}"
+        return found[-1]
+
+
+def entry_points() -> list[tuple[str, list[str]]]:
+    points = [("python", [sys.executable, "-m", "drainhook"])]
+    binary = os.environ.get("DRAINHOOK_BINARY")
+    if binary:
+        points.append(("binary", [binary]))
+    return points
+
+
+Hook = Callable[..., Run]
+
+
+def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A clean environment: no DRAINHOOK_* from the caller, a C locale."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAINHOOK_")}
+    env.pop("PYTHONWARNINGS", None)
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture(params=[p[1] for p in entry_points()], ids=[p[0] for p in entry_points()])
+def entry(request: pytest.FixtureRequest) -> list[str]:
+    """The argv prefix of one entry point, for tests that manage the process."""
+    return list(request.param)
+
+
+@pytest.fixture
+def hook(entry: list[str]) -> Hook:
+    """Run the hook with args; env adds to a clean environment."""
+    command = entry
+
+    def run(
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        replace_env: Mapping[str, str] | None = None,
+        timeout: float = 60,
+        stdin: int | None = subprocess.DEVNULL,
+    ) -> Run:
+        full_env = dict(replace_env) if replace_env is not None else base_env(env)
+        start = time.monotonic()
+        proc = subprocess.run(
+            [*command, *args],
+            env=full_env,
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+    return run
