@@ -1,0 +1,277 @@
+"""The drain loop under a fake clock: outcomes, confirmation, and the deadline.
+
+The clock's `sleep` advances `now`; a scripted read advances it by the read's
+duration (never more than the timeout it was given, as the real reader).
+Each test asserts the outcome, the number of reads, and the time it ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from drainhook.drain import Interrupted, Outcome, Result, Timeline, drain
+from drainhook.verdict import Reading, Verdict
+
+IDLE, BUSY, UNKNOWN, UNREACHABLE = Verdict.IDLE, Verdict.BUSY, Verdict.UNKNOWN, Verdict.UNREACHABLE
+T0 = 1000.0
+
+
+class FakeClock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0, f"slept {seconds}"
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class Script:
+    """Reads that return the given verdicts in order (the last repeats), each taking
+    `took` seconds, or the whole timeout when it is shorter (a timed-out read)."""
+
+    def __init__(
+        self, clock: FakeClock, verdicts: Sequence[Verdict], took: float = 0.002
+    ) -> None:
+        self.clock = clock
+        self.verdicts = list(verdicts)
+        self.took = took
+        self.starts: list[float] = []
+        self.timeouts: list[float] = []
+
+    def __call__(self, timeout: float) -> Reading:
+        assert timeout > 0
+        n = len(self.starts)
+        self.starts.append(self.clock.now - T0)
+        self.timeouts.append(timeout)
+        verdict = self.verdicts[min(n, len(self.verdicts) - 1)]
+        if self.took >= timeout:
+            self.clock.now += timeout
+            return Reading.failed(UNKNOWN, "read timed out", timeout * 1000)
+        self.clock.now += self.took
+        if verdict in (IDLE, BUSY):
+            total = 0.0 if verdict is IDLE else 3.0
+            return Reading(verdict, "vllm", total, (), None, self.took * 1000)
+        return Reading.failed(verdict, "scripted", self.took * 1000)
+
+
+def run(
+    verdicts: Sequence[Verdict],
+    *,
+    settle: float = 5.0,
+    deadline: float = 25.0,
+    interval: float = 1.0,
+    read_timeout: float = 1.0,
+    confirm: int = 2,
+    linger: float = 0.0,
+    took: float = 0.002,
+    start: float = T0,
+) -> tuple[Result, Script, FakeClock]:
+    clock = FakeClock(start)
+    script = Script(clock, verdicts, took)
+    timeline = Timeline(settle, deadline, interval, read_timeout, confirm, linger)
+    result = drain(timeline, script, t0=T0, clock=clock, sleep=clock.sleep)
+    return result, script, clock
+
+
+def test_idle_engine_returns_on_second_read_one_interval_after_settle() -> None:
+    result, script, _ = run([IDLE])
+    assert result.outcome is Outcome.DRAINED
+    assert result.reads == 2
+    assert script.starts == pytest.approx([5.0, 6.0])
+    assert result.elapsed == pytest.approx(6.002)
+
+
+def test_busy_reads_reset_confirmation() -> None:
+    result, script, _ = run([BUSY, IDLE, BUSY, IDLE, IDLE])
+    assert result.outcome is Outcome.DRAINED
+    assert result.reads == 5
+    assert script.starts[-1] == pytest.approx(9.0)
+    assert result.last is not None and result.last.verdict is IDLE
+
+
+def test_unknown_counts_as_busy() -> None:
+    result, _, _ = run([IDLE, UNKNOWN, IDLE, UNKNOWN, IDLE, IDLE])
+    assert result.outcome is Outcome.DRAINED
+    assert result.reads == 6
+
+
+def test_confirm_three() -> None:
+    result, script, _ = run([IDLE, IDLE, BUSY, IDLE, IDLE, IDLE], confirm=3)
+    assert result.outcome is Outcome.DRAINED
+    assert result.reads == 6
+    assert script.starts[-1] == pytest.approx(10.0)
+
+
+def test_confirm_one_returns_on_first_idle() -> None:
+    result, _, _ = run([IDLE], confirm=1)
+    assert (result.outcome, result.reads) == (Outcome.DRAINED, 1)
+
+
+def test_always_busy_ends_exactly_at_the_deadline() -> None:
+    result, script, clock = run([BUSY])
+    assert result.outcome is Outcome.DEADLINE
+    assert result.elapsed == pytest.approx(25.0)
+    assert clock.now - T0 == pytest.approx(25.0)
+    # reads at 5, 6, ..., 24; the one that would start at 25 is not made
+    assert result.reads == 20
+    assert script.starts[-1] == pytest.approx(24.0)
+
+
+def test_sleep_is_clipped_at_the_deadline() -> None:
+    # D falls between two reads: the last sleep stops at D, not at the next slot.
+    result, script, _ = run([BUSY], deadline=7.5)
+    assert result.outcome is Outcome.DEADLINE
+    assert result.elapsed == pytest.approx(7.5)
+    assert script.starts == pytest.approx([5.0, 6.0, 7.0])
+
+
+def test_read_timeout_is_clipped_to_the_time_left() -> None:
+    _, script, _ = run([BUSY], deadline=7.3, read_timeout=1.0)
+    assert script.timeouts[:2] == pytest.approx([1.0, 1.0])
+    assert script.timeouts[2] == pytest.approx(0.3)
+
+
+def test_a_read_still_in_flight_at_the_deadline_ends_there() -> None:
+    # Every read hangs: each is given at most the time left and the hook ends at D.
+    result, script, _ = run([BUSY], deadline=6.5, read_timeout=1.0, took=60.0)
+    assert result.outcome is Outcome.DEADLINE
+    assert result.elapsed == pytest.approx(6.5)
+    assert script.timeouts == pytest.approx([1.0, 0.5])
+    assert result.last is not None and result.last.verdict is UNKNOWN
+
+
+def test_slow_reads_follow_each_other_without_a_burst() -> None:
+    # Reads that time out after 1.0 s with I = 0.5: the next starts at once,
+    # one at a time, not a catch-up burst for the missed slots.
+    result, script, _ = run([BUSY], deadline=9.0, interval=0.5, read_timeout=1.0, took=5.0)
+    assert result.outcome is Outcome.DEADLINE
+    assert script.starts == pytest.approx([5.0, 6.0, 7.0, 8.0])
+
+
+def test_linger_holds_after_confirmation() -> None:
+    result, _, _ = run([IDLE], linger=3.0)
+    assert result.outcome is Outcome.DRAINED
+    assert result.elapsed == pytest.approx(9.002)
+
+
+def test_linger_is_clipped_at_the_deadline() -> None:
+    result, _, _ = run([IDLE], deadline=8.0, linger=30.0)
+    assert result.outcome is Outcome.DRAINED
+    assert result.elapsed == pytest.approx(8.0)
+
+
+def test_unreachable_ends_at_once() -> None:
+    result, script, _ = run([BUSY, UNREACHABLE, IDLE])
+    assert result.outcome is Outcome.UNREACHABLE
+    assert result.reads == 2
+    assert result.elapsed == pytest.approx(6.002)
+
+
+def test_deadline_before_settle_end_makes_no_read() -> None:
+    result, script, _ = run([IDLE], settle=5.0, deadline=3.0)
+    assert result.outcome is Outcome.DEADLINE
+    assert result.reads == 0
+    assert script.starts == []
+    assert result.elapsed == pytest.approx(3.0)
+
+
+def test_zero_deadline_returns_at_once() -> None:
+    result, _, clock = run([IDLE], deadline=0.0)
+    assert (result.outcome, result.reads) == (Outcome.DEADLINE, 0)
+    assert clock.sleeps == []
+
+
+def test_time_before_main_counts_toward_the_settle() -> None:
+    # The process started 0.4 s before the loop: the first read is still at t0 + S.
+    result, script, clock = run([IDLE], start=T0 + 0.4)
+    assert script.starts[0] == pytest.approx(5.0)
+    assert sum(clock.sleeps) == pytest.approx(6.0 - 0.4 - 0.002)
+    assert result.elapsed == pytest.approx(6.002)
+
+
+def test_late_start_past_the_deadline_returns_at_once() -> None:
+    result, script, clock = run([IDLE], deadline=2.0, start=T0 + 2.5)
+    assert (result.outcome, result.reads) == (Outcome.DEADLINE, 0)
+    assert clock.sleeps == []
+
+
+def test_idle_confirmed_just_before_the_deadline_is_drained() -> None:
+    result, _, _ = run([BUSY, IDLE, IDLE], deadline=7.01)
+    assert result.outcome is Outcome.DRAINED
+    assert result.reads == 3
+
+
+def test_signal_during_a_sleep_interrupts() -> None:
+    clock = FakeClock()
+    script = Script(clock, [BUSY])
+
+    def sleep(seconds: float) -> None:
+        if clock.now - T0 >= 7.0:
+            raise Interrupted(15)
+        clock.sleep(seconds)
+
+    result = drain(Timeline(5.0, 25.0, 1.0, 1.0), script, t0=T0, clock=clock, sleep=sleep)
+    assert result.outcome is Outcome.INTERRUPTED
+    assert result.signum == 15
+    assert result.reads == 3
+
+
+def test_signal_during_a_read_interrupts() -> None:
+    clock = FakeClock()
+
+    def read(timeout: float) -> Reading:
+        raise Interrupted(2)
+
+    result = drain(Timeline(5.0, 25.0, 1.0, 1.0), read, t0=T0, clock=clock, sleep=clock.sleep)
+    assert (result.outcome, result.signum, result.reads) == (Outcome.INTERRUPTED, 2, 0)
+    assert result.elapsed == pytest.approx(5.0)
+
+
+def test_signal_during_settle_interrupts_before_any_read() -> None:
+    clock = FakeClock()
+
+    def sleep(seconds: float) -> None:
+        raise Interrupted(15)
+
+    script = Script(clock, [IDLE])
+    result = drain(Timeline(5.0, 25.0, 1.0, 1.0), script, t0=T0, clock=clock, sleep=sleep)
+    assert (result.outcome, result.reads) == (Outcome.INTERRUPTED, 0)
+    assert script.starts == []
+
+
+def test_on_read_sees_time_since_t0_and_each_reading() -> None:
+    clock = FakeClock()
+    seen: list[tuple[float, Verdict]] = []
+    drain(
+        Timeline(5.0, 25.0, 1.0, 1.0),
+        Script(clock, [BUSY, IDLE, IDLE]),
+        t0=T0,
+        clock=clock,
+        sleep=clock.sleep,
+        on_read=lambda t, r: seen.append((round(t, 3), r.verdict)),
+    )
+    assert seen == [(5.002, BUSY), (6.002, IDLE), (7.002, IDLE)]
+
+
+@pytest.mark.parametrize(
+    ("deadline", "reads", "outcome"),
+    [
+        (5.999, 1, Outcome.DEADLINE),  # the confirming read's slot is past D
+        (6.0, 1, Outcome.DEADLINE),  # a read due exactly at D is not started
+        (6.001, 2, Outcome.DEADLINE),  # started with 1 ms left; takes 2 ms: clipped, unknown
+        (6.003, 2, Outcome.DRAINED),  # ends before D
+    ],
+)
+def test_boundaries_around_the_confirming_read(
+    deadline: float, reads: int, outcome: Outcome
+) -> None:
+    result, _, _ = run([IDLE], deadline=deadline)
+    assert (result.outcome, result.reads) == (outcome, reads)
+    assert result.elapsed <= deadline + 1e-9
