@@ -35,7 +35,7 @@ from drainhook.config import (
     Reach,
     WaitConfig,
 )
-from drainhook.drain import Outcome, Result, drain
+from drainhook.drain import Interrupted, Outcome, Result, drain
 from drainhook.gauges import BY_NAME, ENGINE_NAMES
 from drainhook.target import Target, TargetError, build_url, parse_url, read_annotations
 from drainhook.verdict import Verdict
@@ -313,7 +313,6 @@ def run_wait(config: WaitConfig, t0: float) -> int:
     log = Log(config.log_format, quiet=config.quiet)
     if config.log_file is not None:
         log.open_file(config.log_file)
-    reader = _reader(config.reach)
     count = 0
 
     def on_read(t: float, reading: typing.Any) -> None:
@@ -321,7 +320,9 @@ def run_wait(config: WaitConfig, t0: float) -> int:
         count += 1
         log.read(t, count, reading)
 
+    reader = None
     try:
+        reader = _reader(config.reach)
         result = drain(
             config.timeline(),
             reader.read,
@@ -330,12 +331,15 @@ def run_wait(config: WaitConfig, t0: float) -> int:
             sleep=time.sleep,
             on_read=on_read,
         )
+    except Interrupted as exc:  # a signal before the loop had started
+        result = Result(Outcome.INTERRUPTED, time.monotonic() - t0, 0, None, exc.signum)
     finally:
         signals.disarm()
     code = exit_code(result, config.exit_zero)
     log.summary(result, code, config.reach.target.display, config.deadline)
     log.close()
-    reader.close()
+    if reader is not None:
+        reader.close()
     return code
 
 
