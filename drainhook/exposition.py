@@ -26,7 +26,9 @@ _META = re.compile(rb"[ \t]*#[ \t]+(?:TYPE|HELP|UNIT)[ \t]+$")
 _LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,|\})')
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _SPECIAL = r"[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])"
-_TAIL = re.compile(rf"[ \t]+({_NUMBER}|{_SPECIAL})(?:[ \t]+{_NUMBER})?[ \t]*")
+# The value follows the name after blanks, or the label set after none or more
+# (both as the Prometheus Go parser reads them); a timestamp needs blanks before it.
+_TAIL = re.compile(rf"[ \t]*({_NUMBER}|{_SPECIAL})(?:[ \t]+{_NUMBER})?[ \t]*")
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPE = {"n": "\n", "\\": "\\", '"': '"'}
 
@@ -45,7 +47,8 @@ def _parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
     """Parse what follows a counted name: optional `{labels}`, value, timestamp."""
     labels: list[tuple[str, str]] = []
     pos = 0
-    if rest.startswith("{"):
+    if rest.lstrip(" \t").startswith("{"):  # blanks between name and `{` are allowed
+        rest = rest.lstrip(" \t")
         pos = 1
         closing = re.match(r"[ \t]*\}", rest[pos:])
         if closing:
@@ -119,9 +122,14 @@ def scan(body: bytes, engine: str = "auto") -> Scan:
                 seen.add(eng.name)
             continue  # the name inside another line (a HELP text, a label value)
         seen.add(eng.name)
-        rest = body[name_end:end].decode("utf-8", "replace").rstrip("\r")
         try:
+            # Text exposition is UTF-8; a label value that is not is a malformed
+            # line (the Prometheus Go parser rejects it too), not a series to count.
+            rest = body[name_end:end].decode("utf-8").rstrip("\r")
             labels, value = _parse_rest(rest)
+        except UnicodeDecodeError:
+            problem = problem or f"malformed {canonical} line (not UTF-8)"
+            continue
         except _Malformed as exc:
             problem = problem or f"malformed {canonical} line ({exc})"
             continue
@@ -147,7 +155,12 @@ def scan(body: bytes, engine: str = "auto") -> Scan:
             problem = f"required gauge missing: {', '.join(missing)}"
     if problem is not None:
         return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem)
-    total = math.fsum(s.value for s in series)
+    try:
+        total = math.fsum(s.value for s in series)
+    except OverflowError:  # finite samples (1e308 each) whose sum is not
+        total = math.inf
+    if math.isinf(total):
+        return Scan(Verdict.UNKNOWN, chosen.name, None, series, "counted total is not finite")
     verdict = Verdict.BUSY if total > 0 else Verdict.IDLE
     return Scan(verdict, chosen.name, total, series)
 

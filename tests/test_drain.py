@@ -36,9 +36,7 @@ class Script:
     """Reads that return the given verdicts in order (the last repeats), each taking
     `took` seconds, or the whole timeout when it is shorter (a timed-out read)."""
 
-    def __init__(
-        self, clock: FakeClock, verdicts: Sequence[Verdict], took: float = 0.002
-    ) -> None:
+    def __init__(self, clock: FakeClock, verdicts: Sequence[Verdict], took: float = 0.002) -> None:
         self.clock = clock
         self.verdicts = list(verdicts)
         self.took = took
@@ -171,6 +169,7 @@ def test_unreachable_ends_at_once() -> None:
     result, script, _ = run([BUSY, UNREACHABLE, IDLE])
     assert result.outcome is Outcome.UNREACHABLE
     assert result.reads == 2
+    assert len(script.starts) == 2  # the idle read after it is never made
     assert result.elapsed == pytest.approx(6.002)
 
 
@@ -199,6 +198,7 @@ def test_time_before_main_counts_toward_the_settle() -> None:
 def test_late_start_past_the_deadline_returns_at_once() -> None:
     result, script, clock = run([IDLE], deadline=2.0, start=T0 + 2.5)
     assert (result.outcome, result.reads) == (Outcome.DEADLINE, 0)
+    assert script.starts == []
     assert clock.sleeps == []
 
 

@@ -1,0 +1,115 @@
+"""The engine table (CONTRACT §3) is the single source: the README's table says
+what it holds, the contract's table agrees, and `counted_name` maps exactly
+its names (either separator) and nothing else."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from drainhook.gauges import BY_NAME, ENGINE_NAMES, ENGINES, counted_name
+from tests.loopback import SAMPLES
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+CONTRACT = SAMPLES.parent / "CONTRACT.md"
+
+ALL_COUNTED = [(e.name, n) for e in ENGINES for n in e.counted]
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The cells of a markdown table's body rows (header and rule dropped)."""
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def _names(cell: str) -> set[str]:
+    return set(re.findall(r"`([a-z]+:[a-z_]+)`", cell))
+
+
+def _readme_gauges() -> list[list[str]]:
+    text = README.read_text()
+    begin, end = "<!-- gauges:begin -->", "<!-- gauges:end -->"
+    assert text.count(begin) == 1 and text.count(end) == 1
+    return _table_rows(text.split(begin)[1].split(end)[0])
+
+
+def test_readme_gauge_table_lists_the_engine_table() -> None:
+    rows = _readme_gauges()
+    assert [row[0].lower() for row in rows] == list(ENGINE_NAMES)
+    for row in rows:
+        engine = BY_NAME[row[0].lower()]
+        assert int(row[1]) == engine.default_port
+        assert _names(row[2]) == set(engine.required)
+        assert _names(row[3]) == set(engine.optional)
+        if not engine.optional:
+            assert row[3] == "—"
+
+
+def test_contract_gauge_table_agrees() -> None:
+    """§3 of the contract, the table the engine table was written from."""
+    section = CONTRACT.read_text().split("## 3.")[1].split("\n## ")[0]
+    rows = _table_rows(section)
+    assert len(rows) == len(ENGINES)
+    for row, engine in zip(rows, ENGINES, strict=True):
+        assert f"`{engine.prefix}:`" in row[0]
+        assert _names(row[1]) == set(engine.required)
+        assert _names(row[2]) == set(engine.optional)
+
+
+def test_engine_table_shape() -> None:
+    assert len(set(ENGINE_NAMES)) == len(ENGINES)
+    for engine in ENGINES:
+        assert engine.counted == engine.required + engine.optional
+        assert len(set(engine.counted)) == len(engine.counted)
+        assert len(engine.required) >= 1
+        for name in engine.counted:
+            # The scanner finds candidates by this prefix alone.
+            assert name.startswith(f"{engine.prefix}:num_"), name
+
+
+@pytest.mark.parametrize(("engine", "name"), ALL_COUNTED)
+def test_counted_name_maps_both_separators(engine: str, name: str) -> None:
+    underscored = name.replace(":", "_", 1)
+    for raw in (name, underscored):
+        hit = counted_name(raw)
+        assert hit is not None, raw
+        assert (hit[0].name, hit[1]) == (engine, name)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "vllm",
+        "vllm:",
+        "vllm_",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm_num_requests_waiting_by_reason",
+        "vllm:num_requests_kv_fetch_by_stage",
+        "vllm:num_requests_running_total",
+        "vllm:num_requests_runnin",
+        "vllm:num_requests_running:",
+        "vllm::num_requests_running",
+        "vllm__num_requests_running",
+        "vllmnum_requests_running",
+        "vllm-num_requests_running",
+        "xvllm:num_requests_running",
+        "_vllm:num_requests_running",
+        "VLLM:num_requests_running",
+        "vllm:NUM_REQUESTS_RUNNING",
+        "vllm:num_running_reqs",
+        "sglang:num_requests_running",
+        "sglang:num_decode_host_receive_queue_reqs",
+        "sglang:num_retracted_reqs",
+        "sglang_num_paused_reqs",
+        "sglang:num_queue_reqs_by_reason",
+        "sglang:num_prefill_prealloc_queue_reqs_total",
+        "sglang:num_queue_reqs{",
+        "num_requests_running",
+        "vllm:num_requests_running ",
+    ],
+)
+def test_counted_name_rejects_look_alikes(raw: str) -> None:
+    assert counted_name(raw) is None

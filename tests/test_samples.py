@@ -1,0 +1,123 @@
+"""Real /metrics bodies (shared/samples) give the verdict expected.json records.
+
+Each body is scanned directly and also served over real loopback HTTP and read
+with the Reader, as the hook reads it; the read must cost exactly one
+connection. The SGLang bodies its HTTP server sends gzipped are also served so.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from typing import Any
+
+import pytest
+
+from drainhook.exposition import scan
+from drainhook.read import Reader
+from drainhook.target import parse_url
+from drainhook.verdict import Reading, Scan, Verdict
+from tests.loopback import SAMPLES, Loopback, sample, serve
+
+EXPECTED: dict[str, dict[str, Any]] = json.loads((SAMPLES / "expected.json").read_text())
+NAMES = sorted(EXPECTED)
+# The generator's provenance records how the engine's HTTP route encoded the body.
+GZIPPED = sorted(n for n, e in EXPECTED.items() if "content-encoding='gzip'" in e["provenance"])
+
+
+def assert_expected(got: Scan | Reading, name: str) -> None:
+    want = EXPECTED[name]
+    assert (got.engine, got.verdict.value, got.in_flight) == (
+        want["engine"],
+        want["verdict"],
+        want["in_flight"],
+    ), got.reason
+    if got.verdict is Verdict.UNKNOWN:
+        assert got.reason
+    else:
+        assert got.reason is None
+        assert got.in_flight is not None
+        assert math.isclose(got.in_flight, math.fsum(s.value for s in got.series))
+
+
+def read_once(body: bytes, headers: dict[str, str] | None = None, engine: str = "auto") -> Reading:
+    """Serve body on loopback and read it once with the hook's Reader."""
+    with Loopback(serve(body, headers=headers)) as srv:
+        reader = Reader(parse_url(srv.url), engine=engine)
+        try:
+            reading = reader.read(1.0)
+        finally:
+            reader.close()
+        assert srv.connections == 1
+    assert reading.read_ms > 0
+    return reading
+
+
+def test_every_sample_has_an_expectation() -> None:
+    bodies = {p.name for p in SAMPLES.glob("*.txt")}
+    assert bodies == set(EXPECTED)
+    # Every verdict a body can give is represented, and both engines.
+    assert {e["verdict"] for e in EXPECTED.values()} == {"idle", "busy", "unknown"}
+    assert {e["engine"] for e in EXPECTED.values()} == {"vllm", "sglang", None}
+    assert GZIPPED
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_scanned(name: str) -> None:
+    assert_expected(scan(sample(name)), name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_read_over_loopback(name: str) -> None:
+    assert_expected(read_once(sample(name)), name)
+
+
+@pytest.mark.parametrize("name", GZIPPED)
+def test_gzipped_sample_read_over_loopback(name: str) -> None:
+    body = gzip.compress(sample(name))
+    assert_expected(read_once(body, headers={"Content-Encoding": "gzip"}), name)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if EXPECTED[n]["engine"] is not None])
+def test_sample_pinned_to_its_engine(name: str) -> None:
+    assert_expected(scan(sample(name), EXPECTED[name]["engine"]), name)
+
+
+@pytest.mark.parametrize(
+    ("name", "pinned", "missing"),
+    [
+        ("vllm-single-dp2.txt", "sglang", ("sglang:num_running_reqs", "sglang:num_queue_reqs")),
+        (
+            "vllm-http-plain-idle.txt",
+            "sglang",
+            ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+        ),
+        ("sglang-mp-dp2.txt", "vllm", ("vllm:num_requests_running", "vllm:num_requests_waiting")),
+        (
+            "sglang-http-openmetrics-idle.txt",
+            "vllm",
+            ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+        ),
+    ],
+)
+def test_sample_pinned_to_the_other_engine(
+    name: str, pinned: str, missing: tuple[str, ...]
+) -> None:
+    """`--engine` pins: the other engine's gauges are not read, so the required ones are missing."""
+    got = scan(sample(name), pinned)
+    assert (got.verdict, got.engine, got.in_flight, got.series) == (
+        Verdict.UNKNOWN,
+        pinned,
+        None,
+        (),
+    )
+    assert got.reason is not None and "required gauge missing" in got.reason
+    for gauge in missing:
+        assert gauge in got.reason
+
+
+def test_pinned_engine_over_loopback() -> None:
+    reading = read_once(sample("vllm-single-dp2.txt"), engine="sglang")
+    assert (reading.verdict, reading.engine, reading.in_flight) == (Verdict.UNKNOWN, "sglang", None)
+    assert reading.reason is not None and "required gauge missing" in reading.reason
