@@ -103,8 +103,9 @@ def drain(
             if idle_run >= timeline.confirm:
                 wait_until(clock() + timeline.linger)
                 return result(Outcome.DRAINED)
-            # Reads keep to a grid from the settle's end; after one that ran past
-            # its slot the next starts at once, and the grid restarts from there.
-            due = max(due + timeline.interval, clock())
+            # The next read is due one interval after this one started: after a
+            # read that ran long it starts at once, and a late start (a slow
+            # unpack, a stopped process) still spaces the confirming reads by I.
+            due = now + timeline.interval
     except Interrupted as exc:
         return result(Outcome.INTERRUPTED, exc.signum)

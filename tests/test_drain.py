@@ -195,6 +195,14 @@ def test_time_before_main_counts_toward_the_settle() -> None:
     assert result.elapsed == pytest.approx(6.002)
 
 
+def test_start_after_the_settle_still_spaces_the_confirming_reads() -> None:
+    # Start-up outlasted the settle (3 s late): the first read is at once, the
+    # confirming one an interval later, not back to back.
+    result, script, _ = run([IDLE], start=T0 + 8.0)
+    assert result.outcome is Outcome.DRAINED
+    assert script.starts == pytest.approx([8.0, 9.0])
+
+
 def test_late_start_past_the_deadline_returns_at_once() -> None:
     result, script, clock = run([IDLE], deadline=2.0, start=T0 + 2.5)
     assert (result.outcome, result.reads) == (Outcome.DEADLINE, 0)
