@@ -6,12 +6,22 @@ change the verdict, and a body costs about one pass of `re.search` over it.
 
 Both Prometheus text 0.0.4 and OpenMetrics 1.0 sample lines are accepted:
 `name{labels} value [timestamp]`, CRLF or LF, `# EOF`, names with `_` for `:`.
+
+A body comes from a process the hook does not control, so what one body can
+make the scanner hold or do is bounded: the bytes of counted lines it reads,
+the series and the labels it keeps (the limits below, each far above what
+vLLM or SGLang write), and, when the read's deadline is handed in, its time.
+Past any of them the verdict is unknown, like a body over --max-body.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 import re
+import sys
+import time
+from collections.abc import Callable, Sequence
 
 from drainhook.gauges import BY_NAME, ENGINES, PRIORITY_LABEL, TP_RANK_LABEL, Engine, counted_name
 from drainhook.verdict import Scan, Series, Verdict
@@ -21,16 +31,34 @@ from drainhook.verdict import Scan, Series, Verdict
 _NEEDLES: dict[str, tuple[bytes, ...]] = {
     e.name: (f"{e.prefix}:num_".encode(), f"{e.prefix}_num_".encode()) for e in ENGINES
 }
+_LONGEST_NAME = max(len(n) for e in ENGINES for n in e.counted)
 _NAME_END = re.compile(rb"[{ \t\r]|$")
-_META = re.compile(rb"[ \t]*#[ \t]+(?:TYPE|HELP|UNIT)[ \t]+$")
-_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,|\})')
+_BLANKS = re.compile(rb"[ \t]*")
+_META = re.compile(rb"[ \t]*#[ \t]+(?:TYPE|HELP|UNIT)[ \t]+")
+# A label value of a megabyte is read in one pass without memory per character:
+# possessive repeats (Python 3.11) keep no backtracking state; before 3.11 the
+# unrolled form keeps some (about 130 bytes) per escape sequence, so a counted
+# line may hold at most _MAX_ESCAPES_UNROLLED of them there.
+_POSSESSIVE = sys.version_info >= (3, 11)
+_VALUE = r'((?:[^"\\\n]++|\\.)*+)' if _POSSESSIVE else r'([^"\\\n]*(?:\\.[^"\\\n]*)*)'
+_MAX_ESCAPES_UNROLLED = 4096
+_LABEL = re.compile(rf'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"{_VALUE}"[ \t]*(,|\}})')
+_CLOSE = re.compile(r"[ \t]*\}")
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _SPECIAL = r"[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])"
 # The value follows the name after blanks, or the label set after none or more
 # (both as the Prometheus Go parser reads them); a timestamp needs blanks before it.
 _TAIL = re.compile(rf"[ \t]*({_NUMBER}|{_SPECIAL})(?:[ \t]+{_NUMBER})?[ \t]*")
-_ESCAPE = re.compile(r"\\(.)")
-_UNESCAPE = {"n": "\n", "\\": "\\", '"': '"'}
+
+# Bounds on one body (see the module docstring). A vLLM or SGLang server of
+# any size writes a few hundred counted lines of under 200 bytes, with at
+# most 8 labels each (SGLang 0.5); these leave that ten times over and keep
+# what the scanner holds under about 10 MB.
+MAX_COUNTED_BYTES = 2 * 1024 * 1024  # counted lines read from one body, in bytes
+MAX_SERIES = 2048  # counted series kept (series differing only in tp_rank: one)
+MAX_LABELS = 16  # labels on one counted series
+MAX_LABELS_KEPT = 16384  # labels on all the counted series kept
+_CLOCK_EVERY = 256  # candidate lines between two looks at the clock
 
 
 class _Malformed(ValueError):
@@ -38,33 +66,47 @@ class _Malformed(ValueError):
 
 
 def _unescape(value: str) -> str:
+    """Undo `\\\\`, `\\n` and `\\"` (any other escape stays as written), in C
+    string operations: a value of a million escapes costs no call per escape.
+
+    `\\\\` pairs are taken left to right first, as the parser reads them, and
+    set aside; what is left has no backslash pairs, so its escapes are unambiguous.
+    """
     if "\\" not in value:
         return value
-    return _ESCAPE.sub(lambda m: _UNESCAPE.get(m.group(1), m.group(0)), value)
+    if "\0" in value:
+        parts = value.split("\\\\")
+        return "\\".join(p.replace("\\n", "\n").replace('\\"', '"') for p in parts)
+    swapped = value.replace("\\\\", "\0").replace("\\n", "\n").replace('\\"', '"')
+    return swapped.replace("\0", "\\")
 
 
 def _parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
     """Parse what follows a counted name: optional `{labels}`, value, timestamp."""
     labels: list[tuple[str, str]] = []
     pos = 0
+    if not _POSSESSIVE and rest.count("\\") > _MAX_ESCAPES_UNROLLED:
+        raise _Malformed(f"more than {_MAX_ESCAPES_UNROLLED} escapes")
     if rest.lstrip(" \t").startswith("{"):  # blanks between name and `{` are allowed
         rest = rest.lstrip(" \t")
         pos = 1
-        closing = re.match(r"[ \t]*\}", rest[pos:])
+        closing = _CLOSE.match(rest, pos)
         if closing:
-            pos += closing.end()
+            pos = closing.end()
         else:
             while True:
                 m = _LABEL.match(rest, pos)
                 if m is None:
                     raise _Malformed("bad label set")
-                labels.append((m.group(1), _unescape(m.group(2))))
+                if len(labels) == MAX_LABELS:
+                    raise _Malformed(f"more than {MAX_LABELS} labels")
+                labels.append((sys.intern(m.group(1)), _unescape(m.group(2))))
                 pos = m.end()
                 if m.group(3) == "}":
                     break
-                closing = re.match(r"[ \t]*\}", rest[pos:])
+                closing = _CLOSE.match(rest, pos)
                 if closing:  # trailing comma
-                    pos += closing.end()
+                    pos = closing.end()
                     break
     m = _TAIL.fullmatch(rest, pos)
     if m is None:
@@ -72,44 +114,74 @@ def _parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
     return tuple(labels), float(m.group(1))
 
 
-def _candidates(body: bytes, engines: tuple[Engine, ...] | list[Engine]) -> list[int]:
-    """Offsets of every `<prefix>[:_]num_` in body, in order."""
-    found: list[int] = []
-    for engine in engines:
-        for needle in _NEEDLES[engine.name]:
-            at = body.find(needle)
-            while at >= 0:
-                found.append(at)
-                at = body.find(needle, at + len(needle))
-    found.sort()
-    return found
+class _Candidates:
+    """Offsets of `<prefix>[:_]num_` in body, in order, found as they are needed:
+    a body of nothing but needles costs no list, and a line already read is
+    searched no further."""
+
+    def __init__(self, body: bytes | bytearray | mmap.mmap, engines: Sequence[Engine]) -> None:
+        self._body = body
+        self._needles = [n for e in engines for n in _NEEDLES[e.name]]
+        self._next = [body.find(n) for n in self._needles]
+
+    def first_from(self, pos: int) -> int:
+        """The first offset >= pos, or -1."""
+        best = -1
+        for i, at in enumerate(self._next):
+            if 0 <= at < pos:
+                at = self._next[i] = self._body.find(self._needles[i], pos)
+            if at >= 0 and (best < 0 or at < best):
+                best = at
+        return best
 
 
-def _line_bounds(body: bytes, pos: int) -> tuple[int, int]:
+def _line_bounds(body: bytes | bytearray | mmap.mmap, pos: int) -> tuple[int, int]:
     start = body.rfind(b"\n", 0, pos) + 1
     end = body.find(b"\n", pos)
     return start, len(body) if end < 0 else end
 
 
-def scan(body: bytes, engine: str = "auto") -> Scan:
+def scan(
+    body: bytes | bytearray | mmap.mmap,
+    engine: str = "auto",
+    *,
+    until: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Scan:
     """The verdict of a 2xx body, with the engine and every counted series.
 
     `engine` is `auto` (recognise from the families present) or an engine
-    name (only its gauges are read; the other engine's are ignored).
+    name (only its gauges are read; the other engine's are ignored). `until`,
+    on `clock`'s scale, is when the read must be over: a body that takes
+    longer to scan is unknown, as a server that takes longer to send it is.
     """
     pinned: Engine | None = None if engine == "auto" else BY_NAME[engine]
     seen: set[str] = set()  # engines whose counted families appear
     sampled: set[str] = set()  # canonical names with at least one total series
-    found: list[tuple[Engine, Series]] = []
+    # Per engine, the series kept: one per label set without tp_rank, the largest.
+    kept: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Series]] = {
+        e.name: {} for e in ENGINES
+    }
+    n_kept = 0
+    n_labels = 0
+    counted_bytes = 0
     problem: str | None = None
+
+    def gave_up(why: str) -> Scan:
+        return Scan(Verdict.UNKNOWN, pinned.name if pinned else None, None, (), why)
+
+    candidates = _Candidates(body, [pinned] if pinned else ENGINES)
     pos = 0
-    for at in _candidates(body, [pinned] if pinned else ENGINES):
-        if at < pos:
-            continue  # another candidate on a line already read
+    looked = 0
+    while (at := candidates.first_from(pos)) >= 0:
+        looked += 1
+        if until is not None and looked % _CLOCK_EVERY == 0 and clock() >= until:
+            return gave_up("read timed out: the read's time ran out scanning the body")
         start, end = _line_bounds(body, at)
         pos = end + 1
-        lead = body[start:at]
         name_end = _NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
+        if name_end - at > _LONGEST_NAME:
+            continue  # no counted name is that long
         raw_name = body[at:name_end].decode("ascii", "replace")
         hit = counted_name(raw_name)
         if hit is None:
@@ -117,11 +189,14 @@ def scan(body: bytes, engine: str = "auto") -> Scan:
         eng, canonical = hit
         if pinned is not None and eng is not pinned:
             continue
-        if lead.strip(b" \t"):
-            if _META.fullmatch(lead):
+        if _BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
+            if _META.fullmatch(body, start, at):
                 seen.add(eng.name)
             continue  # the name inside another line (a HELP text, a label value)
         seen.add(eng.name)
+        counted_bytes += end - start
+        if counted_bytes > MAX_COUNTED_BYTES:
+            return gave_up(f"counted lines over {MAX_COUNTED_BYTES // 1024 // 1024} MiB")
         try:
             # Text exposition is UTF-8; a label value that is not is a malformed
             # line (the Prometheus Go parser rejects it too), not a series to count.
@@ -142,13 +217,26 @@ def scan(body: bytes, engine: str = "auto") -> Scan:
         if any(k == PRIORITY_LABEL and v for k, v in labels):
             continue  # SGLang's per-priority breakdown of the priority="" total
         sampled.add(canonical)
-        found.append((eng, Series(canonical, labels, value)))
+        # Series that differ only in tp_rank describe one batch: keep the largest.
+        key = (canonical, tuple(sorted(kv for kv in labels if kv[0] != TP_RANK_LABEL)))
+        table = kept[eng.name]
+        held = table.get(key)
+        if held is None:
+            n_kept += 1
+            n_labels += len(labels)
+            if n_kept > MAX_SERIES:
+                return gave_up(f"more than {MAX_SERIES} counted series")
+            if n_labels > MAX_LABELS_KEPT:
+                return gave_up(f"more than {MAX_LABELS_KEPT} labels on counted series")
+            table[key] = Series(canonical, labels, value)
+        elif value > held.value:
+            table[key] = Series(canonical, labels, value)
 
     if pinned is None and len(seen) != 1:
         what = "no vllm or sglang request gauges" if not seen else "both vllm and sglang gauges"
         return Scan(Verdict.UNKNOWN, None, None, (), what)
     chosen = pinned or BY_NAME[seen.pop()]
-    series = _dedup_tp_rank([s for e, s in found if e is chosen])
+    series = tuple(kept[chosen.name].values())
     if problem is None:
         missing = [n for n in chosen.required if n not in sampled]
         if missing:
@@ -163,14 +251,3 @@ def scan(body: bytes, engine: str = "auto") -> Scan:
         return Scan(Verdict.UNKNOWN, chosen.name, None, series, "counted total is not finite")
     verdict = Verdict.BUSY if total > 0 else Verdict.IDLE
     return Scan(verdict, chosen.name, total, series)
-
-
-def _dedup_tp_rank(series: list[Series]) -> tuple[Series, ...]:
-    """Keep, of series that differ only in tp_rank, the one with the largest value."""
-    best: dict[tuple[str, tuple[tuple[str, str], ...]], Series] = {}
-    for s in series:
-        key = (s.name, tuple(sorted(kv for kv in s.labels if kv[0] != TP_RANK_LABEL)))
-        kept = best.get(key)
-        if kept is None or s.value > kept.value:
-            best[key] = s
-    return tuple(best.values())

@@ -5,12 +5,13 @@ Error map (every transport failure lands in one row of `_ERRORS`):
     httpx.HTTPError
      ├─ TimeoutException (connect/read/write/pool) ........ unknown
      ├─ ConnectError (refused, TLS handshake, DNS) ........ unreachable
-     ├─ ReadError, WriteError (reset) ..................... unknown
+     ├─ ReadError, WriteError, CloseError (reset) ......... unknown
      ├─ RemoteProtocolError (closed before/during reply) .. unknown
      ├─ LocalProtocolError, DecodingError ................. unknown
      ├─ ProxyError, UnsupportedProtocol, TooManyRedirects . unreachable
      └─ HTTPStatusError (non-2xx, 3xx included) ........... unreachable
-    httpx.StreamError, InvalidURL, CookieConflict ......... unknown / unreachable
+    httpx.StreamError (each of its four), CookieConflict .. unknown
+    httpx.InvalidURL ...................................... unreachable
 
 A read's timeout bounds the whole read, not each socket call: the network
 backend below clips every connect, write, TLS handshake and socket read to
@@ -20,10 +21,12 @@ body (or its headers) a byte at a time cannot hold the hook.
 
 from __future__ import annotations
 
-import concurrent.futures
 import ipaddress
+import mmap
 import socket
 import ssl
+import sys
+import threading
 import time
 import typing
 import zlib
@@ -47,6 +50,7 @@ _ERRORS: tuple[tuple[type[Exception], Verdict, str], ...] = (
     (httpx.ConnectError, Verdict.UNREACHABLE, "cannot connect"),
     (httpx.ReadError, Verdict.UNKNOWN, "connection broken while reading"),
     (httpx.WriteError, Verdict.UNKNOWN, "connection broken while writing"),
+    (httpx.CloseError, Verdict.UNKNOWN, "connection broken while closing"),
     (httpx.RemoteProtocolError, Verdict.UNKNOWN, "connection closed mid-response"),
     (httpx.LocalProtocolError, Verdict.UNKNOWN, "request could not be sent"),
     (httpx.ProxyError, Verdict.UNREACHABLE, "proxy error"),
@@ -54,7 +58,11 @@ _ERRORS: tuple[tuple[type[Exception], Verdict, str], ...] = (
     (httpx.DecodingError, Verdict.UNKNOWN, "undecodable body"),
     (httpx.TooManyRedirects, Verdict.UNREACHABLE, "redirected"),
     (httpx.HTTPStatusError, Verdict.UNREACHABLE, "non-2xx status"),
-    (httpx.StreamError, Verdict.UNKNOWN, "stream error"),
+    # A stream misused by the reader itself: a bug here, not the server's doing.
+    (httpx.StreamConsumed, Verdict.UNKNOWN, "body already consumed"),
+    (httpx.StreamClosed, Verdict.UNKNOWN, "body stream closed"),
+    (httpx.ResponseNotRead, Verdict.UNKNOWN, "response not read"),
+    (httpx.RequestNotRead, Verdict.UNKNOWN, "request not read"),
     (httpx.InvalidURL, Verdict.UNREACHABLE, "invalid URL"),
     (httpx.CookieConflict, Verdict.UNKNOWN, "cookie conflict"),
 )
@@ -72,18 +80,19 @@ def classify(exc: Exception) -> tuple[Verdict, str]:
 def _root_cause(exc: BaseException) -> str:
     """The innermost OS-level cause, in words (refused, TLS alert, lookup failure)."""
     seen: BaseException = exc
-    while seen.__cause__ is not None or seen.__context__ is not None:
-        nxt = seen.__cause__ or seen.__context__
-        assert nxt is not None
+    walked = {id(seen)}
+    while (nxt := seen.__cause__ or seen.__context__) is not None and id(nxt) not in walked:
+        walked.add(id(nxt))  # a chain can loop (a re-raised exception): stop there
         seen = nxt
     if isinstance(seen, ConnectionRefusedError):
         return "connection refused"
     if isinstance(seen, socket.gaierror):
         return f"name resolution failed ({seen.strerror})"
+    # An SSLError made in Python (not by the ssl module's C code) lacks these.
     if isinstance(seen, ssl.SSLCertVerificationError):
-        return f"TLS verification failed ({seen.verify_message})"
+        return f"TLS verification failed ({getattr(seen, 'verify_message', None) or seen})"
     if isinstance(seen, ssl.SSLError):
-        return f"TLS handshake failed ({seen.reason or seen.strerror or 'ssl error'})"
+        return f"TLS handshake failed ({getattr(seen, 'reason', None) or seen.strerror or seen})"
     if isinstance(seen, ConnectionResetError):
         return "connection reset"
     if isinstance(seen, OSError) and seen.strerror:
@@ -170,23 +179,37 @@ def _resolve(host: str, port: int, timeout: float) -> str:
     """An address for host: literals as they are, names looked up within timeout.
 
     getaddrinfo has no timeout of its own, so the lookup runs in a daemon
-    thread that is abandoned when the read's time runs out.
+    thread that is abandoned when the read's time runs out. Not a
+    ThreadPoolExecutor: its workers are joined at interpreter exit, so a hung
+    lookup would hold the hook's exit past the deadline.
     """
     try:
         ipaddress.ip_address(host)
         return host
     except ValueError:
         pass
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
-    pool.shutdown(wait=False)
-    try:
-        infos = future.result(timeout=timeout)
-    except concurrent.futures.TimeoutError:
-        raise httpcore.ConnectTimeout(f"looking up {host} timed out") from None
-    except OSError as exc:
-        raise httpcore.ConnectError(str(exc)) from exc
-    return str(infos[0][4][0])
+    found: list[typing.Any] = []
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except Exception as exc:  # gaierror, or UnicodeError for a malformed name
+            found.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="drainhook-lookup", daemon=True).start()
+    if not done.wait(timeout):
+        raise httpcore.ConnectTimeout(f"looking up {host} timed out")
+    result = found[0]
+    if isinstance(result, Exception):
+        error = httpcore.ConnectError(str(result))
+        # httpcore's pool re-raises `from None`, dropping __cause__: the reason
+        # (name resolution failed) is found through __context__.
+        error.__context__ = result
+        raise error from result
+    return str(result[0][4][0])
 
 
 class _Transport(httpx.HTTPTransport):
@@ -201,6 +224,51 @@ class _Transport(httpx.HTTPTransport):
             retries=0,
             network_backend=_Backend(deadline),
         )
+
+
+# A body is gathered in an anonymous memory map grown in place (mremap), not
+# in a bytearray: once glibc's malloc has freed one large block its mmap
+# threshold rises, the next body then grows on the heap by copying, and a
+# 16 MiB body cost up to 32 MiB for a moment on every read after the first.
+# Where mremap is missing (it is Linux's) a map cannot grow: a bytearray then.
+_GROW_IN_PLACE = sys.platform.startswith("linux")
+_FIRST_MAP = 256 * 1024
+_INFLATE_STEP = 256 * 1024
+
+
+class _Body:
+    """A body as it arrives, held once."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._buf: mmap.mmap | bytearray = (
+            # Private: a shared anonymous map is a file that mremap does not grow.
+            mmap.mmap(-1, _FIRST_MAP, flags=mmap.MAP_PRIVATE) if _GROW_IN_PLACE else bytearray()
+        )
+
+    def add(self, chunk: bytes) -> None:
+        end = self.size + len(chunk)
+        if isinstance(self._buf, mmap.mmap):
+            if end > len(self._buf):
+                self._buf.resize(max(end, 2 * len(self._buf)))
+            self._buf[self.size : end] = chunk
+        else:
+            self._buf += chunk
+        self.size = end
+
+    def contents(self) -> mmap.mmap | bytearray:
+        """The bytes received, exactly (the map is trimmed to them)."""
+        if isinstance(self._buf, mmap.mmap):
+            if self.size == 0:  # a map cannot be empty
+                self.close()
+                self._buf = bytearray()
+            elif len(self._buf) != self.size:
+                self._buf.resize(self.size)
+        return self._buf
+
+    def close(self) -> None:
+        if isinstance(self._buf, mmap.mmap):
+            self._buf.close()
 
 
 class Reader:
@@ -247,20 +315,27 @@ class Reader:
         """One read, ending within `timeout` seconds, whatever the server does."""
         start = self._clock()
         self._deadline.at = time.monotonic() + timeout
+        body = _Body()
         try:
-            body_or_reading = self._fetch(timeout)
+            failed = self._fetch(timeout, body)
+            if failed is None:
+                # The scan is part of the read: it ends by the read's deadline too.
+                found = scan(
+                    body.contents(), self._engine, until=self._deadline.at, clock=time.monotonic
+                )
+                return Reading.from_scan(found, self._ms_since(start))
         except Exception as exc:
-            verdict, reason = classify(exc)
-            return Reading.failed(verdict, reason, self._ms_since(start))
-        if isinstance(body_or_reading, tuple):
-            verdict, reason = body_or_reading
-            return Reading.failed(verdict, reason, self._ms_since(start))
-        return Reading.from_scan(scan(body_or_reading, self._engine), self._ms_since(start))
+            failed = classify(exc)
+        finally:
+            body.close()
+        verdict, reason = failed
+        return Reading.failed(verdict, reason, self._ms_since(start))
 
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0
 
-    def _fetch(self, timeout: float) -> bytes | tuple[Verdict, str]:
+    def _fetch(self, timeout: float, body: _Body) -> tuple[Verdict, str] | None:
+        """Read the body into `body`; None, or the verdict of a read that failed."""
         with self._client.stream(
             "GET",
             self.target.request_url,
@@ -270,10 +345,11 @@ class Reader:
         ) as response:
             if not 200 <= response.status_code < 300:
                 return Verdict.UNREACHABLE, f"HTTP {response.status_code}"
-            return self._body(response)
+            return self._body(response, body)
 
-    def _body(self, response: httpx.Response) -> bytes | tuple[Verdict, str]:
-        """The body, decoded, or the verdict when it is over the cap or undecodable.
+    def _body(self, response: httpx.Response, body: _Body) -> tuple[Verdict, str] | None:
+        """Gather the body, decoded; None, or the verdict when it is over the cap or
+        undecodable.
 
         identity was asked for; a server that compresses anyway is decoded
         here, a chunk at a time, so that a small gzip bomb stops at the cap.
@@ -287,18 +363,28 @@ class Reader:
             inflate = zlib.decompressobj()
         elif encoding not in ("", "identity"):
             return Verdict.UNKNOWN, f"unsupported content-encoding {encoding[:40]!r}"
-        parts: list[bytes] = []
-        size = 0
-        for chunk in response.iter_raw():
-            if inflate is not None:
+        over = Verdict.UNKNOWN, f"body over --max-body ({cap} bytes)"
+        for raw in response.iter_raw():
+            if inflate is None:
+                if body.size + len(raw) > cap:
+                    return over
+                body.add(raw)
+                continue
+            # A step at a time, never past the cap + 1: 64 KiB of gzip can stand
+            # for gigabytes, and one call inflating to the cap would hold a
+            # second body's worth.
+            while raw:
                 try:
-                    chunk = inflate.decompress(chunk, cap - size + 1)
+                    chunk = inflate.decompress(raw, min(_INFLATE_STEP, cap - body.size + 1))
                 except zlib.error as exc:
                     return Verdict.UNKNOWN, f"undecodable {encoding} body: {exc}"
-                if inflate.unconsumed_tail:
-                    return Verdict.UNKNOWN, f"body over --max-body ({cap} bytes)"
-            size += len(chunk)
-            if size > cap:
-                return Verdict.UNKNOWN, f"body over --max-body ({cap} bytes)"
-            parts.append(chunk)
-        return b"".join(parts)
+                raw = inflate.unconsumed_tail
+                if body.size + len(chunk) > cap:
+                    return over
+                body.add(chunk)
+        if inflate is not None:
+            rest = inflate.flush()
+            if body.size + len(rest) > cap:
+                return over
+            body.add(rest)
+        return None

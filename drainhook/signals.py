@@ -1,28 +1,96 @@
-"""SIGTERM/SIGINT end the hook: the handler raises `Interrupted` once, which the
-drain loop turns into the INTERRUPTED outcome (exit 143 / 130)."""
+"""SIGTERM/SIGINT end the hook, in two stages.
+
+While the hook starts (`catch`, the first thing the entry point does, until
+`arm`), a signal ends the process at once with one line: nothing has been read
+and nothing needs saying. Raising there would be unsafe: an exception raised
+in the middle of an import can be swallowed by the import machinery's own
+callbacks (the hook would then run to its deadline) or turned into an
+ImportError by a C extension's initialisation.
+
+Once armed, the first signal raises `Interrupted`, which the drain loop turns
+into the INTERRUPTED outcome (exit 143 / 130); later ones are ignored while
+the hook writes its summary. An `Interrupted` swallowed by a finalizer or a
+weakref callback ("Exception ignored in ...") is not lost: the signal is sent
+again from outside that callback.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import time
 import types
+from collections.abc import Callable
 
-from drainhook.drain import Interrupted
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _armed = False
+_interrupted: type[BaseException] | None = None
+_previous_unraisable: Callable[[sys.UnraisableHookArgs], object] | None = None
+_in_hook = False
+
+
+def _exit_now(signum: int, frame: types.FrameType | None) -> None:
+    name = signal.Signals(signum).name
+    try:
+        os.write(2, f"drainhook: interrupted by {name} while starting\n".encode())
+    finally:
+        os._exit(128 + signum)
+
+
+def catch() -> None:
+    """Until `arm`: a signal ends the process at once, exit 128 + signum."""
+    for signum in SIGNALS:
+        signal.signal(signum, _exit_now)
 
 
 def _raise(signum: int, frame: types.FrameType | None) -> None:
     global _armed
-    if _armed:
+    if _armed and _interrupted is not None:
         _armed = False  # later signals, while the hook finishes, are ignored
-        raise Interrupted(signum)
+        raise _interrupted(signum)
+
+
+def _unraisable(args: sys.UnraisableHookArgs) -> None:
+    """Deliver again an Interrupted that a finalizer or weakref callback swallowed.
+
+    The signal is sent again to the main thread by a helper thread once this
+    hook has returned: a raise inside the hook would be swallowed too.
+    """
+    global _armed, _in_hook
+    exc = args.exc_value
+    if _interrupted is None or not isinstance(exc, _interrupted):
+        if _previous_unraisable is not None:
+            _previous_unraisable(args)
+        return
+    import threading
+
+    _in_hook = True
+    threading.Thread(
+        target=_resend, args=(threading.main_thread().ident, int(exc.args[0])), daemon=True
+    ).start()
+    _armed = True
+    _in_hook = False  # the last statement: no signal is handled between it and the return
+
+
+def _resend(thread_id: int, signum: int) -> None:
+    while _in_hook:
+        time.sleep(0.001)
+    signal.pthread_kill(thread_id, signum)
 
 
 def arm() -> None:
-    """Install the handlers: the next SIGTERM or SIGINT raises Interrupted."""
-    global _armed
+    """Install the raising handlers: the next SIGTERM or SIGINT raises Interrupted."""
+    global _armed, _interrupted, _previous_unraisable
+    from drainhook.drain import Interrupted
+
+    _interrupted = Interrupted
+    if _previous_unraisable is None:
+        _previous_unraisable = sys.unraisablehook
+        sys.unraisablehook = _unraisable
     _armed = True
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in SIGNALS:
         signal.signal(signum, _raise)
 
 

@@ -6,7 +6,9 @@ Nothing here opens a connection: `Target` is checked before the first read.
 from __future__ import annotations
 
 import ipaddress
+import os
 import ssl
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit, urlunsplit
@@ -14,6 +16,8 @@ from urllib.parse import SplitResult, urlsplit, urlunsplit
 # The downward API writes one `key="value"` line per annotation; a Pod's
 # annotations are capped at 256 KiB by the API server, so more is not a Pod's.
 ANNOTATIONS_MAX_BYTES = 256 * 1024
+# A CA bundle: a distribution's whole store is under 1 MiB.
+CACERT_MAX_BYTES = 4 * 1024 * 1024
 ANNOTATION_PREFIX = "prometheus.io/"
 
 
@@ -77,12 +81,19 @@ def parse_url(url: str) -> Target:
         port = parts.port
         host = parts.hostname
     except ValueError as exc:
-        raise TargetError(f"invalid URL {_redact(url)!r}: {exc}") from None
+        raise TargetError(f"invalid URL {_redact(url)!r}: {_why(exc)}") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
         raise TargetError(f"URL {_redact(url)!r} must start with http:// or https://")
     if not host:
         raise TargetError(f"URL {_redact(url)!r} has no host")
+    if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
+        # A password with a raw `/`, `?` or `#` (a base64 token) ends the host
+        # early: its tail would be shown as the path, and read from another host.
+        raise TargetError(
+            f"URL {_redact(url)!r} has an '@' after its host: percent-encode a password's "
+            "'/', '?' or '#' (%2F, %3F, %23)"
+        )
     if port is None:
         port = 443 if scheme == "https" else 80
     path = parts.path or "/"
@@ -101,14 +112,26 @@ def build_url(scheme: str, host: str, port: int, path: str) -> str:
 
 
 def _redact(url: str) -> str:
-    """A URL with any userinfo replaced, for error messages."""
+    """A URL with any userinfo replaced, for error messages: everything up to the
+    last `@`, since a password may hold a raw `/`, `?` or `#` that ends the host
+    early for a URL parser."""
     scheme, sep, rest = url.partition("://")
     if not sep:
-        return url.split("@")[-1]
-    netloc, slash, tail = rest.partition("/")
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    return f"{scheme}{sep}{netloc}{slash}{tail}"
+        return url.rpartition("@")[2]
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
+    return f"{scheme}{sep}{rest}"
+
+
+def _why(exc: ValueError) -> str:
+    """urlsplit's complaint, without the text it quotes (a port that is the
+    start of a password)."""
+    text = str(exc)
+    if text.startswith("Port"):
+        return "the port is not a number from 0 to 65535"
+    if "IPv6" in text:
+        return "invalid IPv6 address"
+    return "malformed"
 
 
 def read_annotations(path: Path) -> dict[str, str]:
@@ -116,13 +139,7 @@ def read_annotations(path: Path) -> dict[str, str]:
 
     The file holds `key="value"` lines with Go-quoted values; other keys are ignored.
     """
-    try:
-        with path.open("rb") as f:
-            data = f.read(ANNOTATIONS_MAX_BYTES + 1)
-    except OSError as exc:
-        raise TargetError(f"cannot read annotations file {path}: {exc.strerror}") from None
-    if len(data) > ANNOTATIONS_MAX_BYTES:
-        raise TargetError(f"annotations file {path} is over {ANNOTATIONS_MAX_BYTES} bytes")
+    data = _read_file(path, ANNOTATIONS_MAX_BYTES, "annotations file")
     found: dict[str, str] = {}
     for line in data.decode("utf-8", "replace").splitlines():
         key, eq, value = line.partition("=")
@@ -131,6 +148,26 @@ def read_annotations(path: Path) -> dict[str, str]:
             continue
         found[key[len(ANNOTATION_PREFIX) :]] = _unquote_go(value.strip())
     return found
+
+
+def _read_file(path: Path, cap: int, what: str) -> bytes:
+    """A regular file's contents, at most cap bytes, opened without blocking: a
+    FIFO or a device named by mistake is refused at once, not waited on (a
+    FIFO's open blocks until a writer comes) or read without end."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise TargetError(f"cannot read {what} {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TargetError(f"cannot read {what} {path}: not a regular file")
+            data = f.read(cap + 1)
+        except OSError as exc:
+            raise TargetError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if len(data) > cap:
+        raise TargetError(f"{what} {path} is over {cap} bytes")
+    return data
 
 
 def _unquote_go(value: str) -> str:
@@ -165,6 +202,9 @@ def ssl_context(target: Target, cacert: Path | None, insecure: bool) -> ssl.SSLC
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if cacert is not None:
+        # Read once here to refuse a FIFO, a device or an outsized file; OpenSSL
+        # then loads it by name (it reads CRLs and TRUSTED CERTIFICATE blocks too).
+        _read_file(cacert, CACERT_MAX_BYTES, "--cacert")
         try:
             ctx.load_verify_locations(cafile=str(cacert))
         except (OSError, ssl.SSLError) as exc:

@@ -4,6 +4,7 @@ reset or speak TLS on demand. Servers are threads in the test process.
 
     with Loopback(serve(body)) as srv:          # every connection gets body
     with Loopback(sequence(busy, busy, idle)) as srv:   # nth connection, last repeats
+    with Loopback(route({"/metrics": body}, heads)) as srv:  # by path; heads seen
     srv.url, srv.port, srv.connections (how many were accepted)
 """
 
@@ -15,7 +16,8 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 Behaviour = Callable[[socket.socket], None]
@@ -133,6 +135,27 @@ def close_after(prefix: bytes) -> Behaviour:
     return behaviour
 
 
+def route(
+    paths: dict[str, bytes],
+    heads: list[bytes] | None = None,
+) -> Behaviour:
+    """Serve paths[request path], 404 for any other path; append each request
+    head (request line and headers) to `heads` when given."""
+
+    def behaviour(conn: socket.socket) -> None:
+        head = _read_request(conn)
+        if heads is not None:
+            heads.append(head)
+        parts = head.split(b" ", 2)
+        body = paths.get(parts[1].decode("latin-1")) if len(parts) == 3 else None
+        if body is None:
+            conn.sendall(response_bytes(b"not found\n", 404, "Not Found"))
+        else:
+            conn.sendall(response_bytes(body))
+
+    return behaviour
+
+
 def sequence(*behaviours: Behaviour) -> Behaviour:
     """The nth connection gets the nth behaviour; the last one repeats."""
     lock = threading.Lock()
@@ -212,3 +235,160 @@ class Loopback:
         finally:
             with contextlib.suppress(OSError):
                 conn.close()
+
+
+class Heard:
+    """The request heads a listener received, in order; `wait(n)` blocks until
+    n have arrived, so a test can act while the client waits for its answer."""
+
+    def __init__(self) -> None:
+        self.heads: list[bytes] = []
+        self._cond = threading.Condition()
+
+    def add(self, head: bytes) -> None:
+        with self._cond:
+            self.heads.append(head)
+            self._cond.notify_all()
+
+    def wait(self, n: int = 1, timeout: float = 5.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.heads) >= n, timeout)
+
+
+def record(heard: Heard, reply: bytes | None = None) -> Behaviour:
+    """Read the request into `heard`, then send reply and close, or (None) hang
+    until the client goes."""
+
+    def behaviour(conn: socket.socket) -> None:
+        heard.add(_read_request(conn))
+        if reply is not None:
+            conn.sendall(reply)
+            return
+        conn.settimeout(None)
+        with contextlib.suppress(OSError):
+            while conn.recv(65536):
+                pass
+
+    return behaviour
+
+
+def plain_http(body: bytes) -> Behaviour:
+    """Like serve, but bytes that do not start an HTTP request line (a TLS
+    ClientHello) get a 400 and a close at once, as uvicorn answers them."""
+
+    def behaviour(conn: socket.socket) -> None:
+        conn.settimeout(2.0)
+        first = conn.recv(65536)
+        if not first.split(b" ", 1)[0].isalpha():
+            conn.sendall(response_bytes(b"Invalid HTTP request received.", 400, "Bad Request"))
+            return
+        if b"\r\n\r\n" not in first:
+            _read_request(conn)
+        conn.sendall(response_bytes(body))
+
+    return behaviour
+
+
+# ---- hostile servers: bodies streamed from generators, never built in memory ----
+
+
+def stream(head: bytes, chunks: Callable[[], Iterable[bytes]], every: float = 0.0) -> Behaviour:
+    """Send head, then every chunk `chunks()` yields (one each `every` seconds),
+    until the generator ends or the client goes; then close. A gigabyte body
+    costs the server one chunk of memory, and stops when the client hangs up."""
+
+    def behaviour(conn: socket.socket) -> None:
+        _read_request(conn)
+        conn.settimeout(10)
+        if head:
+            conn.sendall(head)
+        for chunk in chunks():
+            if every:
+                time.sleep(every)
+            conn.sendall(chunk)  # OSError once the client has gone: the handler ends
+
+    return behaviour
+
+
+def repeat(chunk: bytes, total: int | None = None) -> Callable[[], Iterator[bytes]]:
+    """chunk again and again: `total` bytes in all (whole chunks), or without end."""
+
+    def chunks() -> Iterator[bytes]:
+        sent = 0
+        while total is None or sent < total:
+            yield chunk
+            sent += len(chunk)
+
+    return chunks
+
+
+def chunked(chunks: Callable[[], Iterable[bytes]]) -> Callable[[], Iterator[bytes]]:
+    """The same chunks in HTTP/1.1 chunked framing (the last chunk, if any, after the end)."""
+
+    def framed() -> Iterator[bytes]:
+        for chunk in chunks():
+            yield b"%x\r\n%s\r\n" % (len(chunk), chunk)
+        yield b"0\r\n\r\n"
+
+    return framed
+
+
+def gzip_of(chunks: Callable[[], Iterable[bytes]]) -> Callable[[], Iterator[bytes]]:
+    """The gzip stream of the chunks, compressed as it is sent: ten gigabytes of
+    zeros are about ten megabytes on the wire and never exist whole."""
+
+    def compressed() -> Iterator[bytes]:
+        deflate = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        for chunk in chunks():
+            out = deflate.compress(chunk)
+            if out:
+                yield out
+        yield deflate.flush()
+
+    return compressed
+
+
+def head_bytes(status_line: str = "HTTP/1.1 200 OK", **fields: str) -> bytes:
+    """A response head: the status line, fields (`_` in a name is `-`), a blank line."""
+    lines = [status_line, *(f"{k.replace('_', '-')}: {v}" for k, v in fields.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def tls_stall(conn: socket.socket) -> None:
+    """Read the ClientHello, send the first bytes of a ServerHello record (its
+    header promises more), then nothing: a handshake stalled half way. For a
+    plain (not `tls=`) Loopback, reached with an https URL."""
+    conn.settimeout(2.0)
+    with contextlib.suppress(OSError):
+        conn.recv(65536)
+        conn.sendall(b"\x16\x03\x03\x00\x7a\x02\x00\x00\x76\x03\x03")
+        conn.settimeout(None)
+        while conn.recv(65536):
+            pass
+
+
+def hold_after(prefix: bytes) -> Behaviour:
+    """Send prefix (a promise of more: a short body, a partial head), then hold the
+    connection open without a byte more until the client goes."""
+
+    def behaviour(conn: socket.socket) -> None:
+        _read_request(conn)
+        conn.sendall(prefix)
+        conn.settimeout(None)
+        with contextlib.suppress(OSError):
+            while conn.recv(65536):
+                pass
+
+    return behaviour
+
+
+def echo(status: int = 200, reason: str = "OK") -> Behaviour:
+    """Answer with status, and the request head (Authorization included) as the
+    body and in an X-Echo header: a server that reflects what it was sent."""
+
+    def behaviour(conn: socket.socket) -> None:
+        head = _read_request(conn).decode("latin-1")
+        flat = head.strip().replace("\r\n", " | ")
+        conn.sendall(response_bytes(head.encode("latin-1"), status, reason, {"X-Echo": flat}))
+
+    return behaviour

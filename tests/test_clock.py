@@ -17,7 +17,10 @@ def test_age_of_this_process_is_its_runtime() -> None:
 
 def test_a_fresh_process_measures_its_own_start_up() -> None:
     # A child sleeps 0.3 s before asking; its age must include that sleep.
-    code = "import time; time.sleep(0.3); from drainhook.clock import process_age; print(process_age())"
+    code = (
+        "import time; time.sleep(0.3); "
+        "from drainhook.clock import process_age; print(process_age())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     age = float(out.stdout)
     assert 0.3 <= age < 3.0

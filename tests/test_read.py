@@ -1,0 +1,492 @@
+"""One read (drainhook.read): every httpx failure mapped to a verdict, causes a
+real server cannot produce on demand (mocked transport), and the Reader against
+real loopback servers: the read's own deadline, compressed bodies, the body
+cap, redirects, the request it sends, and the name lookup's timeout."""
+
+from __future__ import annotations
+
+import gzip
+import ipaddress
+import itertools
+import socket
+import ssl
+import threading
+import time
+import typing
+import zlib
+from collections.abc import Callable, Iterator
+
+import httpcore
+import httpx
+import pytest
+import respx
+
+from drainhook import read
+from drainhook.read import ACCEPT, Reader, classify
+from drainhook.target import parse_url
+from drainhook.verdict import Reading, Verdict
+from tests.loopback import (
+    Heard,
+    Loopback,
+    drip,
+    drip_headers,
+    never_read,
+    record,
+    response_bytes,
+    sample,
+    serve,
+)
+
+IDLE = sample("vllm-single-dp2-idle.txt")
+BUSY = sample("vllm-single-dp2.txt")  # in_flight 6
+UNKNOWN, UNREACHABLE = Verdict.UNKNOWN, Verdict.UNREACHABLE
+# What a read may take beyond its timeout on a loaded 2-core machine.
+SLACK = 0.15
+
+# ---------------------------------------------------------------------------
+# (a) Every exception httpx exports lands in an explicit row of read._ERRORS.
+
+GENERIC = {
+    httpx.HTTPError,
+    httpx.TransportError,
+    httpx.RequestError,
+    httpx.NetworkError,
+    httpx.TimeoutException,
+    httpx.ProtocolError,
+    httpx.StreamError,
+}
+
+# CONTRACT §2: timed out, reset or closed mid-response -> unknown; refused,
+# TLS, name resolution, non-2xx -> unreachable. A new httpx class fails
+# test_the_table_names_every_exported_exception until it is decided here.
+EXPECTED: dict[str, Verdict] = {
+    "ConnectTimeout": UNKNOWN,
+    "ReadTimeout": UNKNOWN,
+    "WriteTimeout": UNKNOWN,
+    "PoolTimeout": UNKNOWN,
+    "ConnectError": UNREACHABLE,
+    "ReadError": UNKNOWN,
+    "WriteError": UNKNOWN,
+    "CloseError": UNKNOWN,
+    "RemoteProtocolError": UNKNOWN,
+    "LocalProtocolError": UNKNOWN,
+    "ProxyError": UNREACHABLE,
+    "UnsupportedProtocol": UNREACHABLE,
+    "DecodingError": UNKNOWN,
+    "TooManyRedirects": UNREACHABLE,
+    "HTTPStatusError": UNREACHABLE,
+    "StreamConsumed": UNKNOWN,
+    "StreamClosed": UNKNOWN,
+    "ResponseNotRead": UNKNOWN,
+    "RequestNotRead": UNKNOWN,
+    "InvalidURL": UNREACHABLE,
+    "CookieConflict": UNKNOWN,
+}
+
+
+def exported_exceptions() -> list[type[Exception]]:
+    found = (getattr(httpx, name) for name in httpx.__all__)
+    return [c for c in found if isinstance(c, type) and issubclass(c, Exception)]
+
+
+CONCRETE = [c for c in exported_exceptions() if c not in GENERIC]
+
+
+def test_the_table_names_every_exported_exception() -> None:
+    assert {c.__name__ for c in CONCRETE} == set(EXPECTED)
+    assert set(exported_exceptions()) >= GENERIC, "a generic base was renamed"
+
+
+def test_no_row_is_a_generic_base() -> None:
+    assert not [kind for kind, _, _ in read._ERRORS if kind in GENERIC]
+
+
+@pytest.mark.parametrize("kind", CONCRETE, ids=lambda c: c.__name__)
+def test_each_exception_has_its_own_row(kind: type[Exception]) -> None:
+    # The first row classify() would match (same order), without building one.
+    row = next(r for r in read._ERRORS if issubclass(kind, r[0]))
+    assert row[0] not in GENERIC
+    # Built without its constructor: some need a request or a response.
+    exc = kind.__new__(kind)
+    BaseException.__init__(exc, "boom")
+    verdict, reason = classify(exc)
+    assert (verdict, reason) == (row[1], f"{row[2]}: boom")
+    assert verdict is EXPECTED[kind.__name__]
+
+
+def test_anything_else_is_unknown() -> None:
+    assert classify(ZeroDivisionError("x")) == (UNKNOWN, "unexpected ZeroDivisionError")
+
+
+# ---------------------------------------------------------------------------
+# (b) Causes a real server cannot produce on demand.
+
+URL = "http://127.0.0.1:9/metrics"  # never connected to: the transport is mocked
+
+
+def mocked_read(side_effect: Callable[[httpx.Request], typing.Any]) -> Reading:
+    """A read whose transport (httpcore's pool, under the Reader) is mocked."""
+    with respx.mock(assert_all_called=True) as mock:
+        mock.get(URL).mock(side_effect=side_effect)
+        reader = Reader(parse_url(URL))
+        try:
+            return reader.read(1.0)
+        finally:
+            reader.close()
+
+
+@pytest.mark.parametrize(
+    ("exc", "verdict", "reason"),
+    [
+        (httpcore.ReadError("broken"), UNKNOWN, "connection broken while reading"),
+        (httpcore.ConnectTimeout("slow"), UNKNOWN, "connect timed out"),
+        (httpcore.RemoteProtocolError("eof"), UNKNOWN, "connection closed mid-response"),
+        (RuntimeError("a bug below httpx"), UNKNOWN, "unexpected RuntimeError"),
+    ],
+    ids=["httpcore-read", "httpcore-timeout", "httpcore-protocol", "unexpected"],
+)
+def test_what_the_transport_raises_is_a_verdict(
+    exc: Exception, verdict: Verdict, reason: str
+) -> None:
+    def side_effect(request: httpx.Request) -> None:
+        raise exc
+
+    reading = mocked_read(side_effect)
+    # The detail after the row's reason is the mock's own doing (it re-raises).
+    assert reading.verdict is verdict
+    assert reading.reason is not None and reading.reason.split(":")[0] == reason
+    assert (reading.in_flight, reading.series) == (None, ())
+
+
+def test_the_mock_intercepts_the_readers_own_transport() -> None:
+    reading = mocked_read(lambda request: httpx.Response(200, content=BUSY))
+    assert (reading.verdict, reading.in_flight) == (Verdict.BUSY, 6)
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (
+            ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"),
+            "TLS handshake failed",
+        ),
+        (ssl.SSLCertVerificationError(1, "certificate verify failed"), "TLS verification failed"),
+        (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), "TLS handshake failed"),
+    ],
+    ids=["ssl", "verify", "eof"],
+)
+def test_a_tls_handshake_failure_is_unreachable(error: ssl.SSLError, words: str) -> None:
+    # Through the real httpcore and httpx exception mapping: only the handshake
+    # itself is replaced.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+    def wrap_socket(*args: typing.Any, **kwargs: typing.Any) -> typing.NoReturn:
+        raise error
+
+    ctx.wrap_socket = wrap_socket  # type: ignore[method-assign]
+    with Loopback(never_read) as srv:
+        url = srv.url.replace("http://", "https://", 1)
+        reading, took = timed_read(url, ssl_context=ctx)
+    assert reading.verdict is UNREACHABLE
+    assert reading.reason is not None and reading.reason.startswith(f"cannot connect: {words}")
+    assert took < 0.5
+
+
+def chain(*excs: BaseException) -> BaseException:
+    """excs[0] raised from excs[1], raised from excs[2]..."""
+    for outer, inner in itertools.pairwise(excs):
+        outer.__cause__ = inner
+    return excs[0]
+
+
+@pytest.mark.parametrize(
+    ("exc", "verdict", "reason"),
+    [
+        (
+            chain(
+                httpx.ConnectError("x"),
+                httpcore.ConnectError("y"),
+                socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+            ),
+            UNREACHABLE,
+            "cannot connect: name resolution failed (Name or service not known)",
+        ),
+        (
+            chain(httpx.ConnectError("x"), ConnectionRefusedError(111, "Connection refused")),
+            UNREACHABLE,
+            "cannot connect: connection refused",
+        ),
+        (
+            chain(httpx.ReadError("x"), ConnectionResetError(104, "Connection reset by peer")),
+            UNKNOWN,
+            "connection broken while reading: connection reset",
+        ),
+        (
+            chain(httpx.ReadError("x"), OSError(32, "Broken pipe")),
+            UNKNOWN,
+            "connection broken while reading: broken pipe",
+        ),
+    ],
+    ids=["gaierror", "refused", "reset", "oserror"],
+)
+def test_the_reason_names_the_root_cause(exc: Exception, verdict: Verdict, reason: str) -> None:
+    assert classify(exc) == (verdict, reason)
+
+
+def test_a_looping_exception_chain_is_classified() -> None:
+    # A re-raised exception can chain back to itself (a mocked transport does
+    # this): the walk to the root cause must end.
+    outer, inner = httpx.ReadError("outer"), RuntimeError("inner")
+    outer.__context__, inner.__context__ = inner, outer
+    assert classify(outer) == (UNKNOWN, "connection broken while reading: inner")
+
+
+# ---------------------------------------------------------------------------
+# (c) The Reader against real loopback servers.
+
+
+def timed_read(url: str, timeout: float = 1.0, **kwargs: typing.Any) -> tuple[Reading, float]:
+    reader = Reader(parse_url(url), **kwargs)
+    try:
+        start = time.monotonic()
+        reading = reader.read(timeout)
+        return reading, time.monotonic() - start
+    finally:
+        reader.close()
+
+
+def assert_timed_out(reading: Reading, took: float, timeout: float) -> None:
+    assert reading.verdict is UNKNOWN
+    assert reading.reason is not None and "timed out" in reading.reason, reading.reason
+    assert took <= timeout + SLACK, f"read took {took:.3f} s for a {timeout} s timeout"
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [drip(IDLE[:250], every=0.02), drip_headers(every=0.02), never_read],
+    ids=["body-drip", "header-drip", "never-read"],
+)
+def test_a_read_ends_at_its_timeout_whatever_the_server_does(
+    behaviour: Callable[[socket.socket], None],
+) -> None:
+    # Each socket call alone would wait well under the timeout (a byte every
+    # 20 ms); only a deadline on the whole read ends it. The drip lasts 5 s.
+    with Loopback(behaviour) as srv:
+        reading, took = timed_read(srv.url, 0.3)
+    assert_timed_out(reading, took, 0.3)
+    assert srv.connections == 1
+
+
+def test_a_listener_whose_backlog_is_full_times_out_connecting() -> None:
+    # A listener that never accepts and whose accept queue is full drops the
+    # SYN: the connect itself hangs.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            fillers.append(s)
+        time.sleep(0.05)
+        reading, took = timed_read(f"http://127.0.0.1:{port}/metrics", 0.3)
+    finally:
+        for s in [*fillers, listener]:
+            s.close()
+    assert_timed_out(reading, took, 0.3)
+    assert reading.reason is not None and reading.reason.startswith("connect timed out")
+
+
+COMPRESSED = [
+    pytest.param({"Content-Encoding": "gzip"}, gzip.compress(IDLE), id="gzip"),
+    pytest.param({"Content-Encoding": "x-gzip"}, gzip.compress(IDLE), id="x-gzip"),
+    pytest.param({"Content-Encoding": "deflate"}, zlib.compress(IDLE), id="deflate"),
+    pytest.param({"Content-Encoding": "identity"}, IDLE, id="identity"),
+]
+
+
+@pytest.mark.parametrize(("headers", "body"), COMPRESSED)
+def test_a_compressed_body_is_decoded(headers: dict[str, str], body: bytes) -> None:
+    # identity was asked for; a server that compresses anyway is still read.
+    with Loopback(serve(body, headers=headers)) as srv:
+        reading, _ = timed_read(srv.url)
+    assert (reading.verdict, reading.in_flight, reading.engine) == (Verdict.IDLE, 0, "vllm")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "words"),
+    [
+        ("br", b"\x0b\x02\x80hello\x03", "unsupported content-encoding 'br'"),
+        ("gzip", b"not gzip at all", "undecodable gzip body"),
+    ],
+    ids=["br", "corrupt-gzip"],
+)
+def test_an_undecodable_body_is_unknown(encoding: str, body: bytes, words: str) -> None:
+    with Loopback(serve(body, headers={"Content-Encoding": encoding})) as srv:
+        reading, _ = timed_read(srv.url)
+    assert reading.verdict is UNKNOWN
+    assert reading.reason is not None and words in reading.reason
+
+
+@pytest.fixture(scope="module")
+def gzip_bomb() -> bytes:
+    """64 MiB of zeros in about 64 KiB of gzip."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(1 << 20)
+    return b"".join(deflate.compress(zeros) for _ in range(64)) + deflate.flush()
+
+
+class CountingZlib:
+    """drainhook.read's zlib, counting the bytes every decompressor produces."""
+
+    def __init__(self) -> None:
+        self.inflated = 0
+        self.MAX_WBITS = zlib.MAX_WBITS
+        self.error = zlib.error
+
+    def decompressobj(self, wbits: int = zlib.MAX_WBITS) -> typing.Any:
+        inner = zlib.decompressobj(wbits)
+        counter = self
+
+        class Counting:
+            def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+                out = inner.decompress(data, max_length)
+                counter.inflated += len(out)
+                return out
+
+            @property
+            def unconsumed_tail(self) -> bytes:
+                return inner.unconsumed_tail
+
+        return Counting()
+
+
+def test_a_gzip_bomb_stops_at_the_cap(gzip_bomb: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    cap = 1 << 20
+    counting = CountingZlib()
+    monkeypatch.setattr(read, "zlib", counting)
+    with Loopback(serve(gzip_bomb, headers={"Content-Encoding": "gzip"})) as srv:
+        reading, took = timed_read(srv.url, 2.0, max_body=cap)
+    assert reading.verdict is UNKNOWN
+    assert reading.reason == f"body over --max-body ({cap} bytes)"
+    assert 0 < counting.inflated <= cap + 1, f"inflated {counting.inflated} bytes, cap {cap}"
+    assert took < 1.0
+
+
+@pytest.mark.parametrize(
+    ("cap_minus_size", "verdict"), [(0, Verdict.IDLE), (-1, UNKNOWN), (1, Verdict.IDLE)]
+)
+def test_max_body_is_inclusive(cap_minus_size: int, verdict: Verdict) -> None:
+    with Loopback(serve(IDLE)) as srv:
+        reading, _ = timed_read(srv.url, max_body=len(IDLE) + cap_minus_size)
+    assert reading.verdict is verdict, reading.reason
+    if verdict is UNKNOWN:
+        assert reading.reason == f"body over --max-body ({len(IDLE) - 1} bytes)"
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_not_followed(status: int) -> None:
+    with Loopback(serve(b"", status, "Moved", headers={"Location": "/metrics"})) as srv:
+        reading, _ = timed_read(srv.url)
+    assert (reading.verdict, reading.reason) == (UNREACHABLE, f"HTTP {status}")
+    assert srv.connections == 1
+
+
+def request_headers(head: bytes) -> tuple[str, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    fields = dict(line.split(": ", 1) for line in lines[1:] if line)
+    return lines[0], {k.lower(): v for k, v in fields.items()}
+
+
+def test_the_request_asks_for_text_format_and_identity() -> None:
+    heard = Heard()
+    with Loopback(record(heard, response_bytes(IDLE))) as srv:
+        port = srv.port
+        reading, _ = timed_read(srv.url)
+    assert reading.verdict is Verdict.IDLE
+    request_line, headers = request_headers(heard.heads[0])
+    assert request_line == "GET /metrics HTTP/1.1"
+    assert headers["accept"] == ACCEPT == "text/plain;version=0.0.4"
+    assert headers["accept-encoding"] == "identity"
+    assert headers["host"] == f"127.0.0.1:{port}"
+    assert "authorization" not in headers and "cookie" not in headers
+
+
+class FakeLookup:
+    """socket.getaddrinfo for names: answers, fails, or hangs until released."""
+
+    def __init__(self, answer: str | None = None, hang: bool = False) -> None:
+        self.answer = answer
+        self.hang = hang
+        self.asked: list[str] = []
+        self.release = threading.Event()
+
+    def __call__(self, host: str, port: int, *args: typing.Any, **kw: typing.Any) -> typing.Any:
+        try:  # the connect itself looks the chosen address up again: a literal
+            ipaddress.ip_address(host)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (host, port))]
+        except ValueError:
+            pass
+        self.asked.append(host)
+        if self.hang:
+            self.release.wait(5)
+        if self.answer is None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (self.answer, port))]
+
+
+@pytest.fixture
+def lookup(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., FakeLookup]]:
+    made: list[FakeLookup] = []
+
+    def install(answer: str | None = None, hang: bool = False) -> FakeLookup:
+        fake = FakeLookup(answer, hang)
+        made.append(fake)
+        monkeypatch.setattr(socket, "getaddrinfo", fake)
+        return fake
+
+    yield install
+    for fake in made:
+        fake.release.set()
+
+
+def test_a_name_is_looked_up_then_read(lookup: Callable[..., FakeLookup]) -> None:
+    fake = lookup(answer="127.0.0.1")
+    heard = Heard()
+    with Loopback(record(heard, response_bytes(IDLE))) as srv:
+        port = srv.port
+        reading, _ = timed_read(f"http://engine.test:{port}/metrics")
+    assert reading.verdict is Verdict.IDLE
+    assert fake.asked == ["engine.test"]
+    assert request_headers(heard.heads[0])[1]["host"] == f"engine.test:{port}"
+
+
+def test_a_failed_lookup_is_unreachable(lookup: Callable[..., FakeLookup]) -> None:
+    lookup(answer=None)
+    reading, took = timed_read("http://engine.test:9/metrics")
+    assert reading.verdict is UNREACHABLE
+    assert reading.reason == "cannot connect: name resolution failed (Name or service not known)"
+    assert took < 0.5
+
+
+def test_a_hung_lookup_is_bounded_by_the_read(lookup: Callable[..., FakeLookup]) -> None:
+    fake = lookup(hang=True)
+    before = set(threading.enumerate())
+    reading, took = timed_read("http://engine.test:9/metrics", 0.2)
+    assert_timed_out(reading, took, 0.2)
+    assert fake.asked == ["engine.test"]
+    # The abandoned lookup must not hold the hook's exit: no thread it left
+    # behind may be one the interpreter joins at exit.
+    left = [t for t in set(threading.enumerate()) - before if not t.daemon]
+    assert left == []
+
+
+def test_localhost_is_never_looked_up(lookup: Callable[..., FakeLookup]) -> None:
+    fake = lookup(answer="127.0.0.2")  # where a hostile /etc/hosts would send it
+    with Loopback(serve(IDLE)) as srv:
+        reading, _ = timed_read(f"http://localhost:{srv.port}/metrics")
+    assert reading.verdict is Verdict.IDLE
+    assert fake.asked == []
