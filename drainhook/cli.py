@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from drainhook import __version__, signals
+from drainhook import __version__, build_info, signals
 from drainhook.clock import start_time
 from drainhook.config import (
     DEFAULT_CONFIRM,
@@ -152,10 +152,14 @@ def _target(ctx: click.Context, params: dict[str, typing.Any]) -> Target:
     """The target from --url, or the parts, or the annotations file, or defaults."""
     parts = ("scheme", "host", "port", "path")
     if params["url"] is not None:
-        given = [f"--{p}" for p in parts if _explicit(ctx, p)]
+        # A URL and its parts conflict only when given at the same level: a
+        # command-line flag beats the environment, whichever form each has.
+        level = ctx.get_parameter_source("url")
+        given = [f"--{p}" for p in parts if ctx.get_parameter_source(p) == level]
         if given:
             raise ConfigError(f"--url cannot be combined with {', '.join(given)}")
-        return parse_url(params["url"])
+        if not any(ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE for p in parts):
+            return parse_url(params["url"])
     found: dict[str, str] = {}
     if params["annotations"] is not None:
         found = read_annotations(params["annotations"])
@@ -209,7 +213,9 @@ def _reader(reach: Reach) -> typing.Any:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "--version", prog_name="drainhook")
+@click.version_option(
+    __version__, "--version", prog_name="drainhook", message=build_info.version_message()
+)
 def cli() -> None:
     """A preStop hook that lets an LLM engine (vLLM, SGLang) finish its requests.
 
@@ -276,7 +282,11 @@ def cli() -> None:
 )
 @_option(
     "--log-file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    # No checks here: a path that cannot be opened (another user's file, a
+    # directory) is said on stderr and the hook goes on (CONTRACT §5), never a
+    # usage error that would end the hook before the drain.
+    type=click.Path(dir_okay=True, readable=False, path_type=Path),
+    metavar="FILE",
     help="Also write the log lines here (/proc/1/fd/1: kubectl logs).",
 )
 @_option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome.")
@@ -376,6 +386,64 @@ def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
     out = probe_json if as_json else probe_text
     click.echo(out(reading, reach.target.display))
     return PROBE_EXIT[reading.verdict]
+
+
+@cli.command()
+@_option(
+    "--role",
+    type=click.Choice(["unified", "prefill", "decode"]),
+    default="unified",
+    show_default=True,
+    help="The engine's role: a disaggregated prefill or decode server.",
+)
+@click.option(
+    "--output",
+    type=click.Choice(["text", "json", "yaml"]),
+    default="text",
+    show_default=True,
+    help="json: every instant; yaml: the Pod-spec fragment.",
+)
+@click.option(
+    "--binary",
+    metavar="PATH",
+    default="/usr/local/bin/drainhook",
+    show_default=True,
+    help="Where the hook lives in the container (for the preStop command).",
+)
+def plan(role: str, output: str, binary: str, **params: typing.Any) -> int:
+    """The timeline of `wait` for these values, with warnings; or its Pod-spec fragment.
+
+    Warns, with the reason, when G is outside 15..3600, when D - S leaves no room
+    for the confirming reads, when the settle is under 5 s or the exit reserve
+    under 2 s, for an SGLang prefill/decode server (R >= 20, G about 45), a vLLM
+    prefill (--linger) and vLLM's --shutdown-timeout. Exit: 0, or 2 usage.
+    """
+    from drainhook import plan as planning
+
+    config = planning.wait_config(**params)
+    click.echo(planning.render(planning.make_plan(config, role, binary), output), nl=False)
+    return 0
+
+
+# plan takes wait's timing flags as they are: same help, defaults and DRAINHOOK_* variables.
+_PLAN_SHARED = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
+                "linger", "max_wait", "engine")  # fmt: skip
+plan.params[:0] = sorted(
+    (p for p in wait.params if p.name in _PLAN_SHARED), key=lambda p: _PLAN_SHARED.index(p.name)
+)
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def install(directory: Path) -> int:
+    """Copy this packaged build into DIRECTORY (an initContainer's emptyDir).
+
+    Prints the path to put in preStop. Exit: 0, 1 copy failed, 2 not a packaged
+    build or DIRECTORY unusable.
+    """
+    from drainhook.install import run_install
+
+    return run_install(directory)
 
 
 @cli.command()

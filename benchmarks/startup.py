@@ -1,0 +1,226 @@
+"""Packaged builds: start-up to the first read, peak RSS over an idle drain, size on disk.
+
+For each entry point (the installed package, the directory build, the single
+file), RUNS times: spawn `drainhook wait --settle 0 --confirm 1` against an
+idle loopback server and time spawn -> the server accepting the hook's first
+connection, i.e. the moment a read is possible (interpreter, bootloader and
+unpacking, imports, config, client). `python -c pass` (this interpreter) is
+timed in the same run, and each median is also given as a ratio to it. Then
+a whole idle drain (settle 1 s, reads every 0.5 s) is run a few times while
+the RSS of the hook's process tree is sampled every 10 ms: for the single
+file that is the bootloader and its child together. Sizes are the build's
+files, as scripts/binary_report.py counts them.
+
+Targets (docs/packaging.md): directory build median <= 250 ms, single file
+<= 450 ms, peak RSS <= 40 MB, directory build <= 25 MB on disk, single file
+<= 12 MB.
+
+    python benchmarks/startup.py [--runs 20] [--dist dist] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from _bench import (
+    PYTHON_PASS,
+    ROOT,
+    clean_env,
+    load_note,
+    ms,
+    parser,
+    startup,
+    stats_ms,
+    table,
+    write_json,
+)
+
+from tests.loopback import response_bytes, sample
+
+TARGET_MS = {"directory": 250.0, "onefile": 450.0}
+TARGET_RSS_MB = 40.0
+TARGET_BYTES = {"directory": 25_000_000, "onefile": 12_000_000}
+IDLE = response_bytes(sample("vllm-single-dp2-idle.txt"))
+
+
+class AcceptClock:
+    """An idle /metrics on loopback that notes when each connection is accepted."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.accepted: list[float] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}/metrics"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self.accepted.append(time.monotonic())
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(2)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    head += chunk
+                conn.sendall(IDLE)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def first_read(entry: Sequence[str], server: AcceptClock, runs: int) -> list[float]:
+    """Seconds from spawn to the first connection the hook makes, `runs` times."""
+    args = ["wait", "--url", server.url, "--settle", "0", "--confirm", "1"]
+    args += ["--interval", "0.05", "--grace", "10", "--exit-reserve", "1"]
+    times = []
+    for _ in range(runs):
+        seen = len(server.accepted)
+        start = time.monotonic()
+        done = subprocess.run(
+            [*entry, *args], env=clean_env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if done.returncode != 0 or len(server.accepted) != seen + 1:
+            raise RuntimeError(f"{entry[-1]}: not a one-read drain (exit {done.returncode}):\n"
+                               f"{done.stderr}")  # fmt: skip
+        times.append(server.accepted[seen] - start)
+    return times
+
+
+def _tree(pid: int) -> Iterator[int]:
+    yield pid
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                for child in f.read().split():
+                    yield from _tree(int(child))
+
+
+def _rss_kb(pid: int) -> int:
+    total = 0
+    for member in _tree(pid):
+        with contextlib.suppress(OSError), open(f"/proc/{member}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def peak_rss(entry: Sequence[str], server: AcceptClock, runs: int) -> tuple[float, float]:
+    """(sampled peak of the tree's summed RSS, the kernel's ru_maxrss) in MB, over
+    `runs` whole idle drains (settle 1 s, then reads every 0.5 s until two are idle)."""
+    args = ["wait", "--url", server.url, "--settle", "1", "--interval", "0.5"]
+    args += ["--grace", "10", "--exit-reserve", "1"]
+    sampled = kernel = 0
+    for _ in range(runs):
+        proc = subprocess.Popen(
+            [*entry, *args], env=clean_env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            sampled = max(sampled, _rss_kb(proc.pid))
+            time.sleep(0.01)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{entry[-1]}: idle drain exited {proc.returncode}")
+        kernel = max(kernel, usage.ru_maxrss)
+    return sampled / 1024, kernel / 1024
+
+
+def sizes(dist: Path) -> dict[str, int]:
+    spec = importlib.util.spec_from_file_location(
+        "binary_report", ROOT / "scripts" / "binary_report.py"
+    )
+    assert spec is not None and spec.loader is not None
+    report = importlib.util.module_from_spec(spec)
+    sys.modules["binary_report"] = report
+    spec.loader.exec_module(report)
+    artifacts = report.report(dist)["artifacts"]
+    return {kind: int(art["bytes"]) for kind, art in artifacts.items()}
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0], hook=False)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--rss-runs", type=int, default=3)
+    p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the builds are")
+    args = p.parse_args()
+
+    entries = {"python": [sys.executable, "-m", "drainhook"]}
+    for kind, path in (
+        ("directory", args.dist / "drainhook" / "drainhook"),
+        ("onefile", args.dist / "drainhook-onefile"),
+    ):
+        if path.is_file():
+            entries[kind] = [str(path)]
+        else:
+            print(f"(no {kind} build at {path}: scripts/build-binary makes it)")
+
+    print(load_note())
+    baseline = startup(PYTHON_PASS, args.runs)
+    base = statistics.median(baseline)
+    server = AcceptClock()
+    results: dict[str, object] = {"python_pass_ms": stats_ms(baseline)}
+    rows = []
+    try:
+        for kind, entry in entries.items():
+            times = first_read(entry, server, args.runs)
+            sampled, kernel = peak_rss(entry, server, args.rss_runs)
+            median = statistics.median(times)
+            results[kind] = {
+                "first_read_ms": stats_ms(times),
+                "ratio_to_python_pass": round(median / base, 2),
+                "peak_rss_mb": round(sampled, 1),
+                "ru_maxrss_mb": round(kernel, 1),
+            }
+            target = TARGET_MS.get(kind)
+            rows.append([
+                kind, ms(median), ms(sorted(times)[round(0.9 * (len(times) - 1))]),
+                f"{median / base:.1f}x", "-" if target is None else f"{target:.0f}",
+                round(sampled, 1), round(kernel, 1),
+            ])  # fmt: skip
+    finally:
+        server.close()
+    built = sizes(args.dist) if args.dist.is_dir() else {}
+    results["bytes"] = built
+
+    print(f"\npython -c pass: median {ms(base)} ms over {args.runs} runs\n")
+    headers = ["entry", "first read ms", "p90 ms", "vs pass", "target ms"]
+    print(table([*headers, "peak RSS MB", "ru_maxrss MB"], rows))
+    if built:
+        print()
+        print(table(
+            ["build", "MB on disk", "target MB"],
+            [[k, round(v / 1e6, 1), TARGET_BYTES[k] / 1e6] for k, v in built.items()],
+        ))  # fmt: skip
+    print(f"\npeak RSS target: {TARGET_RSS_MB:.0f} MB (RSS of the process tree, summed)")
+    write_json(args.json, "startup", results)
+
+
+if __name__ == "__main__":
+    main()

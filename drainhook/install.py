@@ -1,0 +1,180 @@
+"""`drainhook install DIR`: copy the running packaged build into DIR.
+
+For an engine image with no shell: an initContainer that has drainhook (the
+`FROM scratch` image of the Dockerfile, or any image with the build in it)
+runs `drainhook install /hook` into an emptyDir that the engine container
+mounts too, and the engine's preStop runs the printed path.
+
+    single file       DIR/drainhook            (the file, mode 0755)
+    directory build   DIR/drainhook/drainhook  (the whole folder, executable 0755)
+
+Nothing half-written is ever at the printed path: the copy is written under a
+hidden temporary name in DIR, flushed to disk, then renamed into place (a
+rename within one folder is atomic). A rename cannot put a folder in the
+place of a non-empty folder (or of a file, or a file in place of a folder), so
+an earlier install of the other shape or of a directory build is first
+renamed aside, then removed: an initContainer runs before the engine starts,
+so no preStop can run between the two renames.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from drainhook import build_info
+
+NAME = "drainhook"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class InstallError(Exception):
+    """Install cannot proceed; `code` is the exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def run_install(directory: Path) -> int:
+    """The `install` command: copy, print the preStop path on stdout, return the exit code."""
+    try:
+        path = install(directory, build_info.kind(), build_info.executable())
+    except InstallError as exc:
+        print(f"drainhook install: {exc}", file=sys.stderr)
+        return exc.code
+    print(path)
+    return EXIT_OK
+
+
+def install(directory: Path, kind: build_info.Kind, executable: Path) -> Path:
+    """Copy the build that `executable` belongs to into `directory`; the path to run."""
+    if kind is build_info.Kind.PYTHON:
+        raise InstallError(
+            "this drainhook is a Python install; install copies a packaged build "
+            "(the directory build or the single file: see docs/packaging.md)",
+            EXIT_USAGE,
+        )
+    directory = Path(os.path.abspath(directory))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InstallError(f"cannot use {directory}: {_why(exc)}", EXIT_USAGE) from None
+    try:
+        if kind is build_info.Kind.ONEFILE:
+            return _install_file(executable, directory / NAME)
+        return _install_folder(executable.parent, directory / NAME) / NAME
+    except OSError as exc:
+        where = exc.filename or directory
+        raise InstallError(
+            f"cannot install into {directory}: {where}: {_why(exc)}", EXIT_FAILED
+        ) from None
+
+
+def _why(exc: OSError) -> str:
+    return (exc.strerror or str(exc)).lower()
+
+
+def _temporary(final: Path) -> Path:
+    return final.with_name(f".{final.name}.{os.getpid()}.tmp")
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _install_file(source: Path, final: Path) -> Path:
+    """Write source to a temporary name beside final, mode 0755, fsync, rename."""
+    if _same(source, final):  # installing onto itself: already there
+        return final
+    temporary = _temporary(final)
+    try:
+        _copy_file(source, temporary, 0o755)
+        _rename_into_place(temporary, final)
+    finally:
+        _remove(temporary)
+    return final
+
+
+def _install_folder(source: Path, final: Path) -> Path:
+    """Copy the source folder to a temporary folder beside final, then rename it in."""
+    if _same(source, final):
+        return final
+    temporary = _temporary(final)
+    try:
+        _copy_tree(source, temporary)
+        _rename_into_place(temporary, final)
+    finally:
+        _remove(temporary)
+    return final
+
+
+def _rename_into_place(temporary: Path, final: Path) -> None:
+    """Rename temporary to final. A file replaces a file in one rename; an
+    earlier install that is a folder is renamed aside first, then removed."""
+    aside = final.with_name(f".{final.name}.{os.getpid()}.old")
+    try:
+        if final.is_dir() and not final.is_symlink():
+            os.rename(final, aside)
+        elif temporary.is_dir() and (final.exists() or final.is_symlink()):
+            os.rename(final, aside)  # a file cannot be replaced by a folder either
+        os.replace(temporary, final)
+    finally:
+        _remove(aside)
+    _fsync_dir(final.parent)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Files keep only their execute bit (0755 or 0644), folders are 0755, so
+    any uid can run the copy; relative symlinks inside the build are kept."""
+    target.mkdir(mode=0o755)
+    os.chmod(target, 0o755)
+    for entry in sorted(source.iterdir()):
+        to = target / entry.name
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry), to)
+        elif entry.is_dir():
+            _copy_tree(entry, to)
+        else:
+            _copy_file(entry, to, 0o755 if os.access(entry, os.X_OK) else 0o644)
+
+
+def _copy_file(source: Path, target: Path, mode: int) -> None:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # whatever the umask
+        with open(source, "rb") as src, open(fd, "wb", closefd=False) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+            dst.flush()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable (a node reboot right after the initContainer)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
