@@ -1,0 +1,402 @@
+"""Every manifest in examples/ is a valid Kubernetes object, and every preStop
+command in it is one drainhook's own CLI accepts, with numbers `plan` agrees with.
+
+Objects are checked against the `kubernetes` client's models (generated from the
+Kubernetes OpenAPI definitions): an unknown field, a wrong type or a missing
+required field fails. A flag typo in a hook fails through the CLI's own parser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import kubernetes.client.models as k8s
+import pytest
+import yaml
+
+from drainhook import plan as planning
+from drainhook.cli import cli
+from drainhook.config import DEFAULT_GRACE
+from tests.conftest import ROOT, Hook
+from tests.loopback import Loopback, sample, serve
+
+EXAMPLES = ROOT / "examples"
+MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
+
+# The kinds the examples use, by (apiVersion, kind), and the client model of each.
+MODELS = {
+    ("apps/v1", "Deployment"): "V1Deployment",
+    ("apps/v1", "StatefulSet"): "V1StatefulSet",
+    ("v1", "Pod"): "V1Pod",
+    ("v1", "Service"): "V1Service",
+}
+PRIMITIVES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "object": (str, int, float, bool, dict, list),  # IntOrString and free-form fields
+    "datetime": (str,),
+    "date": (str,),
+    "bytes": (str,),
+}
+
+
+class SchemaError(AssertionError):
+    """A manifest that the Kubernetes object model rejects."""
+
+
+def load_model(data: object, type_name: str, path: str = "") -> object:
+    """Build `type_name` (a client model, `list[...]`, `dict(str, ...)` or a
+    primitive) from YAML data, strictly: unknown keys, wrong types and missing
+    required fields raise SchemaError naming the path."""
+    # The client writes `List[T]` and `Dict[str, T]` (older releases: `list[T]`, `dict(str, T)`).
+    if m := re.fullmatch(r"[Ll]ist\[(.+)\]", type_name):
+        if not isinstance(data, list):
+            raise SchemaError(f"{path}: expected a list, got {type(data).__name__}")
+        return [load_model(x, m.group(1), f"{path}[{i}]") for i, x in enumerate(data)]
+    if m := re.fullmatch(r"(?:Dict\[str, (.+)\]|dict\(str, (.+)\))", type_name):
+        if not isinstance(data, dict):
+            raise SchemaError(f"{path}: expected a mapping, got {type(data).__name__}")
+        value_type = m.group(1) or m.group(2)
+        return {k: load_model(v, value_type, f"{path}.{k}") for k, v in data.items()}
+    if type_name in PRIMITIVES:
+        ok = isinstance(data, PRIMITIVES[type_name])
+        if type_name in ("int", "float") and isinstance(data, bool):
+            ok = False
+        if not ok:
+            raise SchemaError(f"{path}: expected {type_name}, got {data!r}")
+        return data
+    klass = getattr(k8s, type_name)
+    if not isinstance(data, dict):
+        raise SchemaError(f"{path}: expected a {type_name} mapping, got {data!r}")
+    by_key = {key: attr for attr, key in klass.attribute_map.items()}
+    unknown = sorted(set(data) - set(by_key))
+    if unknown:
+        raise SchemaError(f"{path}: unknown field(s) {unknown} in {type_name}")
+    kwargs = {
+        by_key[k]: load_model(v, klass.openapi_types[by_key[k]], f"{path}.{k}")
+        for k, v in data.items()
+    }
+    try:
+        return klass(**kwargs)  # the client's setters reject a missing required field
+    except ValueError as exc:
+        raise SchemaError(f"{path}: {exc}") from None
+
+
+# LeaderWorkerSet is a CRD (leaderworkerset.x-k8s.io/v1) with no model in the
+# client: its top level is checked here against the fields of its Go types
+# (api/leaderworkerset/v1 in kubernetes-sigs/lws), and its pod templates,
+# which are core PodTemplateSpecs, against the client's V1PodTemplateSpec.
+LWS_SPEC = {"replicas", "leaderWorkerTemplate", "rolloutStrategy", "startupPolicy", "networkConfig"}
+LWS_TEMPLATE = {
+    "leaderTemplate",
+    "workerTemplate",
+    "size",
+    "restartPolicy",
+    "subGroupPolicy",
+    "volumeClaimTemplates",
+    "persistentVolumeClaimRetentionPolicy",
+}
+LWS_RESTART = {"RecreateGroupOnPodRestart", "RecreateGroupAfterStart", "None", "Default"}
+
+
+def load_lws(doc: dict[str, typing.Any], where: str) -> list[tuple[str, object]]:
+    """Check a LeaderWorkerSet; return its pod templates as (path, V1PodTemplateSpec)."""
+    if set(doc) - {"apiVersion", "kind", "metadata", "spec"}:
+        raise SchemaError(f"{where}: unknown top-level field(s) in {sorted(doc)}")
+    load_model(doc.get("metadata"), "V1ObjectMeta", f"{where}.metadata")
+    spec = doc["spec"]
+    if not isinstance(spec, dict) or set(spec) - LWS_SPEC:
+        raise SchemaError(f"{where}.spec: unknown field(s) {sorted(set(spec) - LWS_SPEC)}")
+    load_model(spec.get("replicas", 1), "int", f"{where}.spec.replicas")
+    if spec.get("startupPolicy", "LeaderCreated") not in ("LeaderCreated", "LeaderReady"):
+        raise SchemaError(f"{where}.spec.startupPolicy: {spec['startupPolicy']!r}")
+    lwt = spec["leaderWorkerTemplate"]
+    if not isinstance(lwt, dict) or set(lwt) - LWS_TEMPLATE:
+        raise SchemaError(f"{where}.spec.leaderWorkerTemplate: unknown field(s)")
+    if "workerTemplate" not in lwt:
+        raise SchemaError(f"{where}.spec.leaderWorkerTemplate.workerTemplate is required")
+    load_model(lwt.get("size", 1), "int", f"{where}.spec.leaderWorkerTemplate.size")
+    if lwt.get("restartPolicy", "RecreateGroupOnPodRestart") not in LWS_RESTART:
+        raise SchemaError(f"{where}.spec.leaderWorkerTemplate.restartPolicy")
+    templates = []
+    for key in ("leaderTemplate", "workerTemplate"):
+        if key in lwt:
+            path = f"{where}.spec.leaderWorkerTemplate.{key}"
+            templates.append((path, load_model(lwt[key], "V1PodTemplateSpec", path)))
+    return templates
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """One pod spec found in a manifest, as the client's V1PodSpec."""
+
+    where: str
+    spec: k8s.V1PodSpec
+    annotations: dict[str, str]
+
+
+def load_manifest(path: Path) -> list[PodSpec]:
+    """Every document of a manifest, checked; the pod specs it holds."""
+    return load_objects(path.read_text(), path.name)
+
+
+def load_objects(text: str, name: str) -> list[PodSpec]:
+    """Every document of a YAML stream of Kubernetes objects, checked; their pod specs."""
+    found: list[PodSpec] = []
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    assert docs, f"{name} holds no object"
+    for n, doc in enumerate(docs):
+        where = f"{name}#{n}"
+        assert isinstance(doc, dict), where
+        key = (doc.get("apiVersion"), doc.get("kind"))
+        if key == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
+            templates = load_lws(doc, where)
+        elif key in MODELS:
+            obj = load_model(doc, MODELS[key], where)
+            if key[1] == "Pod":
+                templates = [(where, k8s.V1PodTemplateSpec(metadata=obj.metadata, spec=obj.spec))]
+            elif key[1] in ("Deployment", "StatefulSet"):
+                templates = [(f"{where}.spec.template", obj.spec.template)]
+            else:
+                templates = []
+        else:
+            raise SchemaError(f"{where}: no model for apiVersion/kind {key}")
+        for tpath, template in templates:
+            meta = template.metadata
+            annotations = dict(meta.annotations or {}) if meta else {}
+            found.append(PodSpec(tpath, template.spec, annotations))
+    return found
+
+
+def containers(pod: PodSpec) -> Iterator[k8s.V1Container]:
+    yield from pod.spec.init_containers or []
+    yield from pod.spec.containers
+
+
+def parse_hook(command: list[str]) -> tuple[str, dict[str, typing.Any], click.Context]:
+    """Parse a drainhook command line with drainhook's own CLI, without running it."""
+    assert Path(command[0]).name == "drainhook", command
+    root = click.Context(cli, info_name="drainhook")
+    sub = cli.get_command(root, command[1])
+    assert sub is not None, f"drainhook has no command {command[1]!r}"
+    ctx = sub.make_context(command[1], list(command[2:]), parent=root)
+    return command[1], ctx.params, ctx
+
+
+def engine_role(container: k8s.V1Container) -> str:
+    words = [*(container.command or []), *(container.args or [])]
+    text = " ".join(words)
+    m = re.search(r"--disaggregation-mode[ =](prefill|decode)", text)
+    return m.group(1) if m else "unified"
+
+
+def wait_plan(params: dict[str, typing.Any], role: str) -> planning.Plan:
+    config = planning.wait_config(
+        grace=params["grace"],
+        settle=params["settle"],
+        exit_reserve=params["exit_reserve"],
+        interval=params["interval"],
+        read_timeout=params["read_timeout"],
+        confirm=params["confirm"],
+        linger=params["linger"],
+        max_wait=params["max_wait"],
+        engine=params["engine"],
+    )
+    return planning.make_plan(config, role)
+
+
+@pytest.fixture(autouse=True)
+def _no_drainhook_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI reads DRAINHOOK_* variables: none may leak in from the caller."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("DRAINHOOK_"):
+            monkeypatch.delenv(name)
+
+
+def test_the_examples_are_there() -> None:
+    names = {p.name for p in MANIFESTS}
+    assert {
+        "vllm-deployment.yaml",
+        "sglang-deployment.yaml",
+        "sglang-pd.yaml",
+        "lws-vllm.yaml",
+        "install-init-container.yaml",
+        "downward-api-annotations.yaml",
+    } <= names
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
+def test_manifest_is_a_valid_object_with_a_drainhook_prestop(path: Path) -> None:
+    pods = load_manifest(path)
+    hooks = 0
+    for pod in pods:
+        volumes = {v.name for v in pod.spec.volumes or []}
+        for c in containers(pod):
+            for mount in c.volume_mounts or []:
+                assert mount.name in volumes, f"{pod.where}: {c.name} mounts no volume {mount.name}"
+            prestop = c.lifecycle.pre_stop if c.lifecycle else None
+            if prestop is None:
+                continue
+            assert prestop._exec is not None, f"{pod.where}: {c.name}: preStop is not exec"
+            binary = prestop._exec.command[0]
+            assert binary.startswith("/"), f"{pod.where}: exec hooks need an absolute path"
+            name, _, _ = parse_hook(prestop._exec.command)
+            assert name == "wait", f"{pod.where}: {c.name}: preStop runs {name}"
+            hooks += 1
+    assert hooks, f"{path.name} has no drainhook preStop"
+
+
+def _hooks() -> Iterator[tuple[str, PodSpec, k8s.V1Container]]:
+    for path in MANIFESTS:
+        for pod in load_manifest(path):
+            for c in pod.spec.containers:
+                if c.lifecycle and c.lifecycle.pre_stop and c.lifecycle.pre_stop._exec:
+                    yield f"{pod.where}/{c.name}", pod, c
+
+
+HOOKS = list(_hooks())
+
+
+@pytest.mark.parametrize(("where", "pod", "container"), HOOKS, ids=[h[0] for h in HOOKS])
+def test_hook_numbers_match_the_pod(where: str, pod: PodSpec, container: k8s.V1Container) -> None:
+    """--grace equals terminationGracePeriodSeconds, and `plan` finds nothing left to fix."""
+    _, params, _ = parse_hook(container.lifecycle.pre_stop._exec.command)
+    grace = pod.spec.termination_grace_period_seconds
+    assert params["grace"] == (DEFAULT_GRACE if grace is None else grace), where
+    role = engine_role(container)
+    result = wait_plan(params, role)
+    codes = {w.code for w in result.warnings}
+    if "vllm-shutdown-timeout" in codes:
+        # the advice is followed: vllm serve --shutdown-timeout N with N <= R - 1
+        words = " ".join([*(container.command or []), *(container.args or [])]).split()
+        assert "--shutdown-timeout" in words, f"{where}: vLLM without --shutdown-timeout"
+        n = float(words[words.index("--shutdown-timeout") + 1])
+        assert 1 <= n <= params["exit_reserve"] - 1, f"{where}: --shutdown-timeout {n}"
+        codes.discard("vllm-shutdown-timeout")
+    assert not codes, f"{where}: plan warns {sorted(codes)}"
+    if role != "unified":
+        assert params["engine"] == "sglang" and params["exit_reserve"] >= 20 and grace == 45
+
+
+def test_sglang_examples_turn_metrics_on() -> None:
+    for where, _pod, c in HOOKS:
+        _, params, _ = parse_hook(c.lifecycle.pre_stop._exec.command)
+        if params["engine"] == "sglang":
+            assert "--enable-metrics" in [*(c.command or []), *(c.args or [])], where
+
+
+def test_lws_workers_return_after_the_settle_quietly() -> None:
+    """LWS workers serve no /metrics: their hook is expected to end at the first
+    (refused) read, and --exit-zero keeps that from raising FailedPreStopHook."""
+    pods = load_manifest(EXAMPLES / "lws-vllm.yaml")
+    workers = [p for p in pods if p.where.endswith("workerTemplate")]
+    leaders = [p for p in pods if p.where.endswith("leaderTemplate")]
+    assert len(workers) == len(leaders) == 1
+    (worker,) = workers[0].spec.containers
+    (leader,) = leaders[0].spec.containers
+    _, wparams, _ = parse_hook(worker.lifecycle.pre_stop._exec.command)
+    _, lparams, _ = parse_hook(leader.lifecycle.pre_stop._exec.command)
+    assert wparams["exit_zero"] is True
+    assert lparams["exit_zero"] is False
+    assert not worker.ports  # nothing to read in a worker
+
+
+def test_install_example_fills_the_hook_volume_first() -> None:
+    (pod,) = load_manifest(EXAMPLES / "install-init-container.yaml")
+    (init,) = pod.spec.init_containers
+    name, params, _ = parse_hook(init.command)
+    assert name == "install"
+    directory = Path(params["directory"])
+    (engine,) = pod.spec.containers
+    hook = Path(engine.lifecycle.pre_stop._exec.command[0])
+    # the path `install` prints: DIR/drainhook (single file) or DIR/drainhook/drainhook
+    assert hook in (directory / "drainhook", directory / "drainhook" / "drainhook")
+    init_mount = {m.name: m.mount_path for m in init.volume_mounts}
+    engine_mount = {m.name: (m.mount_path, m.read_only) for m in engine.volume_mounts}
+    (volume,) = [v for v in pod.spec.volumes if v.empty_dir is not None]
+    assert init_mount[volume.name] == str(directory)
+    assert engine_mount[volume.name] == (str(directory), True)
+
+
+# The downward API writes one `key="value"` line per annotation, keys sorted,
+# values quoted as Go's %q does (kubelet fieldpath.FormatMap).
+def downward_api_file(annotations: dict[str, str]) -> str:
+    return "".join(f"{k}={json.dumps(v)}\n" for k, v in sorted(annotations.items()))
+
+
+def _annotated() -> tuple[PodSpec, k8s.V1Container, list[str]]:
+    (pod,) = load_manifest(EXAMPLES / "downward-api-annotations.yaml")
+    (c,) = pod.spec.containers
+    command = list(c.lifecycle.pre_stop._exec.command)
+    return pod, c, command
+
+
+def test_annotations_example_wires_the_downward_api_file() -> None:
+    pod, c, command = _annotated()
+    _, params, _ = parse_hook(command)
+    (volume,) = [v for v in pod.spec.volumes if v.downward_api is not None]
+    (item,) = volume.downward_api.items
+    assert item.field_ref.field_path == "metadata.annotations"
+    (mount,) = [m for m in c.volume_mounts if m.name == volume.name]
+    assert Path(mount.mount_path) / item.path == params["annotations"]
+    port = int(pod.annotations["prometheus.io/port"])
+    assert port in [p.container_port for p in c.ports]
+    assert str(port) in (c.args or [])
+
+
+def test_annotations_example_end_to_end(hook: Hook, tmp_path: Path) -> None:
+    """The hook reads the listener the Pod's annotations name: the example's
+    annotations file as the kubelet writes it, with only the port moved to a
+    loopback server's."""
+    pod, _, command = _annotated()
+    with Loopback(serve(sample("vllm-http-plain-idle.txt"))) as srv:
+        annotations = dict(pod.annotations)
+        annotations["prometheus.io/port"] = str(srv.port)
+        file = tmp_path / "annotations"
+        file.write_text(downward_api_file(annotations))
+        args = [a if a != "/etc/podinfo/annotations" else str(file) for a in command[1:]]
+        run = hook(*args, "--settle", "0.1", "--interval", "0.1")
+        answered = srv.connections
+        probe = hook("probe", "--json", "--annotations", str(file))
+        url = f"http://127.0.0.1:{srv.port}/metrics"
+    assert run.code == 0, run.stderr
+    assert "outcome=drained" in run.summary
+    assert "reads=2" in run.summary
+    assert answered == 2
+    assert probe.code == 0, probe.stderr
+    assert json.loads(probe.stdout)["target"] == url
+
+
+def test_a_flag_typo_fails_the_parse() -> None:
+    with pytest.raises(click.UsageError):
+        parse_hook(["/usr/local/bin/drainhook", "wait", "--grase", "30"])
+    with pytest.raises(click.BadParameter):
+        parse_hook(["/usr/local/bin/drainhook", "wait", "--engine", "vlm"])
+
+
+def test_the_model_check_catches_what_kubectl_would() -> None:
+    base = yaml.safe_load((EXAMPLES / "vllm-deployment.yaml").read_text())
+    container = base["spec"]["template"]["spec"]["containers"][0]
+    container["lifecycle"]["preStop"]["exec"]["comand"] = container["lifecycle"]["preStop"][
+        "exec"
+    ].pop("command")
+    with pytest.raises(SchemaError, match="comand"):
+        load_model(base, "V1Deployment")
+    base = yaml.safe_load((EXAMPLES / "vllm-deployment.yaml").read_text())
+    base["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "60"
+    with pytest.raises(SchemaError, match="terminationGracePeriodSeconds"):
+        load_model(base, "V1Deployment")
+    base = yaml.safe_load((EXAMPLES / "vllm-deployment.yaml").read_text())
+    del base["spec"]["template"]["spec"]["containers"][0]["name"]
+    with pytest.raises(SchemaError, match="name"):
+        load_model(base, "V1Deployment")

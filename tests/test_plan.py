@@ -1,0 +1,367 @@
+"""`drainhook plan`: the instants of CONTRACT §1, the warnings, and the three outputs.
+
+The instants are checked against the drain loop itself, run under a fake clock
+on the same config: what `plan` promises is what `wait` does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from drainhook import plan as planning
+from drainhook.config import ConfigError
+from drainhook.drain import Outcome, drain
+from drainhook.verdict import Reading, Verdict
+from tests.conftest import Hook, base_env
+from tests.test_examples import (
+    _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
+    load_model,
+    parse_hook,
+)
+
+
+def make(role: str = "unified", **flags: object) -> planning.Plan:
+    return planning.make_plan(planning.wait_config(**{"grace": 30.0, **flags}), role)
+
+
+def codes(plan: planning.Plan) -> set[str]:
+    return {w.code for w in plan.warnings}
+
+
+# -- the instants ---------------------------------------------------------------------
+
+
+def test_default_timeline() -> None:
+    p = make()
+    assert (p.settle_end, p.first_read, p.idle_return) == (5, 5, 6)
+    assert (p.deadline, p.sigterm_latest, p.kill) == (25, 25, 30)
+    assert p.idle_drains
+    assert p.reads_max == 20  # t = 5, 6, ..., 24
+    assert p.warnings == ()
+    assert p.command == ("/usr/local/bin/drainhook", "wait", "--grace", "30")
+
+
+def test_deadline_is_the_hooks_own() -> None:
+    """D comes from WaitConfig.deadline: min(G - R, max-wait)."""
+    assert make(grace=60.0, exit_reserve=10.0).deadline == 50
+    assert make(grace=60.0, max_wait=20.0).deadline == 20
+    p = make(grace=60.0, max_wait=20.0)
+    assert p.deadline == p.config.deadline
+    assert p.kill == 60  # the engine gets all of D..G
+
+
+def test_linger_moves_the_idle_return_but_never_past_d() -> None:
+    assert make(linger=3.0).idle_return == 9
+    assert make(linger=100.0).idle_return == 25
+
+
+def test_a_settle_past_the_deadline_means_no_read() -> None:
+    p = make(grace=10.0, exit_reserve=5.0, settle=6.0)
+    assert p.first_read is None
+    assert p.settle_end == 5  # clipped to D
+    assert p.reads_max == 0
+    assert not p.idle_drains and p.idle_return == 5
+    assert "no-room" in codes(p)
+
+
+def test_an_exit_reserve_under_two_seconds_moves_the_kill() -> None:
+    """The kubelet leaves at least 2 s between SIGTERM and SIGKILL."""
+    p = make(exit_reserve=0.5)
+    assert p.deadline == 29.5
+    assert p.kill == 31.5
+    assert "exit-reserve-short" in codes(p)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def reading(verdict: Verdict) -> Reading:
+    total = 0.0 if verdict is Verdict.IDLE else 3.0
+    return Reading(verdict, "vllm", total, (), None, 1.0)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {},
+        {"grace": 45.0, "exit_reserve": 20.0},
+        {"settle": 2.0, "interval": 0.5, "confirm": 3},
+        {"linger": 4.0},
+        {"grace": 12.0},  # the confirming read lands exactly one second before D
+        {"grace": 11.0},  # ... or on D: no drain
+        {"grace": 8.0, "settle": 6.0},  # D before the settle ends
+        {"grace": 600.0, "max_wait": 42.0},
+    ],
+)
+def test_plan_agrees_with_the_drain_loop(flags: dict[str, float]) -> None:
+    """An idle engine's hook returns at idle_return with the plan's outcome; a busy
+    one at D after reads_max reads."""
+    p = make(**flags)
+    for verdict in (Verdict.IDLE, Verdict.BUSY):
+        clock = FakeClock()
+        result = drain(
+            p.config.timeline(),
+            lambda _timeout, v=verdict: reading(v),
+            t0=clock.now,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        if verdict is Verdict.IDLE:
+            assert result.elapsed == pytest.approx(p.idle_return)
+            assert result.outcome is (Outcome.DRAINED if p.idle_drains else Outcome.DEADLINE)
+        else:
+            assert result.elapsed == pytest.approx(p.deadline)
+            assert result.outcome is Outcome.DEADLINE
+            assert result.reads == p.reads_max
+
+
+# -- the warnings --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("role", "flags", "expected"),
+    [
+        ("unified", {}, set()),
+        ("unified", {"grace": 15.0}, set()),
+        ("unified", {"grace": 14.0}, {"grace-range"}),
+        ("unified", {"grace": 3600.0}, set()),
+        ("unified", {"grace": 3601.0}, {"grace-range"}),
+        ("unified", {"grace": 30.5}, {"grace-fraction"}),
+        ("unified", {"settle": 5.0}, set()),
+        ("unified", {"settle": 4.5}, {"settle-short"}),
+        ("unified", {"exit_reserve": 2.0}, set()),
+        ("unified", {"exit_reserve": 1.5}, {"exit-reserve-short"}),
+        # room: S + (confirm - 1) * I + read timeout <= D
+        ("unified", {"grace": 17.0, "exit_reserve": 10.0}, set()),  # 5 + 1 + 1 = 7 = D
+        ("unified", {"grace": 17.0, "exit_reserve": 10.5}, {"no-room"}),  # D = 6.5
+        ("unified", {"grace": 17.0, "exit_reserve": 10.0, "confirm": 3}, {"no-room"}),
+        ("unified", {"grace": 17.0, "exit_reserve": 10.0, "read_timeout": 1.5}, {"no-room"}),
+        ("unified", {"grace": 300.0, "max_wait": 6.0}, {"no-room"}),
+        # SGLang prefill/decode: R >= 20 and G about 45
+        ("prefill", {"engine": "sglang", "grace": 45.0, "exit_reserve": 20.0}, set()),
+        ("decode", {"engine": "sglang", "grace": 60.0, "exit_reserve": 25.0}, set()),
+        ("decode", {"engine": "sglang", "grace": 45.0, "exit_reserve": 19.0}, {"sglang-pd-exit"}),
+        ("prefill", {"engine": "sglang", "grace": 44.0, "exit_reserve": 20.0}, {"sglang-pd-exit"}),
+        ("prefill", {"engine": "sglang"}, {"sglang-pd-exit"}),
+        ("unified", {"engine": "sglang"}, set()),
+        # vLLM
+        ("unified", {"engine": "vllm"}, {"vllm-shutdown-timeout"}),
+        ("prefill", {"engine": "vllm"}, {"vllm-shutdown-timeout", "vllm-prefill-linger"}),
+        ("prefill", {"engine": "vllm", "linger": 5.0}, {"vllm-shutdown-timeout"}),
+        ("decode", {"engine": "vllm"}, {"vllm-shutdown-timeout"}),
+        # auto: the role's advice for either engine
+        ("prefill", {}, {"sglang-pd-exit", "vllm-prefill-linger"}),
+    ],
+)
+def test_warnings(role: str, flags: dict[str, object], expected: set[str]) -> None:
+    p = make(role, **flags)
+    assert codes(p) == expected
+    for w in p.warnings:
+        assert w.message and w.reason
+
+
+@pytest.mark.parametrize(("reserve", "advice"), [(5.0, "4"), (10.0, "9"), (2.5, "1")])
+def test_vllm_shutdown_timeout_is_r_minus_one(reserve: float, advice: str) -> None:
+    (w,) = [w for w in make(engine="vllm", exit_reserve=reserve).warnings]
+    assert f"--shutdown-timeout {advice} (R - 1)" in w.message
+
+
+def test_vllm_shutdown_timeout_without_room() -> None:
+    (w,) = [w for w in make(engine="vllm", exit_reserve=1.5).warnings if w.code.startswith("vllm")]
+    assert "raise --exit-reserve" in w.message
+
+
+def test_warnings_name_the_numbers() -> None:
+    (w,) = make(grace=17.0, exit_reserve=10.5).warnings
+    assert "D - S = 1.5s" in w.message and "2 confirming reads" in w.message
+    (w,) = make("decode", engine="sglang", grace=45.0, exit_reserve=5.0).warnings
+    assert "--exit-reserve 20 (now 5s)" in w.message and "(now 45s)" in w.message
+
+
+def test_invalid_values_are_usage_errors() -> None:
+    with pytest.raises(ConfigError):
+        make(grace=-1.0)
+    with pytest.raises(ConfigError):
+        make(interval=0.0)
+    with pytest.raises(ConfigError, match="--role"):
+        make("both")
+
+
+# -- the command ---------------------------------------------------------------------
+
+
+def test_command_carries_the_chosen_flags_and_parses() -> None:
+    p = planning.make_plan(
+        planning.wait_config(
+            grace=45.0,
+            settle=3.0,
+            exit_reserve=20.0,
+            interval=0.5,
+            read_timeout=0.25,
+            confirm=3,
+            linger=2.0,
+            max_wait=40.0,
+            engine="sglang",
+        ),
+        "prefill",
+        "/hook/drainhook",
+    )
+    name, params, _ = parse_hook(list(p.command))
+    assert name == "wait"
+    assert p.command[0] == "/hook/drainhook"
+    assert (params["grace"], params["settle"], params["exit_reserve"]) == (45, 3, 20)
+    assert (params["interval"], params["read_timeout"], params["confirm"]) == (0.5, 0.25, 3)
+    assert (params["linger"], params["max_wait"], params["engine"]) == (2, 40, "sglang")
+
+
+def test_command_leaves_defaults_out_but_always_names_grace() -> None:
+    assert make(grace=30.0).command[1:] == ("wait", "--grace", "30")
+    assert make(grace=90.0, settle=5.0).command[1:] == ("wait", "--grace", "90")
+
+
+# -- the outputs, through the CLI ----------------------------------------------------
+
+
+def test_text_output(hook: Hook) -> None:
+    run = hook("plan", "--grace", "45", "--exit-reserve", "20", "--engine", "sglang")
+    assert run.code == 0, run.stderr
+    out = run.stdout
+    for line in ("t=5s", "t=6s", "t=25s", "t=45s", "deadline D = G - R", "SIGTERM at the latest"):
+        assert line in out
+    assert "preStop: /usr/local/bin/drainhook wait --grace 45 --exit-reserve 20" in out
+    assert "warnings: none" in out
+    assert run.stderr == ""
+
+
+def test_text_output_gives_each_warning_its_reason(hook: Hook) -> None:
+    run = hook("plan", "--grace", "10", "--settle", "4")
+    assert run.code == 0
+    assert "warnings (3):" in run.stdout
+    for code in ("grace-range:", "settle-short:", "no-room:"):
+        assert code in run.stdout
+    assert run.stdout.count("why: ") == 3
+
+
+def test_json_output(hook: Hook) -> None:
+    run = hook("plan", "--grace", "60", "--engine", "vllm", "--output", "json")
+    assert run.code == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["schema"] == 1
+    assert data["instants"] == {
+        "hook_start": 0,
+        "settle_end": 5,
+        "first_read": 5,
+        "idle_return": 6,
+        "deadline": 55,
+        "sigterm_latest": 55,
+        "kill": 60,
+    }
+    assert data["idle_outcome"] == "drained"
+    assert data["reads_max"] == 50
+    assert data["exit_window"] == 5
+    assert data["termination_grace_period_seconds"] == 60
+    assert data["command"] == [
+        "/usr/local/bin/drainhook",
+        "wait",
+        "--grace",
+        "60",
+        "--engine",
+        "vllm",
+    ]
+    (w,) = data["warnings"]
+    assert set(w) == {"code", "message", "reason"}
+    assert w["code"] == "vllm-shutdown-timeout"
+
+
+def test_json_output_of_a_plan_with_no_read(hook: Hook) -> None:
+    data = json.loads(hook("plan", "--grace", "8", "--settle", "6", "--output", "json").stdout)
+    assert data["instants"]["first_read"] is None
+    assert data["idle_outcome"] == "deadline"
+    assert {w["code"] for w in data["warnings"]} >= {"no-room", "grace-range"}
+
+
+def test_plan_reads_the_same_environment_as_wait(hook: Hook) -> None:
+    """DRAINHOOK_GRACE set on the container shows in the plan run inside it."""
+    run = hook("plan", "--output", "json", env={"DRAINHOOK_GRACE": "90", "DRAINHOOK_SETTLE": "8"})
+    data = json.loads(run.stdout)
+    assert (data["grace"], data["settle"], data["instants"]["deadline"]) == (90, 8, 85)
+
+
+def test_yaml_output_is_a_pod_spec_fragment(hook: Hook) -> None:
+    run = hook(
+        "plan",
+        *("--grace", "45", "--exit-reserve", "20", "--engine", "sglang", "--role", "decode"),
+        *("--output", "yaml", "--binary", "/hook/drainhook/drainhook"),
+    )
+    assert run.code == 0, run.stderr
+    fragment = yaml.safe_load(run.stdout)
+    spec = load_model(fragment, "V1PodSpec", "plan")
+    assert spec.termination_grace_period_seconds == 45
+    (container,) = spec.containers
+    command = container.lifecycle.pre_stop._exec.command
+    assert command == [
+        "/hook/drainhook/drainhook",
+        *("wait", "--grace", "45", "--exit-reserve", "20", "--engine", "sglang"),
+    ]
+    assert all(isinstance(arg, str) for arg in command)
+    name, params, _ = parse_hook(command)
+    assert (name, params["grace"]) == ("wait", spec.termination_grace_period_seconds)
+
+
+def test_yaml_output_lists_warnings_as_comments(hook: Hook) -> None:
+    run = hook(
+        "plan", "--grace", "45", "--engine", "sglang", "--role", "prefill", "--output", "yaml"
+    )
+    assert "# warning: sglang-pd-exit:" in run.stdout
+    assert yaml.safe_load(run.stdout)["terminationGracePeriodSeconds"] == 45
+
+
+def test_yaml_needs_whole_seconds(hook: Hook) -> None:
+    run = hook("plan", "--grace", "30.5", "--output", "yaml")
+    assert run.code == 2
+    assert run.stdout == ""
+    assert len(run.stderr.splitlines()) == 1
+    assert "terminationGracePeriodSeconds" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [("--grace", "-1"), ("--role", "both"), ("--output", "xml"), ("--confirm", "0")]
+)
+def test_usage_errors(hook: Hook, args: tuple[str, ...]) -> None:
+    run = hook("plan", *args)
+    assert run.code == 2
+    assert run.stdout == ""
+    assert len(run.stderr.splitlines()) == 1
+    assert "Traceback" not in run.stderr
+
+
+def test_yaml_needs_no_yaml_library() -> None:
+    """The hook ships without PyYAML: plan writes its YAML by hand."""
+    code = (
+        "import sys; sys.modules['yaml'] = None\n"
+        "from drainhook.cli import run\n"
+        "sys.exit(run(['plan', '--output', 'yaml']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "terminationGracePeriodSeconds: 30" in proc.stdout
