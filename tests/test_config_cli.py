@@ -1,0 +1,393 @@
+"""How `drainhook wait` is configured, end to end: usage errors, the loopback rule,
+environment variables, the annotations file, and the bare environment of a
+kubelet-run hook (CONTRACT §4-6).
+
+Usage errors must be one line on stderr and exit 2. A non-loopback target is
+refused before any connection; those cases run inside an empty network
+namespace (`unshare -n`) so that nothing could leave the machine even if the
+check were broken, and a broken check would show as a read (exit 4).
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+import trustme
+
+from tests.conftest import Hook, Run, base_env
+from tests.loopback import Loopback, route, sample, serve
+
+pytestmark = pytest.mark.slow
+
+SETTLE, INTERVAL = 0.1, 0.05
+FAST = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--read-timeout", "0.5")
+IDLE = sample("vllm-http-plain-idle.txt")
+BUSY = sample("vllm-http-plain.txt")
+
+
+def fields(line: str) -> dict[str, str]:
+    """The key=value pairs of a text log line (a quoted reason unquoted)."""
+    return dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
+
+
+def read_times(run: Run) -> list[float]:
+    return [float(fields(line)["t"]) for line in run.lines if " read=" in line]
+
+
+def free_port() -> int:
+    """A loopback port with nothing listening on it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def assert_drained(run: Run, reads: int = 2) -> dict[str, str]:
+    assert run.code == 0, run.stderr
+    summary = fields(run.summary)
+    assert (summary["outcome"], summary["reads"], summary["in_flight"]) == (
+        "drained",
+        str(reads),
+        "0",
+    ), run.stderr
+    return summary
+
+
+def assert_usage_error(run: Run) -> str:
+    assert run.code == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""
+    assert len(run.lines) == 1, run.stderr
+    assert "outcome=" not in run.stderr and " read=" not in run.stderr
+    return run.lines[0]
+
+
+def spawn(argv: list[str], env: Mapping[str, str] | None = None) -> Run:
+    """Run argv as the `hook` fixture does, for a wrapper (unshare, a shell) around it."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        argv,
+        env=base_env(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+
+
+@pytest.fixture
+def idle() -> Iterator[Loopback]:
+    with Loopback(serve(IDLE)) as srv:
+        yield srv
+
+
+# ---- usage errors -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param(("--bogus",), "--bogus", id="unknown-flag"),
+        pytest.param(("--grace", "abc"), "--grace", id="grace-abc"),
+        pytest.param(("--grace", "-1"), "--grace", id="grace-negative"),
+        pytest.param(("--grace", "nan"), "--grace", id="grace-nan"),
+        pytest.param(("--settle", "inf"), "--settle", id="settle-inf"),
+        pytest.param(("--interval", "0"), "--interval", id="interval-zero"),
+        pytest.param(("--read-timeout", "0"), "--read-timeout", id="read-timeout-zero"),
+        pytest.param(("--confirm", "0"), "--confirm", id="confirm-zero"),
+        pytest.param(("--max-body", "lots"), "--max-body", id="max-body-word"),
+        pytest.param(("--max-body", "0"), "--max-body", id="max-body-zero"),
+        pytest.param(("--url", "ftp://127.0.0.1/metrics"), "ftp", id="url-ftp"),
+        pytest.param(
+            ("--url", "http://127.0.0.1:8000/metrics", "--port", "9000"),
+            "--port",
+            id="url-and-port",
+        ),
+        pytest.param(("--port", "70000"), "--port", id="port-out-of-range"),
+        pytest.param(("--log-format", "xml"), "--log-format", id="log-format"),
+    ],
+)
+def test_a_usage_error_is_one_line_and_exit_2(hook: Hook, args: tuple[str, ...], says: str) -> None:
+    line = assert_usage_error(hook("wait", *args))
+    assert says in line
+
+
+def test_a_usage_error_from_the_environment_is_one_line(hook: Hook) -> None:
+    line = assert_usage_error(hook("wait", env={"DRAINHOOK_GRACE": "soon"}))
+    assert "DRAINHOOK_GRACE" in line
+
+
+# ---- the loopback rule, proved in an empty network namespace ---------------------
+
+
+def _unshare() -> list[str] | None:
+    """The command prefix that runs a process in an empty network namespace, if any:
+    as root, or else inside a user namespace of its own (`-r`)."""
+    if shutil.which("unshare") is None:
+        return None
+    for prefix in (["unshare", "-n"], ["unshare", "-r", "-n"]):
+        try:
+            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return prefix
+    return None
+
+
+UNSHARE = _unshare() or []
+needs_netns = pytest.mark.skipif(
+    not UNSHARE,
+    reason="no empty network namespace (`unshare -n`) can be made here, and a non-loopback "
+    "target is never tried outside one",
+)
+
+
+@needs_netns
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(("--host", "10.1.2.3"), id="host-private-ip"),
+        pytest.param(("--url", "http://example.com/metrics"), id="url-name"),
+        pytest.param(("--url", "http://[::ffff:10.1.2.3]:8000/metrics"), id="v4-mapped"),
+        pytest.param(("--url", "http://127.0.0.1.example.com:8000/metrics"), id="look-alike"),
+    ],
+)
+def test_a_remote_target_is_refused_before_any_read(
+    entry: list[str], args: tuple[str, ...]
+) -> None:
+    run = spawn([*UNSHARE, *entry, "wait", *args, "--settle", "0"])
+    line = assert_usage_error(run)
+    assert "loopback" in line
+    assert "--allow-remote" in line
+
+
+@needs_netns
+def test_allow_remote_reads_the_remote_target(entry: list[str]) -> None:
+    args = ["wait", "--host", "10.1.2.3", "--allow-remote", "--settle", "0"]
+    run = spawn([*UNSHARE, *entry, *args])
+    assert run.code == 4, run.stderr
+    summary = fields(run.summary)
+    assert (summary["outcome"], summary["reads"]) == ("unreachable", "1")
+    assert "unreachable" in summary["reason"]  # the empty namespace has no route
+    assert summary["target"] == "http://10.1.2.3:8000/metrics"
+
+
+def test_localhost_is_loopback(hook: Hook, idle: Loopback) -> None:
+    run = hook("wait", "--url", f"http://localhost:{idle.port}/metrics", *FAST)
+    assert_drained(run)
+    assert idle.connections == 2
+
+
+def test_ipv6_loopback_is_loopback(hook: Hook) -> None:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    with Loopback(serve(IDLE), host="::1") as srv:
+        assert srv.url.startswith("http://[::1]:")
+        run = hook("wait", "--url", srv.url, *FAST)
+        by_parts = hook("wait", "--host", "::1", "--port", str(srv.port), *FAST)
+    assert_drained(run)
+    assert_drained(by_parts)
+    assert srv.connections == 4
+
+
+# ---- environment variables ---------------------------------------------------------
+
+
+def test_grace_from_the_environment_and_the_flag_beats_it(hook: Hook, idle: Loopback) -> None:
+    args = ("wait", "--url", idle.url, *FAST, "--exit-reserve", "0.5")
+    from_env = hook(*args, env={"DRAINHOOK_GRACE": "3"})
+    assert float(assert_drained(from_env)["deadline"]) == 2.5
+    from_flag = hook(*args, "--grace", "2", env={"DRAINHOOK_GRACE": "3"})
+    assert float(assert_drained(from_flag)["deadline"]) == 1.5
+    assert idle.connections == 4
+
+
+def test_settle_from_the_environment_and_the_flag_beats_it(hook: Hook, idle: Loopback) -> None:
+    args = ("wait", "--url", idle.url, "--interval", str(INTERVAL))
+    from_env = hook(*args, env={"DRAINHOOK_SETTLE": "0.6"})
+    assert_drained(from_env)
+    assert read_times(from_env)[0] >= 0.6
+    from_flag = hook(*args, "--settle", "0.1", env={"DRAINHOOK_SETTLE": "30"})
+    assert_drained(from_flag)
+    assert from_flag.elapsed < 2
+
+
+def test_interval_from_the_environment_and_the_flag_beats_it(hook: Hook, idle: Loopback) -> None:
+    args = ("wait", "--url", idle.url, "--settle", str(SETTLE))
+    from_env = hook(*args, env={"DRAINHOOK_INTERVAL": "0.5"})
+    assert_drained(from_env)
+    assert read_times(from_env)[1] >= SETTLE + 0.5
+    from_flag = hook(*args, "--interval", "0.05", env={"DRAINHOOK_INTERVAL": "30"})
+    assert_drained(from_flag)
+    assert from_flag.elapsed < 2
+
+
+def test_url_from_the_environment_and_the_flag_beats_it(hook: Hook, idle: Loopback) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/metrics"
+    assert_drained(hook("wait", *FAST, env={"DRAINHOOK_URL": idle.url}))
+    assert_drained(hook("wait", "--url", idle.url, *FAST, env={"DRAINHOOK_URL": dead}))
+    assert idle.connections == 4
+
+
+def test_port_from_the_environment_and_the_flag_beats_it(hook: Hook, idle: Loopback) -> None:
+    dead = str(free_port())
+    assert_drained(hook("wait", *FAST, env={"DRAINHOOK_PORT": str(idle.port)}))
+    assert_drained(hook("wait", "--port", str(idle.port), *FAST, env={"DRAINHOOK_PORT": dead}))
+    assert idle.connections == 4
+
+
+def test_a_url_flag_beats_a_port_in_the_environment_and_the_reverse(
+    hook: Hook, idle: Loopback
+) -> None:
+    dead = free_port()
+    # The command line names the target one way, the environment the other: no conflict.
+    env_port = hook("wait", "--url", idle.url, *FAST, env={"DRAINHOOK_PORT": str(dead)})
+    assert_drained(env_port)
+    env_url = f"http://127.0.0.1:{dead}/metrics"
+    flag_port = hook("wait", "--port", str(idle.port), *FAST, env={"DRAINHOOK_URL": env_url})
+    assert_drained(flag_port)
+    assert idle.connections == 4
+    # The same level naming both is still a usage error.
+    both = hook("wait", *FAST, env={"DRAINHOOK_URL": idle.url, "DRAINHOOK_PORT": str(dead)})
+    assert "--port" in assert_usage_error(both)
+
+
+def test_exit_zero_from_the_environment(hook: Hook) -> None:
+    dead = ("--port", str(free_port()), *FAST)
+    zero = hook("wait", *dead, env={"DRAINHOOK_EXIT_ZERO": "1"})
+    assert zero.code == 0, zero.stderr
+    assert fields(zero.summary)["outcome"] == "unreachable"
+    assert hook("wait", *dead, env={"DRAINHOOK_EXIT_ZERO": "0"}).code == 4
+
+
+# ---- the downward-API annotations file ---------------------------------------------
+
+
+def annotations(port: str, path: str = "/custom") -> str:
+    """A downward-API annotations file: one key="Go-quoted value" line per annotation."""
+    applied = (
+        r"{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"annotations\":"
+        r"{\"prometheus.io/port\":\"9\"}}}\n"
+    )
+    return "\n".join(
+        [
+            'kubernetes.io/config.seen="2025-01-01T00:00:00.000000000Z"',
+            f'kubectl.kubernetes.io/last-applied-configuration="{applied}"',
+            f'prometheus.io/path="{path}"',
+            f'prometheus.io/port="{port}"',
+            'prometheus.io/scheme="http"',
+            'prometheus.io/scrape="true"',
+            'team.example.com/note="say \\"hi\\"\\tthen = go"',
+        ]
+    )
+
+
+@pytest.fixture
+def custom() -> Iterator[tuple[Loopback, list[bytes]]]:
+    """A listener that serves idle at /custom only (404 elsewhere), and its request heads."""
+    heads: list[bytes] = []
+    with Loopback(route({"/custom": IDLE}, heads)) as srv:
+        yield srv, heads
+
+
+def test_annotations_name_the_listener(
+    hook: Hook, tmp_path: Path, custom: tuple[Loopback, list[bytes]]
+) -> None:
+    srv, heads = custom
+    file = tmp_path / "annotations"
+    file.write_text(annotations(str(srv.port)))
+    run = hook("wait", "--annotations", str(file), *FAST)
+    summary = assert_drained(run)
+    assert summary["target"] == f"http://127.0.0.1:{srv.port}/custom"
+    assert srv.connections == 2
+    assert all(head.startswith(b"GET /custom ") for head in heads)
+
+
+def test_explicit_flags_and_environment_win_over_annotations(
+    hook: Hook, tmp_path: Path, custom: tuple[Loopback, list[bytes]]
+) -> None:
+    srv, _ = custom
+    file = tmp_path / "annotations"
+    dead = str(free_port())
+    file.write_text(annotations(dead))
+    base = ("wait", "--annotations", str(file), *FAST)
+    assert_drained(hook(*base, "--port", str(srv.port)))
+    assert_drained(hook(*base, env={"DRAINHOOK_PORT": str(srv.port)}))
+    # --path wins over the file's /custom: a 404 there proves the flag was used.
+    file.write_text(annotations(str(srv.port)))
+    wrong_path = hook(*base, "--path", "/metrics")
+    assert wrong_path.code == 4, wrong_path.stderr
+    assert "404" in fields(wrong_path.summary)["reason"]
+    assert srv.connections == 5
+
+
+def test_a_missing_annotations_file_is_a_usage_error(hook: Hook, tmp_path: Path) -> None:
+    line = assert_usage_error(hook("wait", "--annotations", str(tmp_path / "nope")))
+    assert "annotations" in line
+
+
+def test_a_non_numeric_port_annotation_is_a_usage_error(hook: Hook, tmp_path: Path) -> None:
+    file = tmp_path / "annotations"
+    file.write_text(annotations("http-metrics"))
+    line = assert_usage_error(hook("wait", "--annotations", str(file)))
+    assert "prometheus.io/port" in line
+
+
+# ---- the bare environment a kubelet runs the hook in ---------------------------------
+
+
+def bare_env() -> dict[str, str]:
+    """No HOME, no locale: what a distroless image run as a random uid gives."""
+    drop = {"HOME", "LANG", "LANGUAGE", "LC_ALL"}
+    return {k: v for k, v in base_env().items() if k not in drop and not k.startswith("LC_")}
+
+
+def test_no_home_and_no_locale(hook: Hook, idle: Loopback) -> None:
+    assert_drained(hook("wait", "--url", idle.url, *FAST, replace_env=bare_env()))
+    assert idle.connections == 2
+
+
+def test_a_bad_ssl_cert_file_does_not_matter_for_http(hook: Hook, idle: Loopback) -> None:
+    env = {"SSL_CERT_FILE": "/nonexistent", "SSL_CERT_DIR": "/nonexistent"}
+    assert_drained(hook("wait", "--url", idle.url, *FAST, env=env))
+    assert idle.connections == 2
+
+
+def test_a_bad_ssl_cert_file_does_not_matter_for_https_on_loopback(
+    hook: Hook, tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(server)
+    cacert = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(cacert))
+    env = {"SSL_CERT_FILE": "/nonexistent", "SSL_CERT_DIR": "/nonexistent"}
+    with Loopback(serve(IDLE), tls=server) as srv:
+        assert srv.url.startswith("https://127.0.0.1:")
+        unverified = hook("wait", "--url", srv.url, *FAST, env=env)
+        verified = hook("wait", "--url", srv.url, "--cacert", str(cacert), *FAST, env=env)
+    assert_drained(unverified)
+    assert_drained(verified)
+    assert srv.connections == 4
+
+
+def test_stdin_closed(entry: list[str], idle: Loopback) -> None:
+    if shutil.which("sh") is None:
+        pytest.skip("no sh to close stdin with")
+    # `<&-` closes fd 0 before exec: the hook starts with no stdin at all.
+    argv = ["sh", "-c", 'exec "$@" <&-', "sh", *entry, "wait", "--url", idle.url, *FAST]
+    assert_drained(spawn(argv))
+    assert idle.connections == 2

@@ -1,0 +1,476 @@
+"""`drainhook wait` end to end: the real CLI as a subprocess against real loopback servers.
+
+Every case runs on a shrunk timeline (S = 0.2 s, I = 0.1 s, D = 1.5 s or less) and
+asserts the exit code, the summary line, what each read concluded and how many
+connections the server accepted, so that a hook that skipped reads, followed a
+redirect or waited out a hung listener past D would fail it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shlex
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hook, Run
+from tests.loopback import (
+    Behaviour,
+    Loopback,
+    close_after,
+    drip,
+    drip_headers,
+    hang,
+    never_read,
+    reset_after,
+    response_bytes,
+    route,
+    sample,
+    sequence,
+    serve,
+)
+
+pytestmark = pytest.mark.slow
+
+SETTLE, INTERVAL, READ_TIMEOUT = 0.2, 0.1, 0.3  # S, I and the read timeout
+SLACK = 0.5  # a subprocess on a loaded 2-core machine: start-up, scheduling
+TICK = 0.011  # one kernel clock tick (USER_HZ 100), the resolution of the process start
+TIMELINE = ("--settle", str(SETTLE), "--interval", str(INTERVAL),
+            "--read-timeout", str(READ_TIMEOUT))  # fmt: skip
+D = 1.5
+DEADLINE = ("--grace", "2", "--exit-reserve", "0.5")  # D = 1.5
+D_SHORT = 1.0
+DEADLINE_SHORT = ("--grace", "1.5", "--exit-reserve", "0.5")  # D = 1.0, for "unknown until D"
+
+IDLE = sample("vllm-single-dp2-idle.txt")
+BUSY = sample("vllm-single-dp2.txt")  # in_flight 6
+MIB = 1024 * 1024
+
+
+def fields(line: str) -> dict[str, str]:
+    """The key=value pairs of a text log line (a quoted reason unquoted)."""
+    return dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
+
+
+def read_lines(run: Run) -> list[dict[str, str]]:
+    return [fields(line) for line in run.lines if " read=" in line]
+
+
+def verdicts(run: Run) -> list[str]:
+    return [r["verdict"] for r in read_lines(run)]
+
+
+def wait(hook: Hook, url: str, *extra: str, deadline: tuple[str, ...] = DEADLINE) -> Run:
+    # A hook that blocks (on a FIFO, a dripping server) fails here, not at the suite's timeout.
+    return hook("wait", "--url", url, *TIMELINE, *deadline, *extra, timeout=15)
+
+
+def free_port() -> int:
+    """A loopback port with nothing listening on it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def assert_drained(run: Run, reads: int) -> dict[str, str]:
+    assert run.code == 0, run.stderr
+    summary = fields(run.summary)
+    assert summary["outcome"] == "drained", run.stderr
+    assert summary["reads"] == str(reads), run.stderr
+    assert summary["in_flight"] == "0"
+    assert summary["exit"] == "0"
+    # Reads are an interval apart from the settle's end: the last one is at
+    # S + (reads-1) I after the process start, which the kernel records in
+    # 10 ms ticks (rounded down): up to one tick before the spawn measured here.
+    assert SETTLE + (reads - 1) * INTERVAL - TICK <= run.elapsed <= D + SLACK
+    return summary
+
+
+def assert_deadline(run: Run, d: float, slack: float = SLACK) -> dict[str, str]:
+    assert run.code == 3, run.stderr
+    summary = fields(run.summary)
+    assert summary["outcome"] == "deadline", run.stderr
+    assert summary["exit"] == "3"
+    assert float(summary["deadline"]) == pytest.approx(d)
+    assert d - 0.1 <= run.elapsed <= d + slack, run.stderr
+    return summary
+
+
+# ---- idle, busy and the confirming reads -------------------------------------------
+
+
+def test_idle_engine_drains_on_the_second_read_with_a_plain_get(hook: Hook) -> None:
+    heads: list[bytes] = []
+    with Loopback(route({"/metrics": IDLE}, heads)) as srv:
+        run = wait(hook, srv.url)
+    assert_drained(run, reads=2)
+    assert srv.connections == 2
+    assert verdicts(run) == ["idle", "idle"]
+    assert float(read_lines(run)[0]["t"]) >= SETTLE
+    # CONTRACT §2: one GET, text format 0.0.4, no compression asked for.
+    assert len(heads) == 2
+    head = heads[0].decode("latin-1").lower()
+    assert head.startswith("get /metrics http/1.1\r\n")
+    assert "\r\naccept: text/plain;version=0.0.4\r\n" in head
+    assert "\r\naccept-encoding: identity\r\n" in head
+
+
+@pytest.mark.parametrize(
+    ("bodies", "extra", "expected"),
+    [
+        pytest.param((BUSY, BUSY, IDLE), (), ["busy", "busy", "idle", "idle"], id="busy-then-idle"),
+        pytest.param(
+            (IDLE, BUSY, IDLE), (), ["idle", "busy", "idle", "idle"], id="busy-resets-confirmation"
+        ),
+        pytest.param(
+            (IDLE, BUSY, IDLE, BUSY, IDLE),
+            (),
+            ["idle", "busy", "idle", "busy", "idle", "idle"],
+            id="every-busy-resets",
+        ),
+        pytest.param((IDLE,), ("--confirm", "3"), ["idle", "idle", "idle"], id="confirm-3"),
+        pytest.param(
+            (IDLE, IDLE, BUSY, IDLE),
+            ("--confirm", "3"),
+            ["idle", "idle", "busy", "idle", "idle", "idle"],
+            id="confirm-3-reset",
+        ),
+    ],
+)
+def test_drained_after_the_confirming_idle_reads(
+    hook: Hook, bodies: tuple[bytes, ...], extra: tuple[str, ...], expected: list[str]
+) -> None:
+    with Loopback(sequence(*(serve(b) for b in bodies))) as srv:
+        run = wait(hook, srv.url, *extra)
+    assert_drained(run, reads=len(expected))
+    assert verdicts(run) == expected
+    assert srv.connections == len(expected)
+    busy_totals = {r["in_flight"] for r in read_lines(run) if r["verdict"] == "busy"}
+    assert busy_totals <= {"6"}
+
+
+def test_sglang_engine_pinned_drains(hook: Hook) -> None:
+    busy, idle = sample("sglang-mp-dp2.txt"), sample("sglang-mp-dp2-idle.txt")
+    with Loopback(sequence(serve(busy), serve(idle))) as srv:
+        run = wait(hook, srv.url, "--engine", "sglang")
+    assert_drained(run, reads=3)
+    assert [(r["verdict"], r["in_flight"]) for r in read_lines(run)] == [
+        ("busy", "6"),
+        ("idle", "0"),
+        ("idle", "0"),
+    ]
+    assert srv.connections == 3
+
+
+def test_always_busy_holds_until_the_deadline(hook: Hook) -> None:
+    with Loopback(serve(BUSY)) as srv:
+        run = wait(hook, srv.url)
+    summary = assert_deadline(run, D)
+    assert summary["in_flight"] == "6"
+    reads = int(summary["reads"])
+    # (D - S) / I = 13 reads on the grid; a loaded machine may lose a few.
+    assert 7 <= reads <= 14
+    assert srv.connections == reads
+    assert set(verdicts(run)) == {"busy"}
+
+
+def test_sglang_pinned_against_a_vllm_body_is_unknown_until_the_deadline(hook: Hook) -> None:
+    with Loopback(serve(sample("vllm-single-dp2-idle.txt"))) as srv:
+        run = wait(hook, srv.url, "--engine", "sglang", deadline=DEADLINE_SHORT)
+    summary = assert_deadline(run, D_SHORT)
+    assert summary["in_flight"] == "-"
+    assert set(verdicts(run)) == {"unknown"}
+    assert int(summary["reads"]) >= 3
+    assert srv.connections == int(summary["reads"])
+
+
+# ---- listeners that never finish: each read is bounded as a whole ----------------
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    [
+        pytest.param(hang, id="hung-listener"),
+        pytest.param(never_read, id="never-reads-the-request"),
+        pytest.param(drip(IDLE, every=0.05), id="body-drips"),
+        pytest.param(drip_headers(every=0.05), id="headers-drip"),
+    ],
+)
+def test_a_listener_that_never_finishes_is_unknown_until_the_deadline(
+    hook: Hook, behaviour: Behaviour
+) -> None:
+    with Loopback(behaviour) as srv:
+        run = wait(hook, srv.url, deadline=DEADLINE_SHORT)
+    summary = assert_deadline(run, D_SHORT)
+    reads = read_lines(run)
+    assert int(summary["reads"]) == len(reads) >= 2
+    assert srv.connections == len(reads)
+    for r in reads:
+        assert r["verdict"] == "unknown"
+        assert "timed out" in r["reason"], r
+        # The whole read ends at --read-timeout, not a socket timeout per byte.
+        assert float(r["read_ms"]) <= READ_TIMEOUT * 1000 + 250, r
+
+
+# ---- responses that are broken: unknown, counted as busy, then the hook recovers ----
+
+
+def _gzip_bomb() -> bytes:
+    """A small gzip body that inflates to 4 MiB: over a 1 MiB cap."""
+    return gzip.compress(IDLE + (b"#" * 1023 + b"\n") * 4096, 6)
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        pytest.param(
+            reset_after(response_bytes(IDLE)[:4000]), "connection broken", id="reset-mid-body"
+        ),
+        pytest.param(close_after(b"HTTP/1.1 200 OK\r\n"), "closed", id="close-after-status"),
+        pytest.param(
+            serve(IDLE, headers={"Content-Length": str(len(IDLE) + 1000)}),
+            "closed",
+            id="content-length-too-large",
+        ),
+        pytest.param(
+            serve(IDLE + b"# padding\n" * (MIB // 10 + 1)), "max-body", id="body-over-cap"
+        ),
+        pytest.param(
+            serve(_gzip_bomb(), headers={"Content-Encoding": "gzip"}), "max-body", id="gzip-bomb"
+        ),
+    ],
+)
+def test_a_broken_response_is_unknown_and_resets_confirmation(
+    hook: Hook, bad: Behaviour, reason: str
+) -> None:
+    with Loopback(sequence(bad, serve(IDLE))) as srv:
+        run = wait(hook, srv.url, "--max-body", "1MiB")
+    assert_drained(run, reads=3)
+    first = read_lines(run)[0]
+    assert first["verdict"] == "unknown"
+    assert first["in_flight"] == "-"
+    assert reason in first["reason"], first
+    assert verdicts(run)[1:] == ["idle", "idle"]
+    assert srv.connections == 3
+
+
+def test_a_gzip_body_sent_unasked_is_decoded(hook: Hook) -> None:
+    with Loopback(serve(gzip.compress(IDLE), headers={"Content-Encoding": "gzip"})) as srv:
+        run = wait(hook, srv.url)
+    assert_drained(run, reads=2)
+    assert srv.connections == 2
+
+
+# ---- nothing to measure: unreachable ends the hook at once -------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (301, "Moved Permanently"),
+        (302, "Found"),
+        (307, "Temporary Redirect"),
+        (404, "Not Found"),
+        (500, "Internal Server Error"),
+        (503, "Service Unavailable"),
+    ],
+)
+def test_a_non_2xx_status_is_unreachable_and_never_followed(
+    hook: Hook, status: int, reason: str
+) -> None:
+    with Loopback(serve(b"", status, reason)) as target:
+        # A redirect to a live idle endpoint: a hook following it would drain.
+        location = {"Location": target.url}
+        with Loopback(sequence(serve(b"moved\n", status, reason, location), serve(IDLE))) as srv:
+            run = wait(hook, srv.url, deadline=())  # D = 25 s
+    assert run.code == 4, run.stderr
+    summary = fields(run.summary)
+    assert summary["outcome"] == "unreachable"
+    assert summary["reads"] == "1"
+    assert str(status) in summary["reason"]
+    assert srv.connections == 1
+    assert target.connections == 0
+    assert run.elapsed <= SETTLE + 1.0  # at once, not at D
+
+
+def test_connection_refused_is_unreachable_at_once(hook: Hook) -> None:
+    run = hook("wait", "--url", f"http://127.0.0.1:{free_port()}/metrics", *TIMELINE)
+    assert run.code == 4, run.stderr
+    summary = fields(run.summary)
+    assert summary["outcome"] == "unreachable"
+    assert summary["reads"] == "1"
+    assert "refused" in summary["reason"]
+    assert float(summary["deadline"]) == 25.0
+    assert run.elapsed <= SETTLE + 1.0  # at once, not at D
+
+
+# ---- the deadline D and what is clipped to it --------------------------------------
+
+
+def test_max_wait_caps_the_deadline(hook: Hook) -> None:
+    with Loopback(serve(BUSY)) as srv:
+        run = hook("wait", "--url", srv.url, *TIMELINE, "--grace", "30", "--max-wait", "1")
+    summary = assert_deadline(run, 1.0)
+    assert int(summary["reads"]) == srv.connections >= 3
+
+
+def test_linger_holds_after_confirmation(hook: Hook) -> None:
+    with Loopback(serve(IDLE)) as srv:
+        run = wait(hook, srv.url, "--linger", "0.4")
+    assert_drained(run, reads=2)
+    assert run.elapsed >= SETTLE + INTERVAL + 0.4 - TICK
+    assert srv.connections == 2
+
+
+def test_linger_is_clipped_to_the_deadline(hook: Hook) -> None:
+    with Loopback(serve(IDLE)) as srv:
+        run = wait(hook, srv.url, "--linger", "30", deadline=DEADLINE_SHORT)
+    summary = assert_drained(run, reads=2)
+    assert D_SHORT - 0.1 <= run.elapsed <= D_SHORT + SLACK
+    assert float(summary["elapsed"]) >= D_SHORT
+    assert srv.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("grace", "reserve", "d"),
+    [
+        pytest.param("1", "1", 0.0, id="D-is-zero"),
+        pytest.param("1", "0.5", 0.5, id="D-before-settle-ends"),
+    ],
+)
+def test_no_read_when_the_deadline_comes_before_the_settle_ends(
+    hook: Hook, grace: str, reserve: str, d: float
+) -> None:
+    with Loopback(serve(IDLE)) as srv:
+        run = hook(
+            "wait", "--url", srv.url, "--grace", grace, "--exit-reserve", reserve,
+            "--settle", "2", "--interval", "0.1",
+        )  # fmt: skip
+    # The whole run is mostly interpreter start-up here: a wider margin, still < S = 2.
+    summary = assert_deadline(run, d, slack=1.0)
+    assert summary["reads"] == "0"
+    assert summary["in_flight"] == "-"
+    assert srv.connections == 0
+
+
+# ---- exit codes and log lines ---------------------------------------------------
+
+
+def test_exit_zero_maps_deadline_to_zero(hook: Hook) -> None:
+    with Loopback(serve(BUSY)) as srv:
+        run = wait(hook, srv.url, "--exit-zero", deadline=DEADLINE_SHORT)
+    assert run.code == 0, run.stderr
+    summary = fields(run.summary)
+    assert (summary["outcome"], summary["exit"]) == ("deadline", "0")
+    assert int(summary["reads"]) == srv.connections >= 3
+    assert D_SHORT - 0.1 <= run.elapsed <= D_SHORT + SLACK
+
+
+def test_exit_zero_maps_unreachable_to_zero(hook: Hook) -> None:
+    run = hook("wait", "--url", f"http://127.0.0.1:{free_port()}/", *TIMELINE, "--exit-zero")
+    assert run.code == 0, run.stderr
+    summary = fields(run.summary)
+    assert (summary["outcome"], summary["exit"], summary["reads"]) == ("unreachable", "0", "1")
+
+
+def test_json_log_format(hook: Hook) -> None:
+    with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
+        run = wait(hook, srv.url, "--log-format", "json")
+    assert run.code == 0, run.stderr
+    events = [json.loads(line) for line in run.lines]  # every line is JSON
+    reads = [e for e in events if e["event"] == "read"]
+    summaries = [e for e in events if e["event"] == "summary"]
+    assert len(reads) + len(summaries) == len(events)
+    assert [(e["read"], e["verdict"], e["in_flight"]) for e in reads] == [
+        (1, "busy", 6),
+        (2, "idle", 0),
+        (3, "idle", 0),
+    ]
+    assert all(e["t"] >= SETTLE and e["read_ms"] >= 0 for e in reads)
+    assert len(summaries) == 1
+    summary = summaries[0]
+    assert {"outcome", "elapsed", "reads", "in_flight", "reason", "exit"} <= summary.keys()
+    assert summary["outcome"] == "drained"
+    assert summary["reads"] == 3 == srv.connections
+    assert summary["in_flight"] == 0
+    assert summary["reason"] is None
+    assert summary["exit"] == 0
+    assert SETTLE + 2 * INTERVAL <= summary["elapsed"] <= run.elapsed + TICK
+
+
+def test_json_summary_of_a_failure_carries_the_reason(hook: Hook) -> None:
+    run = hook(
+        "wait", "--url", f"http://127.0.0.1:{free_port()}/", *TIMELINE, "--log-format", "json"
+    )
+    assert run.code == 4
+    events = [json.loads(line) for line in run.lines]
+    assert [e["event"] for e in events] == ["read", "summary"]
+    summary = events[-1]
+    assert (summary["outcome"], summary["exit"], summary["reads"]) == ("unreachable", 4, 1)
+    assert summary["in_flight"] is None
+    assert "refused" in summary["reason"]
+
+
+def test_quiet_prints_only_the_summary(hook: Hook) -> None:
+    with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
+        run = wait(hook, srv.url, "--quiet")
+    assert run.code == 0
+    assert len(run.lines) == 1
+    assert fields(run.lines[0])["outcome"] == "drained"
+    assert fields(run.lines[0])["reads"] == "3"
+    assert srv.connections == 3
+
+
+def test_log_file_gets_the_same_lines(hook: Hook, tmp_path: Path) -> None:
+    log = tmp_path / "hook.log"
+    with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
+        run = wait(hook, srv.url, "--log-file", str(log))
+    assert run.code == 0
+    assert len(run.lines) == 4  # three reads, one summary
+    assert log.read_text().splitlines() == run.lines
+
+
+def test_an_unwritable_log_file_is_reported_once_and_the_hook_goes_on(
+    hook: Hook, tmp_path: Path
+) -> None:
+    log = tmp_path / "missing" / "hook.log"
+    with Loopback(serve(IDLE)) as srv:
+        run = wait(hook, srv.url, "--log-file", str(log))
+    assert_drained(run, reads=2)
+    assert srv.connections == 2
+    warnings = [line for line in run.lines if "--log-file" in line]
+    assert len(warnings) == 1, run.stderr
+    assert str(log) in warnings[0]
+    assert len(run.lines) == 4  # the warning, two reads, the summary
+    assert not log.parent.exists()
+
+
+def test_a_log_file_fifo_nobody_reads_does_not_block(hook: Hook, tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with Loopback(serve(IDLE)) as srv:
+        run = wait(hook, srv.url, "--log-file", str(fifo))
+    assert_drained(run, reads=2)
+    assert srv.connections == 2
+    assert len([line for line in run.lines if "--log-file" in line]) == 1
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_url_userinfo_is_sent_but_never_shown(hook: Hook, tmp_path: Path, log_format: str) -> None:
+    heads: list[bytes] = []
+    log = tmp_path / "hook.log"
+    with Loopback(route({"/metrics": IDLE}, heads)) as srv:
+        shown_url = srv.url
+        url = shown_url.replace("://", "://scraper:s3cr3t-token@")
+        run = wait(hook, url, "--log-format", log_format, "--log-file", str(log))
+    assert run.code == 0, run.stderr
+    assert srv.connections == 2
+    assert all(b"\r\nauthorization: basic " in head.lower() for head in heads)  # sent
+    shown = run.stdout + run.stderr + log.read_text()
+    assert shown_url in shown  # the target, without userinfo
+    for secret in ("s3cr3t", "scraper", "@127.0.0.1"):
+        assert secret not in shown
