@@ -1,0 +1,99 @@
+"""`python -m rehearsal`: run the matrix of strategies x scenarios, print it, write the report.
+
+    python -m rehearsal                          the whole matrix at the default scale
+    python -m rehearsal --scale 1                real time (about 10 minutes)
+    python -m rehearsal --strategies drainhook,none --scenarios idle,short --json
+
+The report (benchmarks/rehearsal.md and its timeline picture) is written when
+the whole matrix ran, or wherever `--report` says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rehearsal import report, scenarios, strategies
+from rehearsal.matrix import ROOT, Cell, run_matrix
+from rehearsal.timeline import DEFAULT_SCALE, ROUTER_LAG, Scale
+
+
+def _pick(value: str | None, table: dict[str, object], what: str) -> list[str]:
+    if value is None:
+        return list(table)
+    keys = [k.strip() for k in value.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in table]
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(table)})")
+    return keys
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/rehearse", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=DEFAULT_SCALE,
+        help=f"multiply every duration by F (default {DEFAULT_SCALE}; 1 is real time)",
+    )
+    p.add_argument("--strategies", help=f"comma list of {', '.join(strategies.BY_KEY)}")
+    p.add_argument("--scenarios", help=f"comma list of {', '.join(scenarios.BY_KEY)}")
+    p.add_argument(
+        "--router-lag",
+        type=float,
+        default=ROUTER_LAG,
+        help=f"real seconds the router keeps sending after the delete (default {ROUTER_LAG:g})",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per cell on stdout")
+    p.add_argument("--parallel", type=int, default=2, help="cells run at once (default 2)")
+    p.add_argument("--report", type=Path, help="write the report here (default: full matrix only)")
+    p.add_argument(
+        "--picture", default=report.PICTURE_SCENARIO, help="scenario drawn in the timeline"
+    )
+    args = p.parse_args(argv)
+    if not args.scale > 0:
+        raise SystemExit("--scale must be > 0")
+    if not args.router_lag >= 0:
+        raise SystemExit("--router-lag must be >= 0")
+    chosen_strategies = [
+        strategies.BY_KEY[k] for k in _pick(args.strategies, dict(strategies.BY_KEY), "strategy")
+    ]
+    chosen_scenarios = [
+        scenarios.BY_KEY[k] for k in _pick(args.scenarios, dict(scenarios.BY_KEY), "scenario")
+    ]
+    full = args.strategies is None and args.scenarios is None
+    scale = Scale(args.scale)
+
+    def on_cell(cell: Cell) -> None:
+        if args.json:
+            print(json.dumps(cell.row()), flush=True)
+        else:
+            row = cell.row()
+            print(
+                f"{row['scenario']:>12} {row['strategy']:>12}  completed={row['completed']:<3} "
+                f"cut={row['cut']:<3} refused={row['refused']:<3} "
+                f"sigterm_at={scale.real(cell.sigterm_at_s):6.2f}s "
+                f"held={scale.real(cell.held_s):6.2f}s {row['engine_exit']}  (real-time s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    started = time.monotonic()
+    cells = run_matrix(
+        chosen_strategies, chosen_scenarios, scale, args.parallel, on_cell, args.router_lag
+    )
+    wall = time.monotonic() - started
+    done = f"rehearsal: {len(cells)} cells in {wall:.0f} s at --scale {args.scale:g}"
+    print(done, file=sys.stderr)
+    out = args.report or (ROOT / "benchmarks" / "rehearsal.md" if full else None)
+    if out is not None:
+        report.write(out, cells, scale, wall, args.picture)
+        print(f"rehearsal: wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

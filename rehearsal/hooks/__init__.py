@@ -1,0 +1,1 @@
+"""The preStop hooks of the compared strategies, as an operator would write them."""

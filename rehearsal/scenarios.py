@@ -1,0 +1,158 @@
+"""The scenarios: an engine, the traffic it carries when the Pod is deleted, and a twist.
+
+Traffic arrives at a steady rate from WARMUP seconds before the delete until the
+router stops sending (`--router-lag`, ROUTER_LAG s by default, after it); each
+request runs for a duration drawn, per request id, from the scenario's uniform
+distribution. Every strategy of one scenario sees the same requests with the
+same durations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rehearsal.timeline import (
+    DEADLINE,
+    ROUTER_LAG,
+    SGLANG_IDLE_LAG,
+    SGLANG_PD_EXIT,
+    WARMUP,
+)
+
+
+@dataclass(frozen=True)
+class Load:
+    """Arrivals every 1/rate s over [-WARMUP, router lag]; durations uniform in [low, high]."""
+
+    rate: float
+    low: float
+    high: float
+
+    def arrivals(self, router_lag: float = ROUTER_LAG) -> list[float]:
+        """Send times in real seconds from the delete, until the router stops sending."""
+        step = 1.0 / self.rate
+        count = round((WARMUP + router_lag) * self.rate) + 1
+        return [-WARMUP + i * step for i in range(count)]
+
+    @property
+    def spec(self) -> str:
+        return f"uniform:{self.low:g}:{self.high:g}"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How the simulated engine is started (real seconds; the runner scales them)."""
+
+    kind: str = "vllm"  # vllm | sglang
+    role: str = "unified"  # sglang: unified | prefill | decode
+    dp: int = 2
+    max_running: int = 4  # per DP engine
+    route: str = "rr"  # rr, or the one DP rank every request goes to
+    shutdown_timeout: float = 0.0  # vLLM --shutdown-timeout
+    idle_lag: float = 0.0  # SGLang: seconds the gauges keep showing work once idle
+    exit_after_sigterm: float = 0.0  # SGLang PD: no exit sooner than this after SIGTERM
+    metrics_hang: bool = False
+
+    def args(self) -> list[str]:
+        out = [
+            "--kind",
+            self.kind,
+            "--role",
+            self.role,
+            "--dp",
+            str(self.dp),
+            "--max-running",
+            str(self.max_running),
+            "--route",
+            self.route,
+            "--shutdown-timeout",
+            f"{self.shutdown_timeout:g}",
+            "--idle-lag",
+            f"{self.idle_lag:g}",
+            "--exit-after-sigterm",
+            f"{self.exit_after_sigterm:g}",
+        ]
+        return [*out, "--metrics-hang"] if self.metrics_hang else out
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    what: str
+    engine: EngineSpec = field(default_factory=EngineSpec)
+    load: Load | None = None
+    hook_port_moved: bool = False  # the hook reads a port where nothing listens
+
+    def ends_before_deadline(self, router_lag: float = ROUTER_LAG) -> bool:
+        """Whether all the work ends before D (queueing aside): a hook that waits for it
+        cuts nothing."""
+        return (router_lag + self.load.high if self.load else 0.0) < DEADLINE
+
+
+SHORT = Load(rate=6.0, low=0.2, high=2.0)
+LONG = Load(rate=1.0, low=6.0, high=18.0)  # 7 streams, all ended by 20 s < D
+OUTLIVE = Load(rate=1.0, low=20.0, high=40.0)
+MEDIUM = Load(rate=1.0, low=2.0, high=10.0)  # 7 streams, the last ends at 10.7 s
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("idle", "Idle", "vLLM, 2 DP engines, no traffic at all."),
+    Scenario(
+        "short",
+        "Short requests",
+        "vLLM, 6 req/s of 0.2-2 s streams (4 running per DP engine, the rest queue).",
+        load=SHORT,
+    ),
+    Scenario(
+        "long",
+        "Long streams, end before D",
+        "vLLM, 7 streams of 6-18 s, all ended by 20 s (D = 25 s).",
+        load=LONG,
+    ),
+    Scenario(
+        "outlive",
+        "Streams outlive D",
+        "vLLM, 7 streams of 20-40 s: some end after D, some after G.",
+        load=OUTLIVE,
+    ),
+    Scenario(
+        "hang",
+        "/metrics hangs",
+        "As `long`, but /metrics accepts the connection and never answers.",
+        engine=EngineSpec(metrics_hang=True),
+        load=LONG,
+    ),
+    Scenario(
+        "moved",
+        "Engine on another port",
+        "As `long`, but the engine listens on another port than the hook reads.",
+        load=LONG,
+        hook_port_moved=True,
+    ),
+    Scenario(
+        "dp-one-busy",
+        "2 DP engines, one busy",
+        'As `long`, every stream on DP engine 1 (engine="1"); engine 0 idle.',
+        engine=EngineSpec(route="1", max_running=8),
+        load=LONG,
+    ),
+    Scenario(
+        "sglang-lag",
+        "SGLang, lagging idle gauges",
+        f"SGLang, `short` traffic; once idle, its gauges keep the last busy values "
+        f"{SGLANG_IDLE_LAG:g} s.",
+        engine=EngineSpec(kind="sglang", dp=1, max_running=8, idle_lag=SGLANG_IDLE_LAG),
+        load=SHORT,
+    ),
+    Scenario(
+        "sglang-pd",
+        "SGLang prefill/decode exit",
+        f"SGLang decode server, 7 streams of 2-10 s; it exits {SGLANG_PD_EXIT:g} s after SIGTERM.",
+        engine=EngineSpec(
+            kind="sglang", role="decode", dp=1, max_running=8, exit_after_sigterm=SGLANG_PD_EXIT
+        ),
+        load=MEDIUM,
+    ),
+)
+
+BY_KEY = {s.key: s for s in SCENARIOS}

@@ -1,0 +1,49 @@
+"""The rehearsal's clock: every duration in real seconds, shrunk by `--scale`.
+
+All numbers here are what a Pod sees at `--scale 1`. A run at scale F
+multiplies every one of them by F (the hooks' flags, the engine's delays, the
+load's arrivals and durations, the kubelet's grace), so a cell at F = 0.25
+is the same rollout played four times faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GRACE = 30.0  # G: terminationGracePeriodSeconds when unset
+SETTLE = 5.0  # S: drainhook's default settle
+EXIT_RESERVE = 5.0  # R: drainhook's default exit reserve
+INTERVAL = 1.0  # I: drainhook's default read interval
+READ_TIMEOUT = 1.0  # drainhook's default read timeout
+DEADLINE = GRACE - EXIT_RESERVE  # D
+
+KILL_AFTER_TERM = 2.0  # the kubelet never sends SIGKILL sooner than 2 s after SIGTERM
+ROUTER_LAG = 2.0  # the router sends new requests this long after the delete
+WARMUP = 4.0  # traffic starts this long before the delete, so the engine is busy at t=0
+TOKEN_TICK = 0.1  # one streamed event per tick
+VLLM_EXIT = 1.0  # vLLM's own exit after SIGTERM (abort, free the GPU)
+SGLANG_EXIT = 1.0  # SGLang's exit once its drain is done
+SGLANG_NOTICE = 5.0  # SGLang's SIGTERM watchdog sleeps 5 s between looks at the flag
+SGLANG_PD_EXIT = 20.0  # an SGLang prefill/decode server exits about 20 s after SIGTERM
+SGLANG_IDLE_LAG = 30.0  # worst case of "SGLang's idle gauges lag up to 30 s"
+SGLANG_LOG_INTERVAL = 1.0  # SGLang refreshes its gauges about once a second while busy
+
+DEFAULT_SCALE = 0.5
+
+
+@dataclass(frozen=True)
+class Scale:
+    """`--scale F`: turns real seconds into the seconds a cell actually runs."""
+
+    factor: float = DEFAULT_SCALE
+
+    def __call__(self, seconds: float) -> float:
+        return seconds * self.factor
+
+    def real(self, measured: float) -> float:
+        """A measured duration, back in real seconds."""
+        return measured / self.factor
+
+    def flag(self, seconds: float) -> str:
+        """A scaled duration as a command-line value."""
+        return f"{seconds * self.factor:.6g}"
