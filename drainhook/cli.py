@@ -113,13 +113,16 @@ def _option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
 def _reach_options(f: F) -> F:
     """The options that say where and how to read: shared by wait and probe."""
     options = [
-        _option("--url", help="Metrics URL (http or https); instead of the four below."),
+        _option("--url", multiple=True,
+                help="Metrics URL (http or https); instead of the four below. Repeat it "
+                "to read several API servers and sum them (env: space-separated)."),
         _option("--scheme", type=click.Choice(["http", "https"]), default=DEFAULT_SCHEME,
                 show_default=True, help="Scheme of the metrics listener."),
         _option("--host", default=DEFAULT_HOST, show_default=True,
                 help="Host of the metrics listener (loopback unless --allow-remote)."),
-        _option("--port", type=click.IntRange(1, 65535),
-                help="Port of the metrics listener  [default: 8000; 30000 with --engine sglang]"),
+        _option("--port", type=click.IntRange(1, 65535), multiple=True,
+                help="Port of the metrics listener; repeat it to read several and sum them  "
+                "[default: 8000; 30000 with --engine sglang]"),
         _option("--path", default=DEFAULT_PATH, show_default=True, help="Metrics path."),
         _option("--annotations", type=click.Path(dir_okay=False, path_type=Path),
                 help="Downward-API annotations file; prometheus.io/scheme|port|path name "
@@ -148,10 +151,10 @@ def _explicit(ctx: click.Context, name: str) -> bool:
     return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
-def _target(ctx: click.Context, params: dict[str, typing.Any]) -> Target:
-    """The target from --url, or the parts, or the annotations file, or defaults."""
+def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target, ...]:
+    """The targets from --url, or the parts, or the annotations file, or defaults."""
     parts = ("scheme", "host", "port", "path")
-    if params["url"] is not None:
+    if params["url"]:
         # A URL and its parts conflict only when given at the same level: a
         # command-line flag beats the environment, whichever form each has.
         level = ctx.get_parameter_source("url")
@@ -159,34 +162,36 @@ def _target(ctx: click.Context, params: dict[str, typing.Any]) -> Target:
         if given:
             raise ConfigError(f"--url cannot be combined with {', '.join(given)}")
         if not any(ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE for p in parts):
-            return parse_url(params["url"])
+            return tuple(parse_url(url) for url in params["url"])
     found: dict[str, str] = {}
     if params["annotations"] is not None:
         found = read_annotations(params["annotations"])
     scheme = params["scheme"] if _explicit(ctx, "scheme") else found.get("scheme", DEFAULT_SCHEME)
     path = params["path"] if _explicit(ctx, "path") else found.get("path", DEFAULT_PATH)
-    if params["port"] is not None:
-        port = params["port"]
+    if params["port"]:
+        ports = tuple(params["port"])
     elif "port" in found:
         try:
-            port = int(found["port"])
+            ports = (int(found["port"]),)
         except ValueError:
             raise ConfigError(
                 f"annotation prometheus.io/port is not a port: {found['port'][:40]!r}"
             ) from None
     else:
-        engine = params["engine"]
-        port = BY_NAME[engine].default_port if engine in BY_NAME else BY_NAME["vllm"].default_port
+        ports = ((BY_NAME.get(params["engine"]) or BY_NAME["vllm"]).default_port,)
     if scheme.lower() not in ("http", "https"):
         raise ConfigError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"port {port} is out of range")
-    return parse_url(build_url(scheme.lower(), params["host"], port, path))
+    for port in ports:
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"port {port} is out of range")
+    return tuple(parse_url(build_url(scheme.lower(), params["host"], port, path)) for port in ports)
 
 
 def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
+    first, *more = _targets(ctx, params)
     reach = Reach(
-        target=_target(ctx, params),
+        target=first,
+        more=tuple(more),
         engine=params["engine"],
         max_body=params["max_body"],
         read_timeout=params["read_timeout"],
@@ -200,16 +205,22 @@ def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
 
 
 def _reader(reach: Reach) -> typing.Any:
+    """A Reader for one target; a Round over one Reader per target for several."""
     from drainhook.read import Reader
+    from drainhook.rounds import Round
     from drainhook.target import ssl_context
 
-    return Reader(
-        reach.target,
-        engine=reach.engine,
-        max_body=reach.max_body,
-        ssl_context=ssl_context(reach.target, reach.cacert, reach.insecure),
-        tls_server_name=reach.tls_server_name,
-    )
+    readers = [
+        Reader(
+            target,
+            engine=reach.engine,
+            max_body=reach.max_body,
+            ssl_context=ssl_context(target, reach.cacert, reach.insecure),
+            tls_server_name=reach.tls_server_name,
+        )
+        for target in reach.targets
+    ]
+    return readers[0] if len(readers) == 1 else Round(readers)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -346,7 +357,7 @@ def run_wait(config: WaitConfig, t0: float) -> int:
     finally:
         signals.disarm()
     code = exit_code(result, config.exit_zero)
-    log.summary(result, code, config.reach.target.display, config.deadline)
+    log.summary(result, code, config.reach.display, config.deadline)
     log.close()
     if reader is not None:
         reader.close()
@@ -384,7 +395,7 @@ def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
     finally:
         reader.close()
     out = probe_json if as_json else probe_text
-    click.echo(out(reading, reach.target.display))
+    click.echo(out(reading, reach.display))
     return PROBE_EXIT[reading.verdict]
 
 

@@ -36,6 +36,7 @@ class Reach:
 
     target: Target
     engine: str = "auto"
+    more: tuple[Target, ...] = ()  # further targets, read and summed with the first
     max_body: int = DEFAULT_MAX_BODY
     read_timeout: float = DEFAULT_READ_TIMEOUT
     cacert: Path | None = None
@@ -43,12 +44,25 @@ class Reach:
     insecure: bool = False
     allow_remote: bool = False
 
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return (self.target, *self.more)
+
+    @property
+    def display(self) -> str:
+        """The targets as shown (no userinfo), comma-separated."""
+        return ",".join(t.display for t in self.targets)
+
     def check(self) -> None:
-        if not self.target.is_loopback and not self.allow_remote:
-            raise ConfigError(
-                f"{self.target.display} is not a loopback address; a read through a "
-                "Service lands on whichever replica answers (use --allow-remote to override)"
-            )
+        for target in self.targets:
+            if not target.is_loopback and not self.allow_remote:
+                raise ConfigError(
+                    f"{target.display} is not a loopback address; a read through a Service "
+                    "lands on whichever replica answers (use --allow-remote to override)"
+                )
+        shown = [t.display for t in self.targets]
+        if len(set(shown)) != len(shown):
+            raise ConfigError("a target is given twice: it would be counted twice")
         if self.max_body < 1:
             raise ConfigError("--max-body must be at least 1 byte")
         _positive("--read-timeout", self.read_timeout)

@@ -234,20 +234,62 @@ def scan(
 
     if pinned is None and len(seen) != 1:
         what = "no vllm or sglang request gauges" if not seen else "both vllm and sglang gauges"
-        return Scan(Verdict.UNKNOWN, None, None, (), what)
+        warning = NO_GAUGES_WARNING if not seen else ()
+        return Scan(Verdict.UNKNOWN, None, None, (), what, warning)
     chosen = pinned or BY_NAME[seen.pop()]
     series = tuple(kept[chosen.name].values())
+    warnings = _warnings(body, pinned, series, sampled)
     if problem is None:
         missing = [n for n in chosen.required if n not in sampled]
         if missing:
             problem = f"required gauge missing: {', '.join(missing)}"
     if problem is not None:
-        return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem)
+        return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem, warnings)
     try:
         total = math.fsum(s.value for s in series)
     except OverflowError:  # finite samples (1e308 each) whose sum is not
         total = math.inf
     if math.isinf(total):
-        return Scan(Verdict.UNKNOWN, chosen.name, None, series, "counted total is not finite")
+        reason = "counted total is not finite"
+        return Scan(Verdict.UNKNOWN, chosen.name, None, series, reason, warnings)
     verdict = Verdict.BUSY if total > 0 else Verdict.IDLE
-    return Scan(verdict, chosen.name, total, series)
+    return Scan(verdict, chosen.name, total, series, None, warnings)
+
+
+NO_GAUGES_WARNING = (
+    "no engine request gauges at all: a wrong port, or a routing proxy's listener, "
+    "not the engine's",
+)
+
+
+def _warnings(
+    body: bytes | bytearray | mmap.mmap,
+    pinned: Engine | None,
+    series: tuple[Series, ...],
+    sampled: set[str],
+) -> tuple[str, ...]:
+    """Shapes that usually mean trouble, for `probe` to show."""
+    found: list[str] = []
+    models = sorted({v for s in series for k, v in s.labels if k == "model_name"})
+    if len(models) > 1:
+        # PROMETHEUS_MULTIPROC_DIR reused across restarts keeps the dead run's
+        # series (vLLM and SGLang both aggregate the whole directory).
+        shown = ", ".join(models[:4]) + (", ..." if len(models) > 4 else "")
+        found.append(
+            f"several model_name values ({shown}): a reused PROMETHEUS_MULTIPROC_DIR keeps "
+            "a dead run's series, which can hold the hook to the deadline"
+        )
+    if pinned is not None and not sampled:
+        others = [
+            e.name
+            for e in ENGINES
+            if e is not pinned and any(body.find(n) >= 0 for n in _NEEDLES[e.name])
+        ]
+        if others:
+            found.append(
+                f"--engine {pinned.name} does not match the body, which has "
+                f"{' and '.join(others)} gauges"
+            )
+        else:
+            found.extend(NO_GAUGES_WARNING)
+    return tuple(found)

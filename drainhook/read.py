@@ -308,6 +308,11 @@ class Reader:
             trust_env=False,  # no proxy, no .netrc: a loopback read goes straight there
         )
 
+    @property
+    def name(self) -> str:
+        """The target as shown: its URL without userinfo."""
+        return self.target.display
+
     def close(self) -> None:
         self._client.close()
 

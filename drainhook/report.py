@@ -57,6 +57,7 @@ class Log:
         self._quiet = quiet
         self._stream = stream if stream is not None else sys.stderr
         self._fd: int | None = None
+        self._warned: set[str] = set()
 
     def open_file(self, path: Path) -> None:
         """Also write to path; say so on stderr and go on if it cannot be opened.
@@ -98,8 +99,22 @@ class Log:
                 f"drainhook t={t:.3f} read={n} verdict={reading.verdict.value} "
                 f"in_flight={_number(reading.in_flight)} read_ms={reading.read_ms:.1f}"
             )
+            if reading.parts:
+                answering = sum(1 for _, r in reading.parts if r.verdict.value != "unreachable")
+                line += f" targets={len(reading.parts)} answering={answering}"
             if reading.reason:
                 line += f" reason={_quote(reading.reason)}"
+        self._emit(line, summary=False)
+        for warning in reading.warnings:
+            if warning not in self._warned:  # each warning once per hook
+                self._warned.add(warning)
+                self.warning(warning)
+
+    def warning(self, text: str) -> None:
+        if self._fmt == "json":
+            line = json.dumps({"event": "warning", "warning": text})
+        else:
+            line = f"drainhook warning={_quote(text)}"
         self._emit(line, summary=False)
 
     def summary(self, result: Result, exit_code: int, target: str, deadline: float) -> None:
@@ -159,8 +174,22 @@ def probe_json(reading: Reading, target: str) -> str:
                 {"name": s.name, "labels": dict(s.labels), "value": s.value} for s in reading.series
             ],
             "read_ms": round(reading.read_ms, 3),
+            "warnings": list(reading.warnings),
+            **({"targets": [_part_json(n, r) for n, r in reading.parts]} if reading.parts else {}),
         }
     )
+
+
+def _part_json(name: str, reading: Reading) -> dict[str, object]:
+    counted = reading.verdict.value in ("idle", "busy")
+    return {
+        "target": name,
+        "engine": reading.engine,
+        "verdict": reading.verdict.value,
+        "reason": None if counted else reading.reason,
+        "in_flight": reading.in_flight if counted else None,
+        "read_ms": round(reading.read_ms, 3),
+    }
 
 
 def probe_text(reading: Reading, target: str) -> str:
@@ -177,4 +206,12 @@ def probe_text(reading: Reading, target: str) -> str:
     lines = [f"{k:<10} {v}" for k, v in rows]
     width = max((len(series_text(s)) for s in reading.series), default=0)
     lines += [f"  {series_text(s):<{width}}  {_number(s.value)}" for s in reading.series]
+    if reading.parts:
+        lines.append(f"targets    {len(reading.parts)}")
+        for name, part in reading.parts:
+            lines.append(
+                f"  {name}  {part.verdict.value}  in_flight={_number(part.in_flight)}"
+                f"  read_ms={part.read_ms:.1f}  reason={_quote(part.reason)}"
+            )
+    lines += [f"warning    {w}" for w in reading.warnings]
     return "\n".join(lines)

@@ -36,6 +36,7 @@ class Scan:
     in_flight: float | None
     series: tuple[Series, ...] = ()
     reason: str | None = None
+    warnings: tuple[str, ...] = ()  # shapes that usually mean trouble (shown by probe)
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,21 @@ class Reading:
     series: tuple[Series, ...]
     reason: str | None
     read_ms: float
+    warnings: tuple[str, ...] = ()
+    # With several targets: each target's own reading, by its display URL.
+    parts: tuple[tuple[str, Reading], ...] = ()
 
     @classmethod
     def from_scan(cls, scan: Scan, read_ms: float) -> Reading:
-        return cls(scan.verdict, scan.engine, scan.in_flight, scan.series, scan.reason, read_ms)
+        return cls(
+            scan.verdict,
+            scan.engine,
+            scan.in_flight,
+            scan.series,
+            scan.reason,
+            read_ms,
+            scan.warnings,
+        )
 
     @classmethod
     def failed(cls, verdict: Verdict, reason: str, read_ms: float) -> Reading:

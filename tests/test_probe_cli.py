@@ -17,7 +17,11 @@ pytestmark = pytest.mark.slow
 
 EXPECTED: dict[str, dict[str, Any]] = json.loads((SAMPLES / "expected.json").read_text())
 PROBE_EXIT = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
-JSON_KEYS = {"schema", "target", "engine", "verdict", "reason", "in_flight", "series", "read_ms"}
+# CONTRACT §4's fields, and `warnings` (shapes that usually mean trouble; a list,
+# often empty); `targets` is added only when several targets are read.
+JSON_KEYS = {
+    "schema", "target", "engine", "verdict", "reason", "in_flight", "series", "read_ms", "warnings",
+}  # fmt: skip
 COUNTED_PREFIXES = ("vllm:num_requests_", "sglang:num_")
 
 
