@@ -10,6 +10,7 @@ DRAINHOOK_BINARY names it (scripts/test sets it after scripts/build-binary).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -91,3 +92,19 @@ def hook(entry: list[str]) -> Hook:
         return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
 
     return run
+
+
+def netns() -> list[str] | None:
+    """The command prefix that runs a process in an empty network namespace, if any:
+    as root, or else inside a user namespace of its own (`-r`). Nothing started
+    under it can reach past its own loopback, even if a check under test broke."""
+    if shutil.which("unshare") is None:
+        return None
+    for prefix in (["unshare", "-n"], ["unshare", "-r", "-n"]):
+        try:
+            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return prefix
+    return None

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from tests.conftest import Hook, Run, base_env
+from tests.conftest import Hook, Run, base_env, netns
 from tests.loopback import Loopback, route, sample, serve
 
 pytestmark = pytest.mark.slow
@@ -129,22 +129,7 @@ def test_a_usage_error_from_the_environment_is_one_line(hook: Hook) -> None:
 # ---- the loopback rule, proved in an empty network namespace ---------------------
 
 
-def _unshare() -> list[str] | None:
-    """The command prefix that runs a process in an empty network namespace, if any:
-    as root, or else inside a user namespace of its own (`-r`)."""
-    if shutil.which("unshare") is None:
-        return None
-    for prefix in (["unshare", "-n"], ["unshare", "-r", "-n"]):
-        try:
-            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            return prefix
-    return None
-
-
-UNSHARE = _unshare() or []
+UNSHARE = netns() or []
 needs_netns = pytest.mark.skipif(
     not UNSHARE,
     reason="no empty network namespace (`unshare -n`) can be made here, and a non-loopback "

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import base_env
+from tests.conftest import base_env, netns
 from tests.loopback import (
     Behaviour,
     Heard,
@@ -160,20 +160,6 @@ def test_userinfo_never_shown_in_a_usage_error(entry: list[str], name: str, how:
     assert shown.code == 2, shown.text
     assert len(shown.text.splitlines()) == 1, shown.text
     shown.assert_no_secret()
-
-
-def netns() -> list[str] | None:
-    """A prefix that runs a command in an empty network namespace, if any."""
-    if shutil.which("unshare") is None:
-        return None
-    for prefix in (["unshare", "-n"], ["unshare", "-r", "-n"]):
-        try:
-            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            return prefix
-    return None
 
 
 NETNS = netns()
