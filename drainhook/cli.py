@@ -6,6 +6,7 @@ explicit flags (command line or environment) win over `--annotations`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 import sys
@@ -31,6 +32,7 @@ from drainhook.config import (
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SCHEME,
     DEFAULT_SETTLE,
+    LOADS_PATH,
     ConfigError,
     Reach,
     WaitConfig,
@@ -140,6 +142,14 @@ def _reach_options(f: F) -> F:
                 help="Read a remote https listener without verifying it."),
         _option("--allow-remote", is_flag=True,
                 help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost)."),
+        _option("--source", type=click.Choice(["metrics", "loads", "both"]), default="metrics",
+                show_default=True,
+                help="What to read: the engine's /metrics, or SGLang's /v1/loads (JSON, "
+                "live queue counts; default path /v1/loads, engine sglang). `both`: probe only, "
+                "the two side by side."),
+        _option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
+                help="Send the key in this file as `Authorization: Bearer` (SGLang's "
+                "--api-key guards /v1/loads)."),
     ]  # fmt: skip
     for option in reversed(options):
         f = option(f)
@@ -167,7 +177,12 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
     if params["annotations"] is not None:
         found = read_annotations(params["annotations"])
     scheme = params["scheme"] if _explicit(ctx, "scheme") else found.get("scheme", DEFAULT_SCHEME)
-    path = params["path"] if _explicit(ctx, "path") else found.get("path", DEFAULT_PATH)
+    if _explicit(ctx, "path"):
+        path = params["path"]
+    elif params["source"] == "loads":
+        path = LOADS_PATH  # the annotations' path names /metrics, not /v1/loads
+    else:
+        path = found.get("path", DEFAULT_PATH)
     if params["port"]:
         ports = tuple(params["port"])
     elif "port" in found:
@@ -178,7 +193,8 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
                 f"annotation prometheus.io/port is not a port: {found['port'][:40]!r}"
             ) from None
     else:
-        ports = ((BY_NAME.get(params["engine"]) or BY_NAME["vllm"]).default_port,)
+        engine = "sglang" if params["source"] != "metrics" else params["engine"]
+        ports = ((BY_NAME.get(engine) or BY_NAME["vllm"]).default_port,)
     if scheme.lower() not in ("http", "https"):
         raise ConfigError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
     for port in ports:
@@ -189,10 +205,21 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
 
 def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
     first, *more = _targets(ctx, params)
+    source = params["source"]
+    engine = params["engine"]
+    if source != "metrics" and engine == "auto":
+        engine = "sglang"  # /v1/loads is SGLang's
+    api_key = None
+    if params["api_key_file"] is not None:
+        from drainhook.auth import read_api_key
+
+        api_key = read_api_key(params["api_key_file"])
     reach = Reach(
         target=first,
         more=tuple(more),
-        engine=params["engine"],
+        source=source,
+        api_key=api_key,
+        engine=engine,
         max_body=params["max_body"],
         read_timeout=params["read_timeout"],
         cacert=params["cacert"],
@@ -217,6 +244,8 @@ def _reader(reach: Reach) -> typing.Any:
             max_body=reach.max_body,
             ssl_context=ssl_context(target, reach.cacert, reach.insecure),
             tls_server_name=reach.tls_server_name,
+            source=reach.source,
+            api_key=reach.api_key,
         )
         for target in reach.targets
     ]
@@ -386,17 +415,38 @@ def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
 
     Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.
     """
-    from drainhook.report import probe_json, probe_text
+    from drainhook.report import probe_both, probe_json, probe_text
 
     reach = _reach(ctx, params)
-    reader = _reader(reach)
-    try:
-        reading = reader.read(reach.read_timeout)
-    finally:
-        reader.close()
+    if reach.source == "both":
+        # /metrics as the flags name it, and /v1/loads on the same listeners.
+        metrics = dataclasses.replace(reach, source="metrics")
+        loads = dataclasses.replace(
+            reach,
+            source="loads",
+            target=_with_path(reach.target, LOADS_PATH),
+            more=tuple(_with_path(t, LOADS_PATH) for t in reach.more),
+        )
+        pair = (_probe_read(metrics), _probe_read(loads))
+        click.echo(probe_both(pair, (metrics.display, loads.display), as_json))
+        return PROBE_EXIT[pair[0].verdict]
+    reading = _probe_read(reach)
     out = probe_json if as_json else probe_text
     click.echo(out(reading, reach.display))
     return PROBE_EXIT[reading.verdict]
+
+
+def _with_path(target: Target, path: str) -> Target:
+    url = build_url(target.scheme, target.host, target.port, path)
+    return dataclasses.replace(target, path=path, url=url)
+
+
+def _probe_read(reach: Reach) -> typing.Any:
+    reader = _reader(reach)
+    try:
+        return reader.read(reach.read_timeout)
+    finally:
+        reader.close()
 
 
 @cli.command()

@@ -7,7 +7,7 @@ file; nothing below the CLI reads any of those.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from drainhook.drain import Timeline
@@ -24,6 +24,7 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_SCHEME = "http"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/metrics"
+LOADS_PATH = "/v1/loads"  # SGLang's per-DP-rank load report (--source loads)
 
 
 class ConfigError(ValueError):
@@ -37,6 +38,8 @@ class Reach:
     target: Target
     engine: str = "auto"
     more: tuple[Target, ...] = ()  # further targets, read and summed with the first
+    source: str = "metrics"  # or "loads": SGLang's GET /v1/loads (JSON)
+    api_key: str | None = field(default=None, repr=False)  # never shown
     max_body: int = DEFAULT_MAX_BODY
     read_timeout: float = DEFAULT_READ_TIMEOUT
     cacert: Path | None = None
@@ -60,6 +63,8 @@ class Reach:
                     f"{target.display} is not a loopback address; a read through a Service "
                     "lands on whichever replica answers (use --allow-remote to override)"
                 )
+        if self.source == "loads" and self.engine == "vllm":
+            raise ConfigError("--source loads is SGLang's /v1/loads: it cannot read vLLM")
         shown = [t.display for t in self.targets]
         if len(set(shown)) != len(shown):
             raise ConfigError("a target is given twice: it would be counted twice")
@@ -104,6 +109,8 @@ class WaitConfig:
         )
 
     def check(self) -> None:
+        if self.reach.source == "both":
+            raise ConfigError("--source both is for probe: wait reads one source")
         self.reach.check()
         for flag, value in (
             ("--grace", self.grace),

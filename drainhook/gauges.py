@@ -9,6 +9,21 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class LoadsField:
+    """One counted number of a `/v1/loads` rank entry (`--source loads`): its path
+    in the entry's JSON object, and the /metrics gauge it stands for."""
+
+    path: tuple[str, ...]
+    gauge: str
+    required: bool = False
+
+    @property
+    def name(self) -> str:
+        """The series name: the path, dotted (`disaggregation.prefill_inflight_queue_reqs`)."""
+        return ".".join(self.path)
+
+
+@dataclass(frozen=True)
 class Engine:
     """One engine's counted gauges, by canonical name (with `:`)."""
 
@@ -17,6 +32,7 @@ class Engine:
     default_port: int
     required: tuple[str, ...]
     optional: tuple[str, ...] = ()
+    loads_fields: tuple[LoadsField, ...] = ()  # empty: the engine serves no /v1/loads
 
     @property
     def counted(self) -> tuple[str, ...]:
@@ -48,6 +64,22 @@ ENGINES: tuple[Engine, ...] = (
             "sglang:num_prefill_inflight_queue_reqs",
             "sglang:num_decode_prealloc_queue_reqs",
             "sglang:num_decode_transfer_queue_reqs",
+        ),
+        # GET /v1/loads (SGLang PR #16976, January 2026; docs/engines.md), read live from
+        # the scheduler's queues, not from the stats /metrics republishes.
+        # num_waiting_reqs already holds the waiting queue plus the prefill
+        # bootstrap queue, or the decode prealloc, transfer and retracted
+        # queues: `disaggregation.*` copies of those are not counted again.
+        # `queues.waiting` is a subset, `queues.paused`/`retracted` are
+        # per-interval event counts, `num_total_reqs`/`aggregate` are sums.
+        loads_fields=(
+            LoadsField(("num_running_reqs",), "sglang:num_running_reqs", required=True),
+            LoadsField(("num_waiting_reqs",), "sglang:num_queue_reqs", required=True),
+            LoadsField(("queues", "grammar"), "sglang:num_grammar_queue_reqs"),
+            LoadsField(
+                ("disaggregation", "prefill_inflight_queue_reqs"),
+                "sglang:num_prefill_inflight_queue_reqs",
+            ),
         ),
     ),
 )

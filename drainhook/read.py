@@ -36,6 +36,7 @@ import httpcore
 import httpx
 
 from drainhook.exposition import scan
+from drainhook.loads import scan_loads
 from drainhook.target import Target
 from drainhook.verdict import Reading, Verdict
 
@@ -283,20 +284,25 @@ class Reader:
         max_body: int = 16 * 1024 * 1024,
         ssl_context: ssl.SSLContext | None = None,
         tls_server_name: str | None = None,
+        source: str = "metrics",
+        api_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.target = target
         self._engine = engine
         self._max_body = max_body
+        self._source = source
         self._clock = clock
         self._deadline = _Deadline()
         host_header = target.host if ":" not in target.host else f"[{target.host}]"
         self._headers = {
-            "Accept": ACCEPT,
+            "Accept": ACCEPT if source == "metrics" else "application/json",
             "Accept-Encoding": "identity",
             "User-Agent": USER_AGENT,
             "Host": f"{host_header}:{target.port}",
         }
+        if api_key is not None:
+            self._headers["Authorization"] = f"Bearer {api_key}"
         self._extensions: dict[str, typing.Any] = {}
         if target.scheme == "https":
             # The name sent as SNI and verified: `localhost` stays `localhost`
@@ -325,9 +331,17 @@ class Reader:
             failed = self._fetch(timeout, body)
             if failed is None:
                 # The scan is part of the read: it ends by the read's deadline too.
-                found = scan(
-                    body.contents(), self._engine, until=self._deadline.at, clock=time.monotonic
-                )
+                if self._source == "loads":
+                    found = scan_loads(
+                        body.contents(), until=self._deadline.at, clock=time.monotonic
+                    )
+                else:
+                    found = scan(
+                        body.contents(),
+                        self._engine,
+                        until=self._deadline.at,
+                        clock=time.monotonic,
+                    )
                 return Reading.from_scan(found, self._ms_since(start))
         except Exception as exc:
             failed = classify(exc)

@@ -215,3 +215,28 @@ def probe_text(reading: Reading, target: str) -> str:
             )
     lines += [f"warning    {w}" for w in reading.warnings]
     return "\n".join(lines)
+
+
+def probe_both(readings: tuple[Reading, Reading], targets: tuple[str, str], as_json: bool) -> str:
+    """`probe --source both`: /metrics and /v1/loads read one after the other, side by side.
+
+    JSON: the /metrics object of `probe --json`, plus `loads`, the same object for
+    /v1/loads. Text: one row per source, then each source's own block.
+    """
+    metrics, loads = readings
+    if as_json:
+        whole = json.loads(probe_json(metrics, targets[0]))
+        whole["loads"] = json.loads(probe_json(loads, targets[1]))
+        return json.dumps(whole)
+    rows = [("source", "verdict", "in_flight", "read_ms", "reason")]
+    for name, r in zip(("metrics", "loads"), readings, strict=True):
+        rows.append(
+            (name, r.verdict.value, _number(r.in_flight), f"{r.read_ms:.1f}", r.reason or "-")
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    table = [
+        "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+        for row in rows
+    ]
+    blocks = [probe_text(r, t) for r, t in zip(readings, targets, strict=True)]
+    return "\n\n".join(["\n".join(table), *blocks])

@@ -158,10 +158,17 @@ def _read_file(path: Path, cap: int, what: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise TargetError(f"cannot read {what} {path}: {exc.strerror}") from None
+    # Checked before fdopen, which raises IsADirectoryError for a directory.
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError as exc:
+        os.close(fd)
+        raise TargetError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not regular:
+        os.close(fd)
+        raise TargetError(f"cannot read {what} {path}: not a regular file")
     with os.fdopen(fd, "rb") as f:
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise TargetError(f"cannot read {what} {path}: not a regular file")
             data = f.read(cap + 1)
         except OSError as exc:
             raise TargetError(f"cannot read {what} {path}: {exc.strerror}") from None

@@ -1,0 +1,163 @@
+"""SGLang's `GET /v1/loads` body (JSON) to a verdict, with the rules of CONTRACT §2.
+
+Why a second source: while idle, SGLang republishes its scheduler gauges only
+every 30 s, so /metrics can show a stale non-zero count until the deadline;
+/v1/loads counts the scheduler's queues when it is asked. The body, one entry
+per DP rank (docs/engines.md has the versions and the exact shape):
+
+    {"timestamp": "...", "version": "0.5.x", "loads": [
+        {"dp_rank": 0, "num_running_reqs": 5, "num_waiting_reqs": 2, ...,
+         "disaggregation": {"prefill_inflight_queue_reqs": 0, ...},
+         "queues": {"grammar": 0, ...}}, ...], ...}
+
+A bare list of rank entries is read the same way. Which numbers count is
+`Engine.loads_fields` in gauges.py; every rank's are summed. A body is from a
+process the hook does not control: at most MAX_RANKS entries are read, and
+nothing it holds (NaN, a string, a deep nest, a huge integer) raises here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import time
+from collections.abc import Callable
+from typing import Any
+
+from drainhook.gauges import BY_NAME, LoadsField
+from drainhook.verdict import Scan, Series, Verdict
+
+ENGINE = BY_NAME["sglang"]
+# The largest DP deployments have tens of ranks; a body listing more than this
+# is not an engine's, and is refused before its entries are read.
+MAX_RANKS = 4096
+# Values in the whole body, counted as its commas before it is parsed: parsing
+# builds every value first, and a 16 MiB body of `0,0,0,...` would cost some
+# 300 MB of objects. A real body (64 ranks, every section, 64 decode windows
+# each) holds under 200,000.
+MAX_VALUES = 1_000_000
+# json.loads cannot be interrupted: a body is parsed only when the time left
+# before the read's deadline covers it at this rate (measured: about 40 ms a
+# MiB on two cores; twice that for margin), and never more than MAX_BYTES.
+PARSE_SECONDS_PER_MIB = 0.08
+MAX_BYTES = 4 * 1024 * 1024
+DP_RANK_LABEL = "dp_rank"
+_MAX_LABEL = 64  # characters of a dp_rank value kept as a label
+
+
+class _Malformed(ValueError):
+    """A rank entry that cannot be counted; its message is the reason."""
+
+
+def _number(entry: dict[str, Any], field: LoadsField) -> float | None:
+    """The field's value in one rank entry: None when absent (and not required)."""
+    node: Any = entry
+    for i, key in enumerate(field.path):
+        if not isinstance(node, dict):
+            where = ".".join(field.path[:i]) or "rank entry"
+            raise _Malformed(f"{where} is not an object")
+        if key not in node or node[key] is None:
+            if field.required:
+                raise _Malformed(f"required field missing: {field.name}")
+            return None
+        node = node[key]
+    # bool is an int to Python; `true` is not a count.
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise _Malformed(f"{field.name} is not a number")
+    try:
+        value = float(node)
+    except OverflowError:  # an integer of hundreds of digits
+        value = math.inf
+    if math.isnan(value) or math.isinf(value):
+        raise _Malformed(f"{field.name} is {value}")
+    if value < 0:
+        raise _Malformed(f"{field.name} is negative ({value:g})")
+    return value
+
+
+def _rank_label(entry: dict[str, Any], index: int) -> str:
+    """The entry's dp_rank as written, or its position when it has none usable.
+
+    Integers were parsed as floats (see `_parse`): 3.0 is written back as 3.
+    """
+    rank = entry.get(DP_RANK_LABEL)
+    if isinstance(rank, str):
+        return rank[:_MAX_LABEL]
+    if isinstance(rank, float) and rank.is_integer() and abs(rank) < 2**53:
+        return str(int(rank))
+    return str(index)
+
+
+def _ranks(document: Any) -> list[Any]:
+    if isinstance(document, dict):
+        loads = document.get("loads")
+        if not isinstance(loads, list):
+            raise _Malformed("no loads list in the body")
+        return loads
+    if isinstance(document, list):
+        return document
+    raise _Malformed(f"body is a JSON {type(document).__name__}, not an object or a list")
+
+
+def _parse(body: bytes | bytearray | memoryview | mmap.mmap) -> Any:
+    if len(body) > MAX_BYTES:
+        # Parsed in one json.loads call, which no deadline can interrupt.
+        raise _Malformed(f"body over {MAX_BYTES // 1024 // 1024} MiB: not a load report")
+    data = bytes(body)
+    if data.count(b",") >= MAX_VALUES:
+        raise _Malformed(f"more than {MAX_VALUES} JSON values")
+    try:
+        # Integers as floats: a 100,000-digit integer is then inf (refused
+        # below) instead of a ValueError from the digit limit, or a slow int.
+        return json.loads(data, parse_int=float)
+    except RecursionError:  # [[[[... nested past the interpreter's stack
+        raise _Malformed("JSON nested too deep") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise _Malformed(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
+
+
+def scan_loads(
+    body: bytes | bytearray | memoryview | mmap.mmap,
+    *,
+    until: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Scan:
+    """The verdict of a 2xx /v1/loads body: idle, busy or unknown (with a reason).
+
+    `until`, on `clock`'s scale, is when the read must be over: a body whose
+    parse would not end by then is unknown, as a server too slow to send it is.
+    """
+    if until is not None:
+        parse = len(body) / (1024 * 1024) * PARSE_SECONDS_PER_MIB
+        if clock() + parse > until:
+            reason = "read timed out: no time left to parse the body before the deadline"
+            return Scan(Verdict.UNKNOWN, ENGINE.name, None, (), reason)
+    fields = ENGINE.loads_fields
+    try:
+        ranks = _ranks(_parse(body))
+        if not ranks:
+            raise _Malformed("loads list is empty (no DP rank answered)")
+        if len(ranks) > MAX_RANKS:
+            raise _Malformed(f"more than {MAX_RANKS} rank entries")
+        series: list[Series] = []
+        for index, entry in enumerate(ranks):
+            if not isinstance(entry, dict):
+                raise _Malformed(f"rank entry {index} is not an object")
+            labels = ((DP_RANK_LABEL, _rank_label(entry, index)),)
+            for field in fields:
+                value = _number(entry, field)
+                if value is not None:
+                    series.append(Series(field.name, labels, value))
+    except _Malformed as exc:
+        return Scan(Verdict.UNKNOWN, ENGINE.name, None, (), str(exc))
+    try:
+        total = math.fsum(s.value for s in series)
+    except OverflowError:
+        total = math.inf
+    if math.isinf(total):  # finite values (1e308 each) whose sum is not
+        return Scan(
+            Verdict.UNKNOWN, ENGINE.name, None, tuple(series), "counted total is not finite"
+        )
+    verdict = Verdict.BUSY if total > 0 else Verdict.IDLE
+    return Scan(verdict, ENGINE.name, total, tuple(series))
