@@ -20,8 +20,6 @@ seeded with the same bodies, when the `atheris` package is installed.
 
 from __future__ import annotations
 
-import json
-import math
 import random
 import sys
 import time
@@ -32,64 +30,9 @@ from _bench import load_note, parser, write_json
 
 from drainhook.exposition import scan
 from drainhook.loads import scan_loads
-from drainhook.verdict import Scan, Verdict
+from drainhook.verdict import Scan
+from tests.fuzzing import CORRUPTIONS, LOADS, check
 from tests.loopback import SAMPLES
-
-CORRUPTIONS = (
-    b"NaN",
-    b"-1",
-    b"+Inf",
-    b"1e309",
-    b'"',
-    b"\\",
-    b"{",
-    b"}",
-    b",",
-    b"=",
-    b"\x00",
-    b"\xff",
-    b"\r",
-    b"#",
-    b" ",
-    b"[",
-    b"]",
-    b"null",
-    b"true",
-    b"vllm:num_requests_running",
-    b"sglang_num_queue_reqs",
-    b'priority="1"',
-    b'tp_rank="9"',
-    b'"num_waiting_reqs": ',
-)
-LOADS = json.dumps(
-    {
-        "timestamp": "2026-01-12T10:30:00+00:00",
-        "version": "0.5.8",
-        "dp_rank_count": 2,
-        "loads": [
-            {
-                "dp_rank": r,
-                "num_running_reqs": 2 * r,
-                "num_waiting_reqs": 1,
-                "disaggregation": {"mode": "prefill", "prefill_inflight_queue_reqs": r},
-                "queues": {"waiting": 1, "grammar": 0, "paused": 0, "retracted": 0},
-                "num_total_reqs": 2 * r + 1,
-            }
-            for r in range(2)
-        ],
-    }
-).encode()
-
-
-def check(got: Scan) -> None:
-    """Raise AssertionError when a verdict breaks its promises."""
-    assert got.verdict in (Verdict.IDLE, Verdict.BUSY, Verdict.UNKNOWN), got.verdict
-    if got.verdict is Verdict.UNKNOWN:
-        assert got.in_flight is None and got.reason and "\n" not in got.reason, got
-    else:
-        assert got.reason is None and got.in_flight is not None, got
-        assert got.in_flight == math.fsum(s.value for s in got.series), got
-        assert (got.in_flight == 0) == (got.verdict is Verdict.IDLE), got
 
 
 def mutate(rng: random.Random, body: bytes) -> bytes:

@@ -12,7 +12,6 @@ and small, for CI; benchmarks/fuzz.py runs 100,000 inputs.
 from __future__ import annotations
 
 import json
-import math
 import random
 
 import pytest
@@ -23,7 +22,8 @@ from drainhook.exposition import scan
 from drainhook.loads import scan_loads
 from drainhook.read import Reader
 from drainhook.target import parse_url
-from drainhook.verdict import Reading, Scan, Verdict
+from drainhook.verdict import Verdict
+from tests.fuzzing import CORRUPTIONS, LOADS, check
 from tests.loopback import SAMPLES, Loopback, sample, serve
 
 FAST = settings(
@@ -36,60 +36,6 @@ FAST = settings(
 NAMES = sorted(p.name for p in SAMPLES.glob("*.txt"))
 BODIES = {n: sample(n) for n in NAMES}
 ENGINES = ("auto", "vllm", "sglang")
-LOADS = json.dumps(
-    {
-        "timestamp": "2026-01-12T10:30:00+00:00",
-        "version": "0.5.8",
-        "dp_rank_count": 2,
-        "loads": [
-            {
-                "dp_rank": r,
-                "num_running_reqs": 2 * r,
-                "num_waiting_reqs": 1,
-                "disaggregation": {"mode": "prefill", "prefill_inflight_queue_reqs": r},
-                "queues": {"waiting": 1, "grammar": 0, "paused": 0, "retracted": 0},
-                "num_total_reqs": 2 * r + 1,
-            }
-            for r in range(2)
-        ],
-    }
-).encode()
-
-# Replacements that hit what the scanner reads: values, label syntax, names.
-CORRUPTIONS = (
-    b"NaN",
-    b"-1",
-    b"+Inf",
-    b"1e309",
-    b'"',
-    b"\\",
-    b"{",
-    b"}",
-    b",",
-    b"=",
-    b"\x00",
-    b"\xff",
-    b"\r",
-    b"#",
-    b" ",
-    b"vllm:num_requests_running",
-    b"sglang_num_queue_reqs",
-    b'priority="1"',
-    b'tp_rank="9"',
-)
-
-
-def check(got: Scan | Reading) -> None:
-    assert got.verdict in (Verdict.IDLE, Verdict.BUSY, Verdict.UNKNOWN, Verdict.UNREACHABLE)
-    if got.verdict in (Verdict.IDLE, Verdict.BUSY):
-        assert got.reason is None
-        assert got.in_flight is not None and math.isfinite(got.in_flight)
-        assert got.in_flight == math.fsum(s.value for s in got.series)
-        assert (got.in_flight == 0) == (got.verdict is Verdict.IDLE)
-        assert all(math.isfinite(s.value) and s.value >= 0 for s in got.series)
-    else:
-        assert got.in_flight is None
-        assert got.reason and "\n" not in got.reason
 
 
 def mutate(data: st.DataObject, body: bytes) -> bytes:
