@@ -5,11 +5,11 @@ A failure is an exception, or a verdict that breaks its promises (see `check`:
 idle/busy/unknown only; a total only with idle or busy, equal to the sum of
 the series, zero exactly when idle; a one-line reason exactly when unknown).
 
-Inputs (seeded, so a run can be repeated): the shared/samples bodies and a
-real-shaped /v1/loads body, mutated by 1-4 edits each (bit flips, truncation,
-line duplication and deletion, label and value corruption), and some pure
-random bytes. Each /metrics input is scanned with `--engine` auto, vllm and
-sglang in turn.
+Inputs (seeded, so a run can be repeated): the real tests/samples bodies
+(kinds generated and captured) and a real-shaped /v1/loads body, mutated by
+1-4 edits each (bit flips, truncation, line duplication and deletion, label
+and value corruption), and some pure random bytes. Each /metrics input is
+scanned with `--engine` auto, vllm and sglang in turn.
 
     python benchmarks/fuzz.py [--inputs 100000] [--seed 1] [--json PATH]
     python benchmarks/fuzz.py --atheris [-- LIBFUZZER_ARGS ...]   # coverage-guided
@@ -32,7 +32,7 @@ from drainhook.exposition import scan
 from drainhook.loads import scan_loads
 from drainhook.verdict import Scan
 from tests.fuzzing import CORRUPTIONS, LOADS, check
-from tests.loopback import SAMPLES
+from tests.loopback import sample, samples_of
 
 
 def mutate(rng: random.Random, body: bytes) -> bytes:
@@ -60,7 +60,7 @@ def mutate(rng: random.Random, body: bytes) -> bytes:
 
 
 def corpus() -> dict[str, bytes]:
-    bodies = {p.name: p.read_bytes() for p in sorted(SAMPLES.glob("*.txt"))}
+    bodies = {name: sample(name) for name in samples_of("generated", "captured")}
     bodies["loads.json"] = LOADS
     return bodies
 

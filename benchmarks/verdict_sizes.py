@@ -17,7 +17,6 @@ series would hit instead (its verdict would then be unknown, by design).
 
 from __future__ import annotations
 
-import json
 import statistics
 
 from _bench import load_note, parser, table, write_json
@@ -26,7 +25,7 @@ from verdict_speed import pad, timed
 from drainhook.exposition import scan
 from drainhook.read import Reader
 from drainhook.target import parse_url
-from tests.loopback import SAMPLES, Loopback, sample, serve
+from tests.loopback import EXPECTED, Loopback, sample, serve
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -42,7 +41,7 @@ def main() -> None:
     args = p.parse_args()
     reads = max(50, args.reads)
 
-    want = json.loads((SAMPLES / "expected.json").read_text())[SAMPLE]
+    want = EXPECTED[SAMPLE]
     expected = (want["verdict"], want["in_flight"])
     real = sample(SAMPLE)
     results: dict[str, dict[str, object]] = {}

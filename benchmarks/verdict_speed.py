@@ -23,7 +23,6 @@ gauges.
 from __future__ import annotations
 
 import gc
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from drainhook.exposition import scan
 from drainhook.gauges import counted_name
-from tests.loopback import SAMPLES, sample
+from tests.loopback import EXPECTED, sample
 
 MIB = 1024 * 1024
 SAMPLE = "vllm-http-plain.txt"
@@ -127,7 +126,7 @@ def main() -> None:
     )
     args = p.parse_args()
 
-    expected = json.loads((SAMPLES / "expected.json").read_text())[SAMPLE]
+    expected = EXPECTED[SAMPLE]
     real = sample(SAMPLE)
     bodies = {"sample": real, "1 MiB": pad(real, MIB), "16 MiB": pad(real, 16 * MIB)}
     # (scanner calls, parser calls) per body

@@ -11,6 +11,7 @@ reset or speak TLS on demand. Servers are threads in the test process.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import ssl
 import struct
@@ -19,14 +20,22 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 Behaviour = Callable[[socket.socket], None]
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "samples"
+# Real and built /metrics bodies, and what each must give (tests/samples/README.md).
+SAMPLES = Path(__file__).resolve().parent / "samples"
+EXPECTED: dict[str, dict[str, Any]] = json.loads((SAMPLES / "expected.json").read_text())
 
 
 def sample(name: str) -> bytes:
     return (SAMPLES / name).read_bytes()
+
+
+def samples_of(*kinds: str) -> list[str]:
+    """The sample names of these kinds (generated, captured, built), sorted."""
+    return sorted(n for n, e in EXPECTED.items() if e["kind"] in kinds)
 
 
 def _read_request(conn: socket.socket, limit: float = 2.0) -> bytes:

@@ -3,7 +3,7 @@ verdict that keeps its promises (CONTRACT §2): idle, busy or unknown; a total
 only with idle or busy, equal to the sum of the counted series, zero exactly
 when idle; a reason exactly when unknown.
 
-Inputs: random bytes, and the shared/samples bodies mutated (bytes flipped,
+Inputs: random bytes, and the tests/samples bodies mutated (bytes flipped,
 cut short, lines duplicated or dropped, label sets and values corrupted);
 random JSON and mutated real /v1/loads bodies for `scan_loads`. Derandomized
 and small, for CI; benchmarks/fuzz.py runs 100,000 inputs.
@@ -24,7 +24,7 @@ from drainhook.read import Reader
 from drainhook.target import parse_url
 from drainhook.verdict import Verdict
 from tests.fuzzing import CORRUPTIONS, LOADS, check
-from tests.loopback import SAMPLES, Loopback, sample, serve
+from tests.loopback import EXPECTED, Loopback, sample, serve
 
 FAST = settings(
     max_examples=400,
@@ -33,7 +33,7 @@ FAST = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-NAMES = sorted(p.name for p in SAMPLES.glob("*.txt"))
+NAMES = sorted(EXPECTED)
 BODIES = {n: sample(n) for n in NAMES}
 ENGINES = ("auto", "vllm", "sglang")
 
@@ -118,7 +118,7 @@ def test_loads_mutated(data: st.DataObject) -> None:
 
 
 def _fuzzed_bodies(count: int) -> list[bytes]:
-    """Seeded mutations of the shared samples, for the loopback case."""
+    """Seeded mutations of the samples, for the loopback case."""
     rng = random.Random(20260112)
     bodies = []
     for _ in range(count):

@@ -1,6 +1,7 @@
-"""The engine table (CONTRACT §3) is the single source: the README's table says
-what it holds, the contract's table agrees, and `counted_name` maps exactly
-its names (either separator) and nothing else."""
+"""The engine table (CONTRACT §3) is the single source: the README's "Which gauges
+count" table says what it holds, docs/engines.md's /v1/loads table says which
+fields `--source loads` counts, and `counted_name` maps exactly its names
+(either separator) and nothing else."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from drainhook.gauges import BY_NAME, ENGINE_NAMES, ENGINES, counted_name
-from tests.loopback import SAMPLES
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-CONTRACT = SAMPLES.parent / "CONTRACT.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+ENGINES_DOC = ROOT / "docs" / "engines.md"
 
 ALL_COUNTED = [(e.name, n) for e in ENGINES for n in e.counted]
 
@@ -47,15 +48,25 @@ def test_readme_gauge_table_lists_the_engine_table() -> None:
             assert row[3] == "—"
 
 
-def test_contract_gauge_table_agrees() -> None:
-    """§3 of the contract, the table the engine table was written from."""
-    section = CONTRACT.read_text().split("## 3.")[1].split("\n## ")[0]
+def test_readme_gauge_table_is_under_its_heading() -> None:
+    text = README.read_text()
+    section = text.split("\n## Which gauges count\n")[1].split("\n## ")[0]
+    assert "<!-- gauges:begin -->" in section
+
+
+def test_engines_doc_loads_table_lists_the_loads_fields() -> None:
+    """docs/engines.md "What counts": every /v1/loads field the code counts, whether
+    it is required, and the /metrics gauge it stands for; nothing more."""
+    text = ENGINES_DOC.read_text()
+    section = text.split("**What counts**")[1].split("\n\n", 2)[1]
     rows = _table_rows(section)
-    assert len(rows) == len(ENGINES)
-    for row, engine in zip(rows, ENGINES, strict=True):
-        assert f"`{engine.prefix}:`" in row[0]
-        assert _names(row[1]) == set(engine.required)
-        assert _names(row[2]) == set(engine.optional)
+    fields = [f for e in ENGINES for f in e.loads_fields]
+    assert fields
+    assert [row[0].strip("`") for row in rows] == [f.name for f in fields]
+    for row, field in zip(rows, fields, strict=True):
+        assert row[1] == ("yes" if field.required else "when present"), field.name
+        assert field.gauge in _names(row[2]), field.name
+        assert counted_name(field.gauge) is not None, field.gauge
 
 
 def test_engine_table_shape() -> None:

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import Hook, Run
-from tests.loopback import SAMPLES, Loopback, hang, sample, serve
+from tests.loopback import EXPECTED, Loopback, hang, sample, serve
 
 pytestmark = pytest.mark.slow
 
-EXPECTED: dict[str, dict[str, Any]] = json.loads((SAMPLES / "expected.json").read_text())
 PROBE_EXIT = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
 # CONTRACT §4's fields, and `warnings` (shapes that usually mean trouble; a list,
 # often empty); `targets` is added only when several targets are read.
@@ -53,7 +52,7 @@ def probe_json(run: Run) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_probe_json_on_each_shared_sample(hook: Hook, name: str) -> None:
+def test_probe_json_on_each_sample(hook: Hook, name: str) -> None:
     expected = EXPECTED[name]
     with Loopback(serve(sample(name))) as srv:
         url = srv.url

@@ -1,4 +1,5 @@
-"""Real /metrics bodies (shared/samples) give the verdict expected.json records.
+"""Real /metrics bodies (tests/samples, kinds `generated` and `captured`) give the
+verdict, engine and in-flight total tests/samples/expected.json records.
 
 Each body is scanned directly and also served over real loopback HTTP and read
 with the Reader, as the hook reads it; the read must cost exactly one
@@ -8,9 +9,7 @@ connection. The SGLang bodies its HTTP server sends gzipped are also served so.
 from __future__ import annotations
 
 import gzip
-import json
 import math
-from typing import Any
 
 import pytest
 
@@ -18,12 +17,12 @@ from drainhook.exposition import scan
 from drainhook.read import Reader
 from drainhook.target import parse_url
 from drainhook.verdict import Reading, Scan, Verdict
-from tests.loopback import SAMPLES, Loopback, sample, serve
+from tests.loopback import EXPECTED, SAMPLES, Loopback, sample, samples_of, serve
 
-EXPECTED: dict[str, dict[str, Any]] = json.loads((SAMPLES / "expected.json").read_text())
-NAMES = sorted(EXPECTED)
+KINDS = {"generated", "captured", "built"}
+NAMES = samples_of("generated", "captured")
 # The generator's provenance records how the engine's HTTP route encoded the body.
-GZIPPED = sorted(n for n, e in EXPECTED.items() if "content-encoding='gzip'" in e["provenance"])
+GZIPPED = [n for n in NAMES if "content-encoding='gzip'" in EXPECTED[n]["provenance"]]
 
 
 def assert_expected(got: Scan | Reading, name: str) -> None:
@@ -54,13 +53,35 @@ def read_once(body: bytes, headers: dict[str, str] | None = None, engine: str = 
     return reading
 
 
-def test_every_sample_has_an_expectation() -> None:
+def test_every_sample_has_an_expectation_with_provenance() -> None:
+    """One manifest for every body in tests/samples, each with where it came from."""
     bodies = {p.name for p in SAMPLES.glob("*.txt")}
     assert bodies == set(EXPECTED)
-    # Every verdict a body can give is represented, and both engines.
-    assert {e["verdict"] for e in EXPECTED.values()} == {"idle", "busy", "unknown"}
-    assert {e["engine"] for e in EXPECTED.values()} == {"vllm", "sglang", None}
+    for name, entry in EXPECTED.items():
+        assert set(entry) == {"engine", "in_flight", "kind", "provenance", "verdict"}, name
+        assert entry["kind"] in KINDS, name
+        assert len(entry["provenance"]) > 40, name
+        assert (entry["in_flight"] is None) == (entry["verdict"] == "unknown"), name
+    # Every verdict a real body can give is represented, and both engines.
+    assert {EXPECTED[n]["verdict"] for n in NAMES} == {"idle", "busy", "unknown"}
+    assert {EXPECTED[n]["engine"] for n in NAMES} == {"vllm", "sglang", None}
     assert GZIPPED
+
+
+def test_samples_readme_lists_every_sample_with_its_verdict() -> None:
+    """tests/samples/README.md's table says what the manifest says, file by file."""
+    rows = {}
+    for line in (SAMPLES / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 5:
+            rows[cells[0].strip("`")] = cells[1:5]
+    assert set(rows) == set(EXPECTED)
+    for name, (kind, engine, verdict, count) in rows.items():
+        want = EXPECTED[name]
+        assert kind == want["kind"], name
+        assert engine == (want["engine"] or "—"), name
+        assert verdict == want["verdict"], name
+        assert count == ("—" if want["in_flight"] is None else f"{want['in_flight']:g}"), name
 
 
 @pytest.mark.parametrize("name", NAMES)
