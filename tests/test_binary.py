@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from drainhook import build_info, clock
+from drainhook import build_info
 from tests.conftest import ROOT, base_env
 from tests.loopback import Loopback, sample, serve
 
@@ -241,15 +241,20 @@ def test_kind_and_hook_pid_as_a_frozen_child_of_the_same_executable(tmp_path: Pa
         assert child.stdout.startswith(expected), child.stdout + child.stderr
 
 
-def test_hook_pid_ignores_a_parent_running_something_else(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """pytest's parent is a shell or CI runner, not this executable: t0 stays ours."""
-    monkeypatch.setattr(build_info, "kind", lambda: build_info.Kind.ONEFILE)
-    parent_exe = os.path.realpath(f"/proc/{os.getppid()}/exe")
-    if parent_exe == os.path.realpath("/proc/self/exe"):
-        pytest.skip("this test process was started by the same executable")
-    assert clock.hook_pid() == "self"
+def test_hook_pid_ignores_a_parent_running_something_else(tmp_path: Path) -> None:
+    """A single file whose parent runs another program (a shell, a CI runner) is
+    not a bootloader's child: t0 stays its own. The child looks frozen from a
+    temp folder, as a single file does, and its parent is `sh`, which forks it
+    (the `exit` after it keeps the shell from exec'ing it in its place)."""
+    script = FAKE_FROZEN + 'print(os.path.realpath(f"/proc/{os.getppid()}/exe"))\n'
+    executable = str(Path(sys.executable).resolve())
+    child = subprocess.run(
+        ["sh", "-c", '"$@"; exit $?', "sh", executable, "-c", script, str(tmp_path / "_MEIx1")],
+        env=base_env(), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    kind, is_parent, pid, parent_exe = child.stdout.split()
+    assert parent_exe != os.path.realpath(executable)  # the parent really is another program
+    assert (kind, is_parent, pid) == ("ONEFILE", "False", "self"), child.stdout
 
 
 def test_python_install_is_its_own_kind() -> None:

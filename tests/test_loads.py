@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from drainhook.gauges import BY_NAME
 from drainhook.loads import MAX_RANKS, MAX_VALUES, scan_loads
 from drainhook.target import TargetError
 from drainhook.verdict import Scan, Verdict
+from tests.conftest import base_env
+from tests.loopback import Loopback, route
 
 
 def rank_2026_01(dp_rank: int, running: int, waiting: int, **disagg: int) -> dict[str, Any]:
@@ -445,13 +449,57 @@ def test_api_key_file_unusable(tmp_path: Path, content: bytes, words: str) -> No
     _refused(path, words)
 
 
-def test_api_key_file_unreadable(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads a file whatever its mode")
+# Root without capabilities: the bounding set emptied, an exec'd root process
+# gets none (no CAP_DAC_OVERRIDE), so file modes apply to it as to any uid.
+DROP_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--"]
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env=base_env(), check=False
+    )
+
+
+def test_api_key_file_unreadable(entry: list[str], tmp_path: Path) -> None:
+    """A key file the hook's user may not read (a Secret mounted 0600 for another
+    uid): `--api-key-file` is a usage error naming the file and the cause, with
+    no key in it. As root the hook runs without capabilities (setpriv), against
+    a 0600 file of uid 65534; the same run with them reads the key (the control)."""
     path = tmp_path / "key"
     path.write_text(SECRET)
-    path.chmod(0)
-    _refused(path, "Permission denied")
+    path.chmod(0o600)
+    if os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+        if shutil.which("setpriv") is None:
+            pytest.skip("setpriv is not installed: root cannot be made to lack CAP_DAC_OVERRIDE")
+        prefix = DROP_CAPABILITIES
+    else:
+        path.chmod(0)
+        prefix = []
+    heads: list[bytes] = []
+    with Loopback(route({"/v1/loads": json.dumps({"loads": [OK]}).encode()}, heads)) as srv:
+        argv = [
+            *entry,
+            "probe",
+            "--source",
+            "loads",
+            "--url",
+            f"http://127.0.0.1:{srv.port}/v1/loads",
+        ]
+        argv += ["--api-key-file", str(path)]
+        denied = _run([*prefix, *argv])
+        control = _run(argv) if prefix else None
+    assert denied.returncode == 2, denied.stderr
+    assert denied.stdout == ""
+    (line,) = denied.stderr.splitlines()
+    assert "--api-key-file" in line and str(path) in line
+    assert "not readable" in line or "Permission denied" in line, line
+    assert SECRET not in line and "sk-" not in line
+    if control is not None:
+        assert control.returncode == 0, control.stderr
+        assert len(heads) == 1 and f"bearer {SECRET}".encode() in heads[0].lower()
+    else:
+        assert heads == []
 
 
 def test_a_body_too_large_to_parse_before_the_deadline_is_unknown() -> None:
