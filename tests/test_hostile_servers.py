@@ -7,9 +7,19 @@ exit code, the outcome, the verdict and reason of every read, that the server
 accepted one connection per read (none left behind, none followed), that the
 hook ended by D, and that its peak RSS stayed under 60 MB.
 
+On a loaded machine any read may run out of time before the server's answer
+is in (a large body, or a small one whose server thread is not scheduled in
+0.4 s): such a read is `unknown` with a timeout reason, which the contract
+allows for every case. So each read is the case's verdict and reason or a
+timed-out `unknown`, and the outcome and exit code are the ones the contract
+gives for the reads seen: the case's own when no read timed out. What the
+case's server makes the hook conclude, reason included, is also asserted on
+one read in process with time to spare (`test_hostile_server_reason`).
+
 Time is asserted with room for a loaded 2-core machine (D + 0.3 s for the
-hook's own `elapsed`, which counts from its process start); the contract's
-D + 50 ms is measured, case by case, by benchmarks/hostile.py. Peak RSS is
+hook's own `elapsed`, which counts from its process start, plus the time the
+kernel kept the hook runnable but off the CPU); the contract's D + 50 ms is
+measured, case by case, by benchmarks/hostile.py. Peak RSS is
 the hook's own high-water mark, taken by a small launcher process that
 spawns it and reaps it with wait4 (a child forked straight from this test
 process would carry this process's RSS in its high-water mark).
@@ -28,6 +38,7 @@ import shlex
 import ssl
 import subprocess
 import sys
+import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +51,8 @@ from hypothesis import strategies as st
 
 from drainhook import exposition
 from drainhook.exposition import scan
+from drainhook.read import Reader
+from drainhook.target import parse_url, ssl_context
 from drainhook.verdict import Verdict
 from tests.conftest import base_env
 from tests.loopback import (
@@ -75,17 +88,29 @@ WALL_SLACK = 1.0  # spawn to exit, as the kubelet sees it: elapsed plus the exit
 PEAK_RSS_LIMIT = 60_000_000  # bytes
 
 # Spawns argv[2:] and reaps it with wait4, reporting its exit status, its own
-# peak RSS (KiB) and spawn-to-exit seconds on the file descriptor argv[1]. This
-# launcher is small, so the hook's high-water mark is its own.
+# peak RSS (KiB), spawn-to-exit seconds and the seconds it and this launcher
+# waited runnable for a CPU (schedstat's run_delay, the hook's read while it is a
+# zombie) on the file descriptor argv[1]. This launcher is small, so the hook's
+# high-water mark is its own.
 LAUNCHER = """
 import os, sys, time
+def run_delay(task):
+    try:
+        with open(f"/proc/{task}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 fd = int(sys.argv[1])
 os.set_inheritable(fd, False)
+before = run_delay("thread-self")
 start = time.monotonic()
 pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
-_, status, usage = os.wait4(pid, 0)
+os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
 wall = time.monotonic() - start
-os.write(fd, f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss} {wall:.6f}".encode())
+starved = run_delay(pid) + run_delay("thread-self") - before
+_, status, usage = os.wait4(pid, 0)
+code = os.waitstatus_to_exitcode(status)
+os.write(fd, f"{code} {usage.ru_maxrss} {wall:.6f} {starved:.6f}".encode())
 """
 
 
@@ -100,13 +125,16 @@ def fields(line: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Measured:
-    """One hook process: exit code, output, spawn-to-exit seconds, peak RSS in bytes."""
+    """One hook process: exit code, output, spawn-to-exit seconds, peak RSS in
+    bytes, and the seconds the machine kept it runnable but off the CPU (see
+    `tests.conftest.Run.starved`: upper bounds on time add it)."""
 
     code: int
     stdout: str
     stderr: str
     wall: float
     peak_rss: int
+    starved: float = 0.0
 
     @property
     def lines(self) -> list[str]:
@@ -157,8 +185,8 @@ def spawn_measured(
             proc.kill()  # the launcher; the hook, orphaned, ends at its deadline
             out, err = proc.communicate()
             pytest.fail(f"the hook ran past {timeout} s:\n{err}")
-        code, rss_kib, wall = report.read().split()
-    return Measured(int(code), out, err, float(wall), int(rss_kib) * 1024)
+        code, rss_kib, wall, starved = report.read().split()
+    return Measured(int(code), out, err, float(wall), int(rss_kib) * 1024, float(starved))
 
 
 # ---- the cases --------------------------------------------------------------------
@@ -242,7 +270,10 @@ OVER_CAP = "body over --max-body (16777216 bytes)"
 TIMED_OUT = "read timed out"
 BROKEN = "connection closed mid-response"
 NOT_METRICS = "no vllm or sglang request gauges"
-CLIPPED = "time ran out"  # a read (or its scan) cut short by the deadline
+# Every reason of a read that ran out of time: connect, read or write timed out,
+# or the read (or its scan) cut short by the deadline ("read timed out: the
+# read's time ran out"). A loaded machine can give it to any read.
+OUT_OF_TIME = "timed out"
 IDLE_WITH_BAD_BYTES = IDLE + (
     b"# HELP other_metric bytes that are not UTF-8: \xff\xfe\xc3\x28\n"
     b'other_metric{path="\xff\xfe"} 1\n'
@@ -326,10 +357,25 @@ def case_argv(case: Case, url: str, cacert: Path) -> list[str]:
     return args
 
 
+ATTEMPTS = 3  # runs of a case whose hook the machine kept from making any read
+
+
 def run_case(case: Case, entry: Sequence[str], cacert: Path) -> tuple[Measured, int]:
-    """Run the hook against the case's server: its measurement and the connections."""
-    with Loopback(case.server(), tls=case.tls() if case.tls else None) as srv:
-        run = spawn_measured([*entry, *case_argv(case, srv.url, cacert)])
+    """Run the hook against the case's server: its measurement and the connections.
+
+    A hook kept off the CPU until D makes no read: that run says nothing about
+    the server (its bounds are still asserted by the caller, on the last run),
+    so it is run again, up to ATTEMPTS times in all."""
+    for _ in range(ATTEMPTS):
+        with Loopback(case.server(), tls=case.tls() if case.tls else None) as srv:
+            run = spawn_measured([*entry, *case_argv(case, srv.url, cacert)])
+            # A read cut short just after its connect may leave the connection in
+            # the listen queue, not yet accepted by a server thread the load delayed.
+            until = time.monotonic() + 2
+            while srv.connections < len(run.reads) and time.monotonic() < until:
+                time.sleep(0.01)
+        if run.reads or run.starved < D / 2:
+            break
     return run, srv.connections
 
 
@@ -340,34 +386,84 @@ def cacert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def outcome_of(reads: Sequence[Mapping[str, str]]) -> int:
+    """The exit code the contract gives for these reads, in order: unreachable ends
+    the wait at once (4); two idle reads in a row drain it (0); else D ends it (3)."""
+    verdicts = [read["verdict"] for read in reads]
+    if "unreachable" in verdicts:
+        assert verdicts.index("unreachable") == len(verdicts) - 1, verdicts
+        return 4
+    if verdicts[-2:] == ["idle", "idle"]:
+        assert "idle" not in verdicts[:-2][-1:], verdicts  # drained at the first pair
+        return 0
+    return 3
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_server(case: Case, entry: list[str], cacert: Path) -> None:
     run, connections = run_case(case, entry, cacert)
-    where = f"exit {run.code}, {run.peak_rss / 1e6:.1f} MB, stderr:\n{run.stderr}"
-    assert run.code == case.code, where
+    where = (
+        f"exit {run.code}, {run.peak_rss / 1e6:.1f} MB, starved {run.starved:.3f} s,"
+        f" stderr:\n{run.stderr}"
+    )
     assert "Traceback" not in run.stderr, where
     summary = run.summary
-    assert summary["outcome"] == case.outcome, where
     reads = run.reads
     assert reads, where
     assert int(summary["reads"]) == len(reads)
-    for n, read in enumerate(reads, 1):
+    out_of_time = 0
+    for read in reads:
+        if read["verdict"] == "unknown" and OUT_OF_TIME in read.get("reason", ""):
+            out_of_time += 1  # the case's own reason, or a loaded machine's
+            continue
         assert read["verdict"] == case.verdict, where
         if case.reason is None:
             assert "reason" not in read, where
-        elif n == len(reads) > 1 and CLIPPED in read["reason"]:
-            pass  # the last read, started just before D and clipped to the time left
         else:
             assert case.reason in read["reason"], where
+    code = outcome_of(reads) if out_of_time else case.code
+    assert run.code == code, where
+    assert summary["outcome"] == {0: "drained", 3: "deadline", 4: "unreachable"}[code], where
     # One connection per read: none left open behind a read, no redirect followed.
     assert connections == len(reads), where
-    if case.code == 0:
-        assert len(reads) == 2 and summary["in_flight"] == "0", where
-    if case.code == 4:
+    if code == 0:
+        assert reads[-1]["verdict"] == reads[-2]["verdict"] == "idle", where
+        assert summary["in_flight"] == "0", where
+        if not out_of_time:
+            assert len(reads) == 2, where
+    if case.code == 4 and not out_of_time:
         assert len(reads) == 1, where
-    assert run.elapsed <= D + ELAPSED_SLACK, where
-    assert run.wall <= D + WALL_SLACK, where
+    # The bound on time: D, plus room for the exit, plus what the machine withheld.
+    assert run.elapsed <= D + ELAPSED_SLACK + run.starved, where
+    assert run.wall <= D + WALL_SLACK + run.starved, where
     assert run.peak_rss < PEAK_RSS_LIMIT, where
+
+
+# The cases whose reason says what the server did, not how long it took: one read
+# in process, with 30 s for what the hook gets 0.4 s, gives their verdict and reason.
+UNTIMED = [
+    c for c in CASES if not any(t in (c.reason or "") for t in (OUT_OF_TIME, "time ran out"))
+]
+
+
+@pytest.mark.parametrize("case", UNTIMED, ids=[c.id for c in UNTIMED])
+def test_hostile_server_reason(case: Case, cacert: Path) -> None:
+    with Loopback(case.server(), tls=case.tls() if case.tls else None) as srv:
+        url = srv.url.replace("http://", "https://", 1) if case.https else srv.url
+        target = parse_url(url)
+        context = ssl_context(target, cacert if case.cacert else None, insecure=False)
+        reader = Reader(target, ssl_context=context)
+        try:
+            reading = reader.read(30.0)
+        finally:
+            reader.close()
+        connections = srv.connections
+    assert reading.verdict.value == case.verdict, reading.reason
+    if case.reason is None:
+        assert reading.reason is None
+    else:
+        assert reading.reason is not None and case.reason in reading.reason, reading.reason
+    assert connections == 1
 
 
 def test_a_1mib_label_value_is_shown_whole_by_probe(entry: list[str]) -> None:

@@ -122,7 +122,7 @@ def test_probe_of_a_hung_listener_is_unknown_within_the_read_timeout(hook: Hook)
     assert obj["engine"] is None
     assert obj["series"] == []
     assert 250 <= obj["read_ms"] <= 550  # the read timeout, not the 1 s default
-    assert run.elapsed <= 0.3 + 1.0  # start-up and exit on a loaded machine
+    assert run.elapsed <= 0.3 + 1.0 + run.starved  # start-up and exit on a loaded machine
     assert srv.connections == 1
 
 

@@ -86,7 +86,7 @@ def assert_drained(run: Run, reads: int) -> dict[str, str]:
     # Reads are an interval apart from the settle's end: the last one is at
     # S + (reads-1) I after the process start, which the kernel records in
     # 10 ms ticks (rounded down): up to one tick before the spawn measured here.
-    assert SETTLE + (reads - 1) * INTERVAL - TICK <= run.elapsed <= D + SLACK
+    assert SETTLE + (reads - 1) * INTERVAL - TICK <= run.elapsed <= D + SLACK + run.starved
     return summary
 
 
@@ -96,7 +96,7 @@ def assert_deadline(run: Run, d: float, slack: float = SLACK) -> dict[str, str]:
     assert summary["outcome"] == "deadline", run.stderr
     assert summary["exit"] == "3"
     assert float(summary["deadline"]) == pytest.approx(d)
-    assert d - 0.1 <= run.elapsed <= d + slack, run.stderr
+    assert d - 0.1 <= run.elapsed <= d + slack + run.starved, run.stderr
     return summary
 
 
@@ -253,7 +253,9 @@ def test_a_broken_response_is_unknown_and_resets_confirmation(
     first = read_lines(run)[0]
     assert first["verdict"] == "unknown"
     assert first["in_flight"] == "-"
-    assert reason in first["reason"], first
+    # The server's doing, or (a loaded machine) the read's time ran out first: both
+    # are unknown. tests/test_read.py asserts each reason with time to spare.
+    assert reason in first["reason"] or "timed out" in first["reason"], first
     assert verdicts(run)[1:] == ["idle", "idle"]
     assert srv.connections == 3
 
@@ -294,7 +296,7 @@ def test_a_non_2xx_status_is_unreachable_and_never_followed(
     assert str(status) in summary["reason"]
     assert srv.connections == 1
     assert target.connections == 0
-    assert run.elapsed <= SETTLE + 1.0  # at once, not at D
+    assert run.elapsed <= SETTLE + 1.0 + run.starved  # at once, not at D
 
 
 def test_connection_refused_is_unreachable_at_once(hook: Hook) -> None:
@@ -305,7 +307,7 @@ def test_connection_refused_is_unreachable_at_once(hook: Hook) -> None:
     assert summary["reads"] == "1"
     assert "refused" in summary["reason"]
     assert float(summary["deadline"]) == 25.0
-    assert run.elapsed <= SETTLE + 1.0  # at once, not at D
+    assert run.elapsed <= SETTLE + 1.0 + run.starved  # at once, not at D
 
 
 # ---- the deadline D and what is clipped to it --------------------------------------
@@ -330,7 +332,7 @@ def test_linger_is_clipped_to_the_deadline(hook: Hook) -> None:
     with Loopback(serve(IDLE)) as srv:
         run = wait(hook, srv.url, "--linger", "30", deadline=DEADLINE_SHORT)
     summary = assert_drained(run, reads=2)
-    assert D_SHORT - 0.1 <= run.elapsed <= D_SHORT + SLACK
+    assert D_SHORT - 0.1 <= run.elapsed <= D_SHORT + SLACK + run.starved
     assert float(summary["elapsed"]) >= D_SHORT
     assert srv.connections == 2
 
@@ -367,7 +369,7 @@ def test_exit_zero_maps_deadline_to_zero(hook: Hook) -> None:
     summary = fields(run.summary)
     assert (summary["outcome"], summary["exit"]) == ("deadline", "0")
     assert int(summary["reads"]) == srv.connections >= 3
-    assert D_SHORT - 0.1 <= run.elapsed <= D_SHORT + SLACK
+    assert D_SHORT - 0.1 <= run.elapsed <= D_SHORT + SLACK + run.starved
 
 
 def test_exit_zero_maps_unreachable_to_zero(hook: Hook) -> None:
