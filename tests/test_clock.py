@@ -1,4 +1,12 @@
-"""t0 is the process's start as the kernel records it."""
+"""t0 is the process's start as the kernel records it.
+
+A child is forked between two readings of the clock, so its start is known to
+lie between them; the clock is then moved on by a fake offset (no real wait),
+and the age and start the hook computes must land where that start says, to a
+clock tick (the kernel keeps starts in ticks, rounded down). A broken clock
+(the wrong /proc field, the wrong unit, the wrong clock, `now` for the start)
+lands seconds away.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +14,83 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+
+import pytest
 
 from drainhook.clock import process_age, start_time
+from tests.conftest import run_delay
+
+TICK = 1 / os.sysconf("SC_CLK_TCK")
+BOOTTIME = time.CLOCK_BOOTTIME
+LATER = 7.5  # seconds the fake clock moves on after the fork
 
 
-def test_age_of_this_process_is_its_runtime() -> None:
-    age = process_age()
-    assert age is None or age >= 0  # None past the believable bound (a long test run)
+@pytest.fixture
+def child() -> Iterator[tuple[subprocess.Popen[bytes], float, float]]:
+    """A sleeping child, and the boot-time clock just before and after its fork."""
+    before = time.clock_gettime(BOOTTIME)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    after = time.clock_gettime(BOOTTIME)
+    try:
+        yield proc, before, after
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def move_clocks_on(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """time.monotonic and the boot-time clock, both `seconds` ahead of the real ones."""
+    real_gettime, real_monotonic = time.clock_gettime, time.monotonic
+    monkeypatch.setattr(
+        time, "clock_gettime", lambda clk: real_gettime(clk) + (seconds if clk == BOOTTIME else 0)
+    )
+    monkeypatch.setattr(time, "monotonic", lambda: real_monotonic() + seconds)
+
+
+def test_age_of_a_child_is_the_time_since_its_fork(
+    child: tuple[subprocess.Popen[bytes], float, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc, before, after = child
+    move_clocks_on(monkeypatch, LATER)
+    earliest = time.clock_gettime(BOOTTIME) - after
+    age = process_age(proc.pid)
+    latest = time.clock_gettime(BOOTTIME) - before + TICK
+    assert age is not None
+    assert earliest <= age <= latest
+
+
+def test_an_age_past_the_believable_bound_is_none(
+    child: tuple[subprocess.Popen[bytes], float, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over 30 s old (a time namespace, a /proc that lies) is not believed: t0 is now."""
+    proc, before, _ = child
+    # Moved on so that the child is at most 29.5 s old: still believed.
+    move_clocks_on(monkeypatch, 29.5 - (time.clock_gettime(BOOTTIME) - before))
+    near = process_age(proc.pid)
+    assert near is not None and 29.0 <= near <= 29.5 + TICK
+    monkeypatch.undo()
+    move_clocks_on(monkeypatch, 31.0)
+    assert process_age(proc.pid) is None
+    now = time.monotonic()
+    assert now <= start_time(proc.pid) <= time.monotonic()
+
+
+def test_start_time_of_a_child_is_its_fork_on_the_monotonic_clock(
+    child: tuple[subprocess.Popen[bytes], float, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc, before, after = child
+    waited = run_delay()
+    # Where the boot-time bracket lies on time.monotonic()'s scale (the two clocks
+    # differ by the time the machine spent suspended, a constant here).
+    offset = time.monotonic() - time.clock_gettime(BOOTTIME)
+    move_clocks_on(monkeypatch, LATER)
+    t0 = start_time(proc.pid)
+    # Each scale is read twice, a moment apart: 10 ms, and any time this thread
+    # then waited for a CPU, cover those moments.
+    slack = 0.01 + run_delay() - waited
+    assert before + offset - TICK - slack <= t0 <= after + offset + slack
+    assert time.monotonic() - t0 >= LATER
 
 
 def test_a_fresh_process_measures_its_own_start_up() -> None:
@@ -24,17 +102,6 @@ def test_a_fresh_process_measures_its_own_start_up() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     age = float(out.stdout)
     assert 0.3 <= age < 3.0
-
-
-def test_start_time_of_a_child_is_before_now() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
-    try:
-        time.sleep(0.3)
-        t0 = start_time(proc.pid)
-        assert 0.25 <= time.monotonic() - t0 < 3.0
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_unknown_process_falls_back_to_now() -> None:
