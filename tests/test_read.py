@@ -19,19 +19,21 @@ from collections.abc import Callable, Iterator
 import httpcore
 import httpx
 import pytest
-import respx
 
 from drainhook import read
 from drainhook.read import ACCEPT, Reader, classify
 from drainhook.target import parse_url
 from drainhook.verdict import Reading, Verdict
+from tests.conftest import run_delay
 from tests.loopback import (
     Heard,
     Loopback,
+    close_after,
     drip,
     drip_headers,
     never_read,
     record,
+    reset_after,
     response_bytes,
     sample,
     serve,
@@ -119,48 +121,43 @@ def test_anything_else_is_unknown() -> None:
 
 
 # ---------------------------------------------------------------------------
-# (b) Causes a real server cannot produce on demand.
-
-URL = "http://127.0.0.1:9/metrics"  # never connected to: the transport is mocked
-
-
-def mocked_read(side_effect: Callable[[httpx.Request], typing.Any]) -> Reading:
-    """A read whose transport (httpcore's pool, under the Reader) is mocked."""
-    with respx.mock(assert_all_called=True) as mock:
-        mock.get(URL).mock(side_effect=side_effect)
-        reader = Reader(parse_url(URL))
-        try:
-            return reader.read(1.0)
-        finally:
-            reader.close()
+# (b) What the transport raises, through the Reader's own transport (its
+# deadline-clipping backend, httpcore's pool, httpx's mapping) to a real
+# loopback server; a bug below httpx, which no server can cause, is raised by
+# the real stream once the server has been reached.
 
 
 @pytest.mark.parametrize(
-    ("exc", "verdict", "reason"),
+    ("behaviour", "reason"),
     [
-        (httpcore.ReadError("broken"), UNKNOWN, "connection broken while reading"),
-        (httpcore.ConnectTimeout("slow"), UNKNOWN, "connect timed out"),
-        (httpcore.RemoteProtocolError("eof"), UNKNOWN, "connection closed mid-response"),
-        (RuntimeError("a bug below httpx"), UNKNOWN, "unexpected RuntimeError"),
+        (reset_after(response_bytes(IDLE)[:4000]), "connection broken while reading"),
+        (close_after(b"HTTP/1.1 200 OK\r\n"), "connection closed mid-response"),
     ],
-    ids=["httpcore-read", "httpcore-timeout", "httpcore-protocol", "unexpected"],
+    ids=["reset-mid-body", "closed-after-the-status-line"],
 )
 def test_what_the_transport_raises_is_a_verdict(
-    exc: Exception, verdict: Verdict, reason: str
+    behaviour: Callable[[socket.socket], None], reason: str
 ) -> None:
-    def side_effect(request: httpx.Request) -> None:
-        raise exc
-
-    reading = mocked_read(side_effect)
-    # The detail after the row's reason is the mock's own doing (it re-raises).
-    assert reading.verdict is verdict
-    assert reading.reason is not None and reading.reason.split(":")[0] == reason
+    with Loopback(behaviour) as srv:
+        reading, _ = timed_read(srv.url, 10.0)  # time enough on any machine: not a timeout
+    assert reading.verdict is UNKNOWN
+    assert reading.reason is not None and reading.reason.split(":")[0] == reason, reading.reason
     assert (reading.in_flight, reading.series) == (None, ())
+    assert srv.connections == 1
 
 
-def test_the_mock_intercepts_the_readers_own_transport() -> None:
-    reading = mocked_read(lambda request: httpx.Response(200, content=BUSY))
-    assert (reading.verdict, reading.in_flight) == (Verdict.BUSY, 6)
+def test_a_bug_below_httpx_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    def read_fails(self: object, max_bytes: int, timeout: float | None = None) -> bytes:
+        raise RuntimeError("a bug below httpx")
+
+    heard = Heard()
+    monkeypatch.setattr(read._Stream, "read", read_fails)
+    with Loopback(record(heard, response_bytes(BUSY))) as srv:
+        reading, _ = timed_read(srv.url, 10.0)
+        assert heard.wait(1)  # the request went out over the real connection
+    assert (reading.verdict, reading.reason) == (UNKNOWN, "unexpected RuntimeError")
+    assert (reading.in_flight, reading.series) == (None, ())
+    assert srv.connections == 1
 
 
 @pytest.mark.parametrize(
@@ -246,11 +243,14 @@ def test_a_looping_exception_chain_is_classified() -> None:
 
 
 def timed_read(url: str, timeout: float = 1.0, **kwargs: typing.Any) -> tuple[Reading, float]:
+    """One read, and the seconds it took less those this thread waited, runnable,
+    for a CPU the machine gave to others (tests.conftest.Run.starved)."""
     reader = Reader(parse_url(url), **kwargs)
     try:
+        waited = run_delay()
         start = time.monotonic()
         reading = reader.read(timeout)
-        return reading, time.monotonic() - start
+        return reading, time.monotonic() - start - (run_delay() - waited)
     finally:
         reader.close()
 
