@@ -21,10 +21,10 @@ from drainhook.config import (
     DEFAULT_LINGER,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SETTLE,
-    ConfigError,
     Reach,
     WaitConfig,
 )
+from drainhook.errors import UsageError
 from drainhook.gauges import BY_NAME
 from drainhook.target import build_url, parse_url
 
@@ -136,7 +136,7 @@ def wait_config(
 def make_plan(config: WaitConfig, role: str = "unified", binary: str = DEFAULT_BINARY) -> Plan:
     """The timeline `wait` runs for config, and what is wrong with it."""
     if role not in ROLES:
-        raise ConfigError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+        raise UsageError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
     config.check()
     s, d, i = config.settle, config.deadline, config.interval
     first_read = s if s < d else None
@@ -280,7 +280,7 @@ def render(plan: Plan, output: str) -> str:
         return to_yaml(plan)
     if output == "text":
         return to_text(plan)
-    raise ConfigError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+    raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
 
 
 def to_json(plan: Plan) -> dict[str, object]:
@@ -379,7 +379,7 @@ def to_yaml(plan: Plan) -> str:
     scalar, so no value can change meaning (`"30"` stays a string)."""
     c = plan.config
     if c.grace != int(c.grace):
-        raise ConfigError(
+        raise UsageError(
             f"--output yaml needs whole seconds for --grace (not {_n(c.grace)}): "
             "terminationGracePeriodSeconds is an integer"
         )

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from drainhook import plan as planning
-from drainhook.config import ConfigError
 from drainhook.drain import Outcome, drain
+from drainhook.errors import UsageError
 from drainhook.verdict import Reading, Verdict
 from tests.conftest import Hook, base_env
 from tests.test_examples import (
@@ -192,11 +192,11 @@ def test_warnings_name_the_numbers() -> None:
 
 
 def test_invalid_values_are_usage_errors() -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(UsageError):
         make(grace=-1.0)
-    with pytest.raises(ConfigError):
+    with pytest.raises(UsageError):
         make(interval=0.0)
-    with pytest.raises(ConfigError, match="--role"):
+    with pytest.raises(UsageError, match="--role"):
         make("both")
 
 
