@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drainhook.errors import UsageError
-from drainhook.target import _read_file
+from drainhook.target import read_small_file
 
 # An API key is a short token; a Secret's file of more is not one.
 API_KEY_MAX_BYTES = 4096
@@ -25,7 +25,7 @@ def read_api_key(path: Path) -> str:
     Raises UsageError, with a one-line message naming the file but not its
     contents, when it cannot be read or holds no usable key.
     """
-    data = _read_file(path, API_KEY_MAX_BYTES, "--api-key-file")
+    data = read_small_file(path, API_KEY_MAX_BYTES, "--api-key-file")
     try:
         key = data.decode("ascii").strip()
     except UnicodeDecodeError:

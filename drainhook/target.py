@@ -143,7 +143,7 @@ def read_annotations(path: Path) -> dict[str, str]:
 
     The file holds `key="value"` lines with Go-quoted values; other keys are ignored.
     """
-    data = _read_file(path, ANNOTATIONS_MAX_BYTES, "annotations file")
+    data = read_small_file(path, ANNOTATIONS_MAX_BYTES, "annotations file")
     found: dict[str, str] = {}
     for line in data.decode("utf-8", "replace").splitlines():
         key, eq, value = line.partition("=")
@@ -154,7 +154,7 @@ def read_annotations(path: Path) -> dict[str, str]:
     return found
 
 
-def _read_file(path: Path, cap: int, what: str) -> bytes:
+def read_small_file(path: Path, cap: int, what: str) -> bytes:
     """A regular file's contents, at most cap bytes, opened without blocking: a
     FIFO or a device named by mistake is refused at once, not waited on (a
     FIFO's open blocks until a writer comes) or read without end."""
@@ -215,7 +215,7 @@ def ssl_context(target: Target, cacert: Path | None, insecure: bool) -> ssl.SSLC
     if cacert is not None:
         # Read once here to refuse a FIFO, a device or an outsized file; OpenSSL
         # then loads it by name (it reads CRLs and TRUSTED CERTIFICATE blocks too).
-        _read_file(cacert, CACERT_MAX_BYTES, "--cacert")
+        read_small_file(cacert, CACERT_MAX_BYTES, "--cacert")
         try:
             ctx.load_verify_locations(cafile=str(cacert))
         except (OSError, ssl.SSLError) as exc:
