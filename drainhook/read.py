@@ -51,6 +51,7 @@ from drainhook.target import Target
 from drainhook.verdict import Reading, Scanner, Verdict
 
 USER_AGENT = "drainhook"
+RAN_OUT = "the read's time ran out"
 
 # (httpx class, the httpcore class raised as it, verdict, reason)
 _ERRORS: tuple[tuple[type[Exception], type[Exception] | None, Verdict, str], ...] = (
@@ -128,10 +129,13 @@ class _Deadline:
     def start(self, timeout: float) -> None:
         self.at = self.clock() + timeout
 
+    def left(self) -> float:
+        return self.at - self.clock()
+
     def clip(self, timeout: float | None, expired: type[Exception]) -> float:
-        left = self.at - self.clock()
+        left = self.left()
         if left <= 0:
-            raise expired("the read's time ran out")
+            raise expired(RAN_OUT)
         return left if timeout is None else min(timeout, left)
 
 
@@ -143,7 +147,14 @@ class _Stream(httpcore.NetworkStream):
         self._deadline = deadline
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._deadline.clip(timeout, httpcore.ReadTimeout))
+        try:
+            return self._inner.read(max_bytes, self._deadline.clip(timeout, httpcore.ReadTimeout))
+        except httpcore.ReadTimeout:
+            if self._deadline.left() > 0:
+                raise  # the socket's own timeout, before the read's deadline
+        # A wait clipped to the deadline that ran to it: said as a call that
+        # starts past the deadline is, not as the socket's bare "timed out".
+        raise httpcore.ReadTimeout(RAN_OUT)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, self._deadline.clip(timeout, httpcore.WriteTimeout))

@@ -31,6 +31,7 @@ from tests.loopback import (
     Loopback,
     drip,
     drip_headers,
+    hang,
     never_read,
     record,
     response_bytes,
@@ -581,3 +582,14 @@ def test_the_scanner_is_handed_in() -> None:
     assert (reading.verdict, reading.engine, reading.in_flight) == (Verdict.BUSY, "test", 7.0)
     assert scanner.bodies == [b"seven"]
     assert request_headers(heard.heads[0])[1]["accept"] == scanner.accept
+
+
+def test_a_read_cut_by_its_deadline_says_so() -> None:
+    # A server that answers nothing: the socket's wait is clipped to the read's
+    # deadline and runs to it. The reason is the deadline's, whichever of the
+    # socket or the clip noticed first.
+    with Loopback(hang) as srv:
+        reading, took = timed_read(srv.url, 0.2)
+    assert reading.verdict is UNKNOWN
+    assert reading.reason == "read timed out: the read's time ran out"
+    assert took <= 0.2 + SLACK
