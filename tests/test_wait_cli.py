@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import shlex
 import socket
@@ -62,6 +63,12 @@ def read_lines(run: Run) -> list[dict[str, str]]:
 
 def verdicts(run: Run) -> list[str]:
     return [r["verdict"] for r in read_lines(run)]
+
+
+def fewest_reads(run: Run, reads: int) -> int:
+    """`reads` on the grid, less the slots the machine's withholding of the CPU can
+    explain (one per interval of `run.starved`), but never under one read."""
+    return max(1, reads - math.ceil(run.starved / INTERVAL))
 
 
 def wait(hook: Hook, url: str, *extra: str, deadline: tuple[str, ...] = DEADLINE) -> Run:
@@ -170,12 +177,19 @@ def test_always_busy_holds_until_the_deadline(hook: Hook) -> None:
     with Loopback(serve(BUSY)) as srv:
         run = wait(hook, srv.url)
     summary = assert_deadline(run, D)
-    assert summary["in_flight"] == "6"
-    reads = int(summary["reads"])
+    reads = read_lines(run)
     # (D - S) / I = 13 reads on the grid; a loaded machine may lose a few.
-    assert 7 <= reads <= 14
-    assert srv.connections == reads
-    assert set(verdicts(run)) == {"busy"}
+    assert fewest_reads(run, 7) <= len(reads) <= 14, run.stderr
+    assert srv.connections == len(reads) == int(summary["reads"])
+    # Each read saw the 6 requests, or (a loaded machine, or the last read cut
+    # at D) ran out of time: unknown, which holds the hook just the same.
+    for r in reads:
+        if r["verdict"] == "unknown":
+            assert "timed out" in r["reason"], r
+        else:
+            assert (r["verdict"], r["in_flight"]) == ("busy", "6"), r
+    assert "busy" in verdicts(run)
+    assert summary["in_flight"] == reads[-1]["in_flight"]
 
 
 def test_sglang_pinned_against_a_vllm_body_is_unknown_until_the_deadline(hook: Hook) -> None:
@@ -184,7 +198,7 @@ def test_sglang_pinned_against_a_vllm_body_is_unknown_until_the_deadline(hook: H
     summary = assert_deadline(run, D_SHORT)
     assert summary["in_flight"] == "-"
     assert set(verdicts(run)) == {"unknown"}
-    assert int(summary["reads"]) >= 3
+    assert int(summary["reads"]) >= fewest_reads(run, 3)
     assert srv.connections == int(summary["reads"])
 
 
@@ -207,7 +221,7 @@ def test_a_listener_that_never_finishes_is_unknown_until_the_deadline(
         run = wait(hook, srv.url, deadline=DEADLINE_SHORT)
     summary = assert_deadline(run, D_SHORT)
     reads = read_lines(run)
-    assert int(summary["reads"]) == len(reads) >= 2
+    assert int(summary["reads"]) == len(reads) >= fewest_reads(run, 2)
     assert srv.connections == len(reads)
     for r in reads:
         assert r["verdict"] == "unknown"
@@ -317,7 +331,7 @@ def test_max_wait_caps_the_deadline(hook: Hook) -> None:
     with Loopback(serve(BUSY)) as srv:
         run = hook("wait", "--url", srv.url, *TIMELINE, "--grace", "30", "--max-wait", "1")
     summary = assert_deadline(run, 1.0)
-    assert int(summary["reads"]) == srv.connections >= 3
+    assert int(summary["reads"]) == srv.connections >= fewest_reads(run, 3)
 
 
 def test_linger_holds_after_confirmation(hook: Hook) -> None:
@@ -368,7 +382,7 @@ def test_exit_zero_maps_deadline_to_zero(hook: Hook) -> None:
     assert run.code == 0, run.stderr
     summary = fields(run.summary)
     assert (summary["outcome"], summary["exit"]) == ("deadline", "0")
-    assert int(summary["reads"]) == srv.connections >= 3
+    assert int(summary["reads"]) == srv.connections >= fewest_reads(run, 3)
     assert D_SHORT - 0.1 <= run.elapsed <= D_SHORT + SLACK + run.starved
 
 
