@@ -23,7 +23,8 @@ def main() -> None:
 
         import drainhook.read
         import drainhook.report
-        import drainhook.rounds  # noqa: F401
+        import drainhook.rounds
+        import drainhook.termination  # noqa: F401
         from drainhook.cli import run
     except Exception as exc:  # an import that fails in a broken install: one line
         print(f"drainhook: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)

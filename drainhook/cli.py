@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import re
 import sys
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from drainhook import __version__, build_info, signals
+from drainhook import __version__, build_info, signals, termination
 from drainhook.clock import start_time
 from drainhook.config import (
     DEFAULT_CONFIRM,
@@ -40,6 +41,7 @@ from drainhook.config import (
 from drainhook.drain import Interrupted, Outcome, Result, drain
 from drainhook.gauges import BY_NAME, ENGINE_NAMES
 from drainhook.target import Target, TargetError, build_url, parse_url, read_annotations
+from drainhook.termination import choose as choose_termination_log
 from drainhook.verdict import Verdict
 
 EXIT_DRAINED = 0
@@ -110,6 +112,17 @@ def _env(name: str) -> str:
 def _option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
     """A click option that also reads DRAINHOOK_<FLAG>."""
     return click.option(flag, *names, envvar=_env(flag.lstrip("-")), show_envvar=True, **kwargs)
+
+
+class _EmptyIsAValue(click.Option):
+    """An option whose variable, set but empty, is the value '' (click reads it as unset):
+    DRAINHOOK_TERMINATION_LOG= turns the line off, as --termination-log '' does."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        found = super().resolve_envvar_value(ctx)
+        if found is None and isinstance(self.envvar, str) and os.environ.get(self.envvar) == "":
+            return ""
+        return found
 
 
 def _reach_options(f: F) -> F:
@@ -329,6 +342,13 @@ def cli() -> None:
     metavar="FILE",
     help="Also write the log lines here (/proc/1/fd/1: kubectl logs).",
 )
+@_option(
+    "--termination-log",
+    cls=_EmptyIsAValue,
+    metavar="FILE",
+    help="Write the outcome here in one line, for the Pod's status (state.terminated."
+    "message).  [default: /dev/termination-log when it exists; '' turns it off]",
+)
 @_option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome.")
 @_option("--quiet", is_flag=True, help="Only the summary line on stderr.")
 @click.pass_context
@@ -351,6 +371,7 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
         log_file=params["log_file"],
         exit_zero=params["exit_zero"],
         quiet=params["quiet"],
+        termination_log=choose_termination_log(params["termination_log"]),
     )
     config.check()
     return run_wait(config, t0)
@@ -386,6 +407,8 @@ def run_wait(config: WaitConfig, t0: float) -> int:
     finally:
         signals.disarm()
     code = exit_code(result, config.exit_zero)
+    if config.termination_log is not None:
+        termination.write(config.termination_log, termination.message(result), log.warning)
     log.summary(result, code, config.reach.display, config.deadline)
     log.close()
     if reader is not None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from drainhook.drain import Timeline
 from drainhook.target import Target
+from drainhook.termination import TerminationLog
 
 DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
 DEFAULT_SETTLE = 5.0
@@ -89,6 +90,7 @@ class WaitConfig:
     log_file: Path | None = None
     exit_zero: bool = False
     quiet: bool = False
+    termination_log: TerminationLog | None = None  # the outcome's line for the Pod's status
 
     @property
     def deadline(self) -> float:
