@@ -31,6 +31,7 @@ import time
 import typing
 import zlib
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import httpcore
 import httpx
@@ -39,6 +40,9 @@ from drainhook.exposition import scan
 from drainhook.loads import scan_loads
 from drainhook.target import Target
 from drainhook.verdict import Reading, Verdict
+
+T = TypeVar("T")
+Body = mmap.mmap | bytearray
 
 ACCEPT = "text/plain;version=0.0.4"
 USER_AGENT = "drainhook"
@@ -345,6 +349,26 @@ class Reader:
                 return Reading.from_scan(found, self._ms_since(start))
         except Exception as exc:
             failed = classify(exc)
+        finally:
+            body.close()
+        verdict, reason = failed
+        return Reading.failed(verdict, reason, self._ms_since(start))
+
+    def read_with(self, timeout: float, parse: Callable[[Body, float], T]) -> T | Reading:
+        """One GET like `read`, within `timeout`, whose body goes to `parse(body,
+        until)` instead of the verdict scanner (`until`: the read's deadline on the
+        monotonic clock); a read that fails is a failed Reading, as from `read`.
+        The body is valid only inside `parse`; what `parse` raises passes through."""
+        start = self._clock()
+        self._deadline.at = time.monotonic() + timeout
+        body = _Body()
+        try:
+            try:
+                failed = self._fetch(timeout, body)
+            except Exception as exc:
+                failed = classify(exc)
+            if failed is None:
+                return parse(body.contents(), self._deadline.at)
         finally:
             body.close()
         verdict, reason = failed

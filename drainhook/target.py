@@ -177,6 +177,12 @@ def _read_file(path: Path, cap: int, what: str) -> bytes:
     return data
 
 
+def read_regular_file(path: Path, cap: int, what: str) -> bytes:
+    """A regular file's contents (at most cap bytes, opened without blocking), or a
+    TargetError naming `what`: for `plan --from-file`."""
+    return _read_file(path, cap, what)
+
+
 def _unquote_go(value: str) -> str:
     """Undo Go's strconv.Quote for the simple values annotations hold."""
     if len(value) >= 2 and value[0] == value[-1] == '"':
