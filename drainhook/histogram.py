@@ -5,11 +5,11 @@ The same discipline as the gauge scanner (drainhook.exposition), whose line
 grammar it shares: only the lines of the wanted families are parsed, found
 with `bytes.find`; every other line is skipped unread. What one body can make
 it hold is bounded (bytes of family lines, bucket samples kept), and so is
-its time when the read's deadline is handed in; past a bound it raises
-`ScanLimit`. A family line that does not parse, a NaN or negative count, a
-bucket twice, a cumulative count that goes down or a `_count` that disagrees
-with the `+Inf` bucket make that family's `problem`: a clear reason, never a
-traceback and never a wrong count.
+its time when the read's deadline is handed in (past it, `ScanLimit`). A
+family over its bounds, a line of it that does not parse, a NaN or negative
+count, a bucket twice, a cumulative count that goes down or a `_count` that
+disagrees with the `+Inf` bucket make that family's `problem`: a clear reason,
+never a traceback and never a wrong count.
 
 Histogram lines, text 0.0.4 or OpenMetrics 1.0:
 
@@ -28,22 +28,32 @@ from __future__ import annotations
 
 import math
 import mmap
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
-from drainhook.exposition import _BLANKS, _META, _NAME_END, _Malformed, _parse_rest
+from drainhook.exposition import (
+    _BLANKS,
+    _META,
+    _NAME_END,
+    _NUMBER,
+    MAX_LABELS,
+    _Malformed,
+    _parse_rest,
+)
 
 Body = bytes | bytearray | mmap.mmap
 Labels = tuple[tuple[str, str], ...]
 
-# Bounds on one body. vLLM writes 23 lines per histogram series (21 bounds,
-# +Inf, _count) and one series per DP engine; SGLang 24 (22 bounds), one
-# series per is_streaming value (and per extra label). A 64-engine vLLM
-# server's e2e family is under 200 KB; these leave that twenty times over.
-MAX_FAMILY_BYTES = 4 * 1024 * 1024  # lines of the wanted families read from one body
-MAX_SAMPLES = 32768  # bucket and _count samples kept from one body
+# Bounds on each family in one body. vLLM writes 23 lines per histogram series
+# (21 bounds, +Inf, _count) and one series per DP engine; SGLang 24 (22 bounds),
+# one series per is_streaming value (and per extra label). A 64-engine vLLM
+# server's e2e family is about 1500 samples and 200 KB; these leave that twenty
+# times over. Past one, that family is a problem; the others are read on.
+MAX_FAMILY_BYTES = 4 * 1024 * 1024  # bytes of one family's lines
+MAX_SAMPLES = 32768  # bucket and _count samples of one family
 _CLOCK_EVERY = 256  # family lines between two looks at the clock
 
 _SUFFIXES = (b"_bucket", b"_count", b"_sum")
@@ -51,8 +61,7 @@ INF = math.inf
 
 
 class ScanLimit(Exception):
-    """The body holds more of the wanted families than the scanner keeps, or the
-    read's time ran out while scanning: nothing can be said of it."""
+    """The read's time ran out while scanning: nothing can be said of the body."""
 
 
 @dataclass
@@ -72,6 +81,8 @@ class Family:
     seen: bool = False  # any sample, or a `# TYPE`/`# HELP` line naming it
     series: dict[Labels, RawSeries] = field(default_factory=dict)
     problem: str | None = None  # the first line or sample that makes it unusable
+    read_bytes: int = 0  # of its lines, against MAX_FAMILY_BYTES
+    samples: int = 0  # bucket and _count samples, against MAX_SAMPLES
 
     def fail(self, why: str) -> None:
         self.problem = self.problem or f"{self.name}: {why}"
@@ -157,42 +168,56 @@ def scan_families(
 ) -> dict[str, Family]:
     """Every series of each named histogram family (canonical names, `prefix:rest`).
 
-    Raises ScanLimit past the bounds or `until` (on `clock`'s scale). A family
-    whose lines are wrong keeps its first `problem` and the scan goes on, so
-    that one broken family never hides another.
+    Raises ScanLimit past `until` (on `clock`'s scale). A family over its bounds
+    or whose lines are wrong keeps its first `problem` and is read no further;
+    the scan goes on, so that one broken family never hides another.
     """
     families = {name: Family(name) for name in names}
     needles: list[tuple[bytes, Family]] = []
     for name in names:
         prefix, _, rest = name.partition(":")
         needles += [(name.encode(), families[name]), (f"{prefix}_{rest}".encode(), families[name])]
-    read_bytes = 0
-    samples = 0
     looked = 0
     for needle, family in needles:
+        plain = _plain_line(needle)
         at = body.find(needle, 0)  # an mmap searches from its position by default
         while at >= 0:
             looked += 1
             if until is not None and looked % _CLOCK_EVERY == 0 and clock() >= until:
                 raise ScanLimit("read timed out: the read's time ran out scanning the body")
-            start = body.rfind(b"\n", 0, at) + 1
+            start = at if at == 0 or body[at - 1] == 10 else body.rfind(b"\n", 0, at) + 1
             end = body.find(b"\n", at)
             end = len(body) if end < 0 else end
             nxt = body.find(needle, end)
-            line = _line(body, needle, family, start, at, end)
-            at = nxt
-            if line is None:
+            here, at = at, nxt
+            if family.problem:
                 continue
-            read_bytes += end - start
-            if read_bytes > MAX_FAMILY_BYTES:
-                raise ScanLimit(f"histogram lines over {MAX_FAMILY_BYTES // 1024 // 1024} MiB")
-            suffix, rest = line
+            # The common line in one match; anything else through the full grammar.
+            fast = plain.fullmatch(body, here, end) if here == start else None
+            sample = _fast_sample(fast) if fast is not None else None
+            if sample is None:
+                line = _line(body, needle, family, start, here, end)
+                if line is None:
+                    continue
+                suffix = line[0]
+            else:
+                suffix = sample[0]
+                family.seen = True
+            family.read_bytes += end - start
+            if family.read_bytes > MAX_FAMILY_BYTES:
+                family.fail(f"lines over {MAX_FAMILY_BYTES // 1024 // 1024} MiB")
+                continue
             if suffix == b"_sum":
                 continue
-            samples += 1
-            if samples > MAX_SAMPLES:
-                raise ScanLimit(f"more than {MAX_SAMPLES} histogram samples")
-            _add(family, suffix, rest)
+            family.samples += 1
+            if family.samples > MAX_SAMPLES:
+                family.fail(f"more than {MAX_SAMPLES} samples")
+                continue
+            if sample is not None:
+                _store(family, *sample)
+            else:
+                assert line is not None
+                _add(family, line[0], line[1])
     for family in families.values():
         if family.problem is None:
             _check(family)
@@ -222,8 +247,24 @@ def _line(
     return suffix, rest
 
 
+# The common line, read in one match: a label set without escapes, a plain value, an
+# optional timestamp. Anything else (escapes, exemplars, a special value) takes the
+# scanner's full grammar, which accepts everything this does, and more.
+_PLAIN_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\\n]*"[ \t]*'
+_PLAIN_SET = rf"\{{((?:{_PLAIN_PAIR},)*(?:{_PLAIN_PAIR})?)\}}"
+_PLAIN = re.compile(rf"[ \t]*{_PLAIN_SET}[ \t]*({_NUMBER})(?:[ \t]+{_NUMBER})?[ \t]*")
+_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"')
+# A bucket's upper bound, as the Prometheus parsers read one (no `1_000`, no blanks).
+_LE = re.compile(rf"{_NUMBER}|[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])")
+
+
 def _parse(rest: str) -> tuple[Labels, float]:
     """Labels and value; an OpenMetrics exemplar (`... value # {labels} v`) is dropped."""
+    plain = _PLAIN.fullmatch(rest)
+    if plain is not None:
+        pairs = _PAIR.findall(plain.group(1))
+        if len(pairs) <= MAX_LABELS:
+            return tuple(pairs), float(plain.group(2))
     try:
         return _parse_rest(rest)
     except _Malformed:
@@ -233,39 +274,68 @@ def _parse(rest: str) -> tuple[Labels, float]:
         return _parse_rest(rest[:cut])
 
 
+_PLAIN_TAIL_B = (
+    rf"[ \t]*\{{((?:{_PLAIN_PAIR},)*(?:{_PLAIN_PAIR})?)\}}"
+    rf"[ \t]*({_NUMBER})(?:[ \t]+{_NUMBER})?[ \t]*\r?"
+).encode()
+_PLAIN_LINES: dict[bytes, re.Pattern[bytes]] = {}
+
+
+def _plain_line(needle: bytes) -> re.Pattern[bytes]:
+    """A whole plain sample line of the family `needle` names (bytes): suffix, label
+    set without escapes, value, optional timestamp."""
+    found = _PLAIN_LINES.get(needle)
+    if found is None:
+        found = re.compile(re.escape(needle) + rb"(_bucket|_count|_sum)" + _PLAIN_TAIL_B)
+        _PLAIN_LINES[needle] = found
+    return found
+
+
+def _fast_sample(m: re.Match[bytes]) -> tuple[bytes, Labels, float] | None:
+    """(suffix, labels, value) of a plain line, or None to read it the full way (a
+    label value that is not UTF-8, too many labels)."""
+    try:
+        pairs = _PAIR.findall(m.group(2).decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+    if len(pairs) > MAX_LABELS:
+        return None
+    return m.group(1), tuple(pairs), float(m.group(3))
+
+
 def _add(family: Family, suffix: bytes, rest: str) -> None:
-    if family.problem is not None:
-        return
     try:
         labels, value = _parse(rest)
     except _Malformed as exc:
         family.fail(f"malformed line ({exc})")
         return
+    _store(family, suffix, labels, value)
+
+
+def _store(family: Family, suffix: bytes, labels: Labels, value: float) -> None:
     le = [v for k, v in labels if k == "le"]
-    key = tuple(sorted(kv for kv in labels if kv[0] != "le"))
-    shown = _show(key)
+    key = tuple(sorted(kv for kv in labels if kv[0] != "le")) if le else tuple(sorted(labels))
     if math.isnan(value) or math.isinf(value) or value < 0:
-        family.fail(f"{shown}: a count of {value:g}")
+        family.fail(f"{_show(key)}: a count of {value:g}")
         return
     series = family.series.setdefault(key, RawSeries())
     if suffix == b"_count":
         if series.count is not None:
-            family.fail(f"{shown}: _count written twice")
+            family.fail(f"{_show(key)}: _count written twice")
         series.count = value
         return
     if len(le) != 1:
-        family.fail(f"{shown}: a bucket without one le label")
+        family.fail(f"{_show(key)}: a bucket without one le label")
         return
-    try:
-        bound = float(le[0])
-    except ValueError:
-        family.fail(f"{shown}: le={le[0][:40]!r} is not a number")
+    if _LE.fullmatch(le[0]) is None:
+        family.fail(f"{_show(key)}: le={le[0][:40]!r} is not a number")
         return
+    bound = float(le[0])
     if math.isnan(bound) or bound == -INF:
-        family.fail(f"{shown}: le={le[0][:40]!r} is not an upper bound")
+        family.fail(f"{_show(key)}: le={le[0][:40]!r} is not an upper bound")
         return
     if bound in series.buckets:
-        family.fail(f"{shown}: bucket le={le[0][:40]!r} written twice")
+        family.fail(f"{_show(key)}: bucket le={le[0][:40]!r} written twice")
         return
     series.buckets[bound] = value
 

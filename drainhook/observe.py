@@ -90,7 +90,6 @@ VLLM_TPOT = (
     "vllm:inter_token_latency_seconds",
     "vllm:time_per_output_token_seconds",
 )
-EXTRAS = (VLLM_MAX_TOKENS, VLLM_TTFT, *VLLM_TPOT)
 
 
 class ObserveError(Exception):
@@ -169,30 +168,41 @@ def gather(
 ) -> Observation:
     """Read the histogram from every target, once or twice `window` apart, or from
     saved scrapes (`files`, read by `read_file(path, max_body)`)."""
-    names = _names(engine)
     if reach is None:
         assert read_file is not None
-        parts = [(str(p), scan_families(read_file(p, max_body), names)) for p in files]
-        return _observation(parts, engine, ", ".join(str(p) for p in files))
-    first = _read_targets(reach, names)
+        return from_bodies([(str(p), read_file(p, max_body)) for p in files], engine)
+    first = _read_targets(reach)
     if window is None:
         return _observation(first, engine, reach.display)
     start = clock()
     while (left := start + window - clock()) > 0:
         sleep(left)
-    second = _read_targets(reach, names)
+    second = _read_targets(reach)
     return _window_observation(first, second, engine, reach.display, clock() - start)
 
 
-def _names(engine: str) -> list[str]:
+def from_bodies(bodies: Sequence[tuple[str, Body]], engine: str = "auto") -> Observation:
+    """The observation of saved scrapes, (name, body) each, summed (pure)."""
+    parts = [(name, scan_body(body, engine)) for name, body in bodies]
+    return _observation(parts, engine, ", ".join(name for name, _ in bodies))
+
+
+def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, Family]:
+    """The latency families of one body, and vLLM's max_tokens-bound families: of the
+    time-per-output-token ones, only the first the body has (each costs a scan)."""
     families = [BY_ENGINE[engine]] if engine in BY_ENGINE else list(LATENCY)
     names = [f.name for f in families]
     if engine in ("auto", "vllm"):
-        names += EXTRAS
-    return names
+        names += [VLLM_MAX_TOKENS, VLLM_TTFT]
+        for name in VLLM_TPOT:
+            prefix, _, rest = name.partition(":")
+            if any(body.find(f"{n}_bucket".encode(), 0) >= 0 for n in (name, f"{prefix}_{rest}")):
+                names.append(name)
+                break
+    return scan_families(body, names, until=until)
 
 
-def _read_targets(reach: Reach, names: list[str]) -> list[tuple[str, dict[str, Family]]]:
+def _read_targets(reach: Reach) -> list[tuple[str, dict[str, Family]]]:
     """Each target read once; the scan runs inside the read's time, as for a verdict."""
     from drainhook.read import Reader
     from drainhook.target import ssl_context
@@ -207,7 +217,7 @@ def _read_targets(reach: Reach, names: list[str]) -> list[tuple[str, dict[str, F
             tls_server_name=reach.tls_server_name,
         )
         try:
-            got = reader.read_with(reach.read_timeout, _scanner(names))
+            got = reader.read_with(reach.read_timeout, _scanner(reach.engine))
         finally:
             reader.close()
         if isinstance(got, Reading):
@@ -221,10 +231,10 @@ def _read_targets(reach: Reach, names: list[str]) -> list[tuple[str, dict[str, F
     return found
 
 
-def _scanner(names: list[str]) -> Callable[[Body, float], dict[str, Family] | str]:
+def _scanner(engine: str) -> Callable[[Body, float], dict[str, Family] | str]:
     def scan(body: Body, until: float) -> dict[str, Family] | str:
         try:
-            return scan_families(body, names, until=until)
+            return scan_body(body, engine, until)
         except ScanLimit as exc:
             return str(exc)
 

@@ -215,16 +215,20 @@ def test_a_problem_in_another_family_does_not_touch_this_one() -> None:
 
 
 def test_the_lines_read_are_bounded() -> None:
-    line = f'{E2E}_bucket{{engine="0",le="1.0",pad="{"x" * 1000}"}} 1\n'
-    body = (line * (MAX_FAMILY_BYTES // (len(line) - 1) + 1)).encode()
-    with pytest.raises(ScanLimit, match="MiB"):
-        scan_families(body, [E2E])
+    pad = "x" * 1000
+    lines = (MAX_FAMILY_BYTES // 1000) + 1
+    body = "".join(f'{E2E}_bucket{{e="{i}",le="+Inf",pad="{pad}"}} 1\n' for i in range(lines))
+    assert one(body) == ({}, f"{E2E}: lines over 4 MiB")
 
 
-def test_the_samples_kept_are_bounded() -> None:
-    body = "".join(f'{E2E}_bucket{{e="{i}",le="1"}} 1\n' for i in range(MAX_SAMPLES + 1))
-    with pytest.raises(ScanLimit, match="samples"):
-        scan_families(body.encode(), [E2E])
+def test_the_samples_kept_are_bounded_per_family() -> None:
+    """One family over the bound is a problem of its own; another family is read whole."""
+    over = "".join(f'{E2E}_bucket{{e="{i}",le="+Inf"}} 1\n' for i in range(MAX_SAMPLES + 1))
+    under = "".join(f'{SG}_bucket{{e="{i}",le="+Inf"}} 1\n' for i in range(MAX_SAMPLES // 2))
+    fams = scan_families((over + under).encode(), [E2E, SG])
+    assert fams[E2E].problem == f"{E2E}: more than {MAX_SAMPLES} samples"
+    assert fams[SG].problem is None
+    assert combine(SG, fams[SG].series.values()).total == MAX_SAMPLES // 2
 
 
 def test_the_scan_ends_by_the_reads_deadline() -> None:
@@ -255,6 +259,73 @@ def test_hostile_bytes_never_raise_anything_else(data: bytes, name: str) -> None
         h = combine(name, fam.series.values())
         assert all(a <= b for a, b in zip(h.cumulative, h.cumulative[1:], strict=False))
         assert all(c >= 0 and math.isfinite(c) for c in h.cumulative)
+
+
+LABEL_NAMES = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,6}", fullmatch=True)
+LABEL_VALUES = st.text(st.characters(blacklist_characters='"\\\n', codec="utf-8"), max_size=12)
+BLANK = st.sampled_from(["", " ", "\t", "  "])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.tuples(LABEL_NAMES, LABEL_VALUES, BLANK, BLANK), max_size=20),
+    st.sampled_from(["0", "1.0", "1e3", "+2.5", "-1", ".5", "7E-1", "NaN", "+Inf"]),
+    st.sampled_from(["", " 1700000000", "\t123"]),
+    st.booleans(),
+    BLANK,
+)
+def test_the_fast_path_reads_as_the_full_grammar(
+    pairs: list[tuple[str, str, str, str]], value: str, ts: str, comma: bool, blank: str
+) -> None:
+    """Plain lines are read by one regular expression; whatever it accepts must read
+    exactly as the gauge scanner's full grammar reads it, and what it refuses goes there."""
+    from drainhook.exposition import _Malformed, _parse_rest
+    from drainhook.histogram import _parse
+
+    inner = ",".join(f'{a}{k}{b}="{v}"' for k, v, a, b in pairs) + ("," if comma and pairs else "")
+    rest = f"{blank}{{{inner}}} {value}{ts}"
+    try:
+        expected: object = _parse_rest(rest)
+    except _Malformed:
+        expected = "malformed"
+    try:
+        got: object = _parse(rest)
+    except _Malformed:
+        got = "malformed"
+    if expected == "malformed" or got == "malformed":
+        assert got == expected
+    else:
+        assert got[0] == expected[0]  # type: ignore[index]
+        assert repr(got[1]) == repr(expected[1])  # type: ignore[index]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["_bucket", "_count", "_sum", "_created", ""]),
+            st.lists(st.tuples(LABEL_NAMES, LABEL_VALUES), max_size=5),
+            st.sampled_from(["0.5", "1", "+Inf", "x"]),
+            st.sampled_from(["0", "3.0", "1e2", "-1", "NaN", "+Inf", "7 123", '2 # {a="b"} 1']),
+        ),
+        max_size=12,
+    )
+)
+def test_plain_lines_read_as_the_full_way(
+    lines: list[tuple[str, list[tuple[str, str]], str, str]],
+) -> None:
+    """The one-match path (a line that starts with the name) and the full grammar (the
+    same line indented, which only the full way reads) find the same series and problems."""
+    text = []
+    for suffix, pairs, le, value in lines:
+        labels = [f'{k}="{v}"' for k, v in pairs] + ([f'le="{le}"'] if suffix == "_bucket" else [])
+        text.append(f"{E2E}{suffix}{{{','.join(labels)}}} {value}")
+    plain = scan_families("\n".join(text).encode(), [E2E])[E2E]
+    full = scan_families("\n".join(" " + t for t in text).encode(), [E2E])[E2E]
+    assert (plain.seen, plain.problem) == (full.seen, full.problem)
+    assert {k: (s.buckets, s.count) for k, s in plain.series.items()} == {
+        k: (s.buckets, s.count) for k, s in full.series.items()
+    }
 
 
 # -- quantiles, exactly -------------------------------------------------------------------
