@@ -105,6 +105,8 @@ class NoHistogram(ObserveError):
 
 
 class Unreachable(ObserveError):
+    """A target refused the connection or answered non-2xx (as `probe`'s exit 4)."""
+
     exit_code = 4
 
 
@@ -260,16 +262,16 @@ def _family(parts: list[tuple[str, dict[str, Family]]], pin: str) -> LatencyFami
     return BY_ENGINE[engines.pop()]
 
 
-def _series(families: dict[str, Family], name: str) -> dict[Labels, RawSeries]:
+def _series(where: str, families: dict[str, Family], name: str) -> dict[Labels, RawSeries]:
     family = families[name]
     if family.problem is not None:
-        raise ObserveError(family.problem)
+        raise ObserveError(f"{where}: {family.problem}")
     return family.series
 
 
 def _observation(parts: list[tuple[str, dict[str, Family]]], pin: str, source: str) -> Observation:
     latency = _family(parts, pin)
-    series = [s for _, fams in parts for s in _series(fams, latency.name).values()]
+    series = [s for where, fams in parts for s in _series(where, fams, latency.name).values()]
     return Observation(
         latency.engine,
         combine(latency.name, series),
@@ -288,8 +290,10 @@ def _window_observation(
     latency = _family(first + second, pin)
     series: list[RawSeries] = []
     resets = 0
-    for (_, before), (_, after) in zip(first, second, strict=True):
-        got, reset = difference(_series(before, latency.name), _series(after, latency.name))
+    for (where, before), (_, after) in zip(first, second, strict=True):
+        got, reset = difference(
+            _series(where, before, latency.name), _series(where, after, latency.name)
+        )
         series += got
         resets += reset
     return Observation(
