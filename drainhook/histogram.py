@@ -34,15 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
-from drainhook.exposition import (
-    _BLANKS,
-    _META,
-    _NAME_END,
-    _NUMBER,
-    MAX_LABELS,
-    _Malformed,
-    _parse_rest,
-)
+from drainhook.errors import Malformed
+from drainhook.exposition import _BLANKS, _META, _NAME_END, _NUMBER, MAX_LABELS, _parse_rest
 
 Body = bytes | bytearray | mmap.mmap
 Labels = tuple[tuple[str, str], ...]
@@ -267,7 +260,7 @@ def _parse(rest: str) -> tuple[Labels, float]:
             return tuple(pairs), float(plain.group(2))
     try:
         return _parse_rest(rest)
-    except _Malformed:
+    except Malformed:
         cut = rest.rfind(" # {")
         if cut < 0:
             raise
@@ -306,7 +299,7 @@ def _fast_sample(m: re.Match[bytes]) -> tuple[bytes, Labels, float] | None:
 def _add(family: Family, suffix: bytes, rest: str) -> None:
     try:
         labels, value = _parse(rest)
-    except _Malformed as exc:
+    except Malformed as exc:
         family.fail(f"malformed line ({exc})")
         return
     _store(family, suffix, labels, value)

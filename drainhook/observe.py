@@ -26,6 +26,7 @@ from pathlib import Path
 
 from drainhook import plan as planning
 from drainhook.config import Reach, WaitConfig
+from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
 from drainhook.histogram import (
     INF,
     Body,
@@ -90,24 +91,6 @@ VLLM_TPOT = (
     "vllm:inter_token_latency_seconds",
     "vllm:time_per_output_token_seconds",
 )
-
-
-class ObserveError(Exception):
-    """No evidence to plan from; `exit_code` says why (the message says what)."""
-
-    exit_code = 3  # the body could not be read or its histogram is unusable
-
-
-class NoHistogram(ObserveError):
-    """The body has no latency histogram (or both engines'): a usage-level error."""
-
-    exit_code = 2
-
-
-class Unreachable(ObserveError):
-    """A target refused the connection or answered non-2xx (as `probe`'s exit 4)."""
-
-    exit_code = 4
 
 
 @dataclass(frozen=True)
@@ -213,7 +196,6 @@ def _read_targets(reach: Reach) -> list[tuple[str, dict[str, Family]]]:
     for target in reach.targets:
         reader = Reader(
             target,
-            engine=reach.engine,
             max_body=reach.max_body,
             ssl_context=ssl_context(target, reach.cacert, reach.insecure),
             tls_server_name=reach.tls_server_name,
@@ -448,33 +430,28 @@ def run_observe(
     window: float | None,
     max_body: int,
 ) -> int:
-    """`plan --observe`: read, recommend, print; the exit code (0, or the error's)."""
+    """`plan --observe`: read, recommend, print; 0 (an error raises, with its code)."""
     import click
 
-    from drainhook.config import ConfigError
-    from drainhook.target import read_regular_file
+    from drainhook.target import read_small_file
 
     plan = planning.make_plan(config, role, binary)  # usage errors before any read
     if output not in planning.OUTPUTS:
-        raise ConfigError(f"--output must be one of {', '.join(planning.OUTPUTS)}")
+        raise UsageError(f"--output must be one of {', '.join(planning.OUTPUTS)}")
     if window is not None and files:
-        raise ConfigError("--window needs two reads of a target, not --from-file")
+        raise UsageError("--window needs two reads of a target, not --from-file")
     if window is not None and not (0 < window < math.inf):
-        raise ConfigError(f"--window must be a number of seconds > 0, not {window}")
+        raise UsageError(f"--window must be a number of seconds > 0, not {window}")
     if not 0 < quantile <= 1:
-        raise ConfigError(f"--quantile must be in (0, 1], not {quantile}")
-    try:
-        observed = gather(
-            engine=config.reach.engine,
-            reach=reach,
-            files=files,
-            max_body=max_body,
-            window=window,
-            read_file=lambda path, cap: read_regular_file(path, cap, "--from-file"),
-        )
-    except ObserveError as exc:
-        click.echo(f"drainhook plan --observe: {exc}", err=True)
-        return exc.exit_code
+        raise UsageError(f"--quantile must be in (0, 1], not {quantile}")
+    observed = gather(
+        engine=config.reach.engine,
+        reach=reach,
+        files=files,
+        max_body=max_body,
+        window=window,
+        read_file=lambda path, cap: read_small_file(path, cap, "--from-file"),
+    )
     rec = recommend(config, observed, quantile)
     click.echo(render(plan, observed, rec, output), nl=False)
     return 0

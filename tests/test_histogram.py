@@ -279,18 +279,19 @@ def test_the_fast_path_reads_as_the_full_grammar(
 ) -> None:
     """Plain lines are read by one regular expression; whatever it accepts must read
     exactly as the gauge scanner's full grammar reads it, and what it refuses goes there."""
-    from drainhook.exposition import _Malformed, _parse_rest
+    from drainhook.errors import Malformed
+    from drainhook.exposition import _parse_rest
     from drainhook.histogram import _parse
 
     inner = ",".join(f'{a}{k}{b}="{v}"' for k, v, a, b in pairs) + ("," if comma and pairs else "")
     rest = f"{blank}{{{inner}}} {value}{ts}"
     try:
         expected: object = _parse_rest(rest)
-    except _Malformed:
+    except Malformed:
         expected = "malformed"
     try:
         got: object = _parse(rest)
-    except _Malformed:
+    except Malformed:
         got = "malformed"
     if expected == "malformed" or got == "malformed":
         assert got == expected

@@ -33,7 +33,7 @@ from drainhook.observe import (
     gather,
     recommend,
 )
-from drainhook.target import read_regular_file
+from drainhook.target import read_small_file
 from tests.conftest import ROOT, Hook, Run, base_env, netns
 from tests.loopback import Loopback, hang, sequence, serve
 from tests.test_examples import load_model
@@ -104,7 +104,7 @@ def observe_file(*names: str, **flags: Any) -> tuple[Observation, Any]:
     observed = gather(
         engine=config.reach.engine,
         files=[SAMPLES / n for n in names],
-        read_file=lambda p, cap: read_regular_file(p, cap, "--from-file"),
+        read_file=lambda p, cap: read_small_file(p, cap, "--from-file"),
     )
     return observed, recommend(config, observed, 0.999)
 
