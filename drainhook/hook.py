@@ -17,6 +17,7 @@ from drainhook.config import LOADS_PATH, Reach, WaitConfig
 from drainhook.drain import Interrupted, Outcome, Result, drain
 from drainhook.exposition import MetricsScanner
 from drainhook.loads import LoadsScanner
+from drainhook.plan import timeline_warnings
 from drainhook.read import Reader
 from drainhook.report import Log, probe_both, probe_json, probe_text
 from drainhook.rounds import Round
@@ -70,7 +71,9 @@ def run_wait(config: WaitConfig, t0: float) -> int:
 
     reader = None
     try:
-        reader = reader_for(config.reach)
+        reader = reader_for(config.reach)  # (a usage error here comes alone)
+        for w in timeline_warnings(config):  # what `plan` says of this timeline, once
+            log.warning(w.message, code=w.code, reason=w.reason)
         result = drain(
             config.timeline(),
             reader.read,

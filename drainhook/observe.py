@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -453,6 +452,8 @@ def run_observe(
         read_file=lambda path, cap: read_small_file(path, cap, "--from-file"),
     )
     rec = recommend(config, observed, quantile)
+    # The engine is known from its histogram: its advice comes even with --engine auto.
+    plan = planning.make_plan(config, role, binary, observed.engine)
     click.echo(render(plan, observed, rec, output), nl=False)
     return 0
 
@@ -493,6 +494,7 @@ def to_json(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     whole = planning.to_json(plan)
     whole["observed"] = observed_json(observed, rec)
     whole["recommended_grace"] = rec.grace
+    whole["applied"] = planning.applied_json(applied(plan, observed, rec))
     warnings = whole["warnings"]
     assert isinstance(warnings, list)
     warnings += [{"code": w.code, "message": w.message, "reason": w.reason} for w in rec.warnings]
@@ -529,8 +531,6 @@ def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
             f"recommended: G = {rec.grace}s  (ceil(S {_s(c.settle)} + {label} "
             f"{_s(rec.latency)} + R {_s(c.exit_reserve)}) = {rec.raw_grace}s{raised})"
         )
-        command = planning.prestop_command(dataclasses.replace(c, grace=rec.grace), plan.binary)
-        lines.append("preStop: " + " ".join(command))
     else:
         lines.append("recommended: none (see the warnings)")
     if rec.longer is not None:
@@ -538,18 +538,9 @@ def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
             f"with G = {_s(c.grace)} now: D - S = {_s(rec.window_s)}; at most "
             f"{_pct(rec.longer)} of observed requests ran longer"
         )
-    warnings = (*plan.warnings, *rec.warnings)
-    if warnings:
-        lines += ["", f"warnings ({len(warnings)}):"]
-        for w in warnings:
-            lines += textwrap.wrap(
-                f"{w.code}: {w.message}", 100, initial_indent="  ", subsequent_indent="    "
-            )
-            lines += textwrap.wrap(
-                f"why: {w.reason}", 100, initial_indent="    ", subsequent_indent="      "
-            )
-    else:
-        lines += ["", "warnings: none"]
+    done = applied(plan, observed, rec)
+    lines += planning.applied_text(done) or ["", "preStop: " + " ".join(done.plan.command)]
+    lines += planning.warnings_text((*plan.warnings, *rec.warnings))
     return "\n".join(lines) + "\n"
 
 
@@ -588,40 +579,59 @@ def draw(h: Histogram, rec: Recommendation) -> list[str]:
     return out
 
 
+def evidence(observed: Observation, quantile: float) -> planning.Evidence:
+    """G from the observation for a config's S and R, and how: what
+    `planning.apply_advice` applies for `plan --observe`."""
+
+    def grace(config: WaitConfig) -> tuple[float, str] | None:
+        rec = recommend(config, observed, quantile)
+        if rec.grace is None or rec.latency is None:
+            return None
+        return float(rec.grace), formula(config, rec)
+
+    return grace
+
+
+def formula(config: WaitConfig, rec: Recommendation) -> str:
+    """`G = ceil(S 5 + p99.9 30 + R 5) = 40` (and the floor when it acted)."""
+    assert rec.latency is not None
+    raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
+    return (
+        f"G = ceil(S {_n(config.settle)} + {_q(rec.quantile)} {_n(rec.latency)} "
+        f"+ R {_n(config.exit_reserve)}) = {rec.raw_grace}{raised}"
+    )
+
+
+def applied(plan: Plan, observed: Observation, rec: Recommendation) -> planning.Applied:
+    """The plan's advice applied, the recommended G for the exit reserve so chosen,
+    for the engine the histogram showed (so vLLM's advice comes with --engine auto)."""
+    if plan.known_engine != observed.engine:
+        plan = planning.make_plan(plan.config, plan.role, plan.binary, observed.engine)
+    return planning.apply_advice(plan, evidence(observed, rec.quantile))
+
+
 def to_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     """The Pod-spec fragment for the recommended G (the given one when there is
-    none), with the evidence and vLLM's --shutdown-timeout advice as comments."""
-    c = plan.config
-    grace = float(rec.grace) if rec.grace is not None else c.grace
-    chosen = planning.make_plan(dataclasses.replace(c, grace=grace), plan.role, plan.binary)
-    body = planning.to_yaml(chosen).splitlines()
-    label = _q(rec.quantile)
+    none) and the plan's other advice applied, with the evidence as comments."""
+    done = applied(plan, observed, rec)
+    c = done.plan.config
+    mine = recommend(c, observed, rec.quantile)  # for the fragment's own S, R and G
     notes = [f"# observed: {_count(observed.requests)} in {observed.histogram.name}"]
-    if rec.grace is not None and rec.latency is not None:
-        raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
-        notes.append(
-            f"# G = ceil(S {_n(c.settle)} + {label} {_n(rec.latency)} + R {_n(c.exit_reserve)})"
-            f" = {rec.raw_grace}{raised}"
-        )
-    else:
-        notes.append(f"# no recommended G: the fragment keeps --grace {_n(c.grace)}")
-    if rec.grace is not None:
+    if mine.grace is None or mine.latency is None:
+        kept = "keeps" if c.grace == plan.grace else "has"
+        notes.append(f"# no recommended G: the fragment {kept} --grace {_n(c.grace)}")
+    elif not any(ch.field == "grace" for ch in done.changes):
+        notes.append(f"# {formula(c, mine)}")  # else the change names it
+    if rec.grace is not None and mine.longer is not None:
         # What the fragment's G leaves uncovered; the share for the G given is text's and JSON's.
-        mine = recommend(dataclasses.replace(c, grace=float(rec.grace)), observed, rec.quantile)
-        if mine.longer is not None:
-            notes.append(
-                f"# with G = {rec.grace}: D - S = {_s(mine.window_s)}; at most "
-                f"{_pct(mine.longer)} of observed requests ran longer"
-            )
-    notes += [f"# warning: {w.code}: {w.message}" for w in rec.warnings if w.code != "observe-cuts"]
-    if observed.engine == "vllm" and "vllm-shutdown-timeout" not in codes(chosen):
-        # The engine is known from its histogram even when --engine is auto.
-        vllm = dataclasses.replace(c.reach, engine="vllm")
-        pinned = planning.make_plan(dataclasses.replace(c, grace=grace, reach=vllm), plan.role)
-        advice = [w for w in pinned.warnings if w.code == "vllm-shutdown-timeout"]
-        notes += [f"# warning: {w.code}: {w.message}" for w in advice]
-    at = next(i for i, line in enumerate(body) if not line.startswith("#"))
-    return "\n".join([*body[:at], *notes, *body[at:]]) + "\n"
+        notes.append(
+            f"# with G = {_n(c.grace)}: D - S = {_s(mine.window_s)}; at most "
+            f"{_pct(mine.longer)} of observed requests ran longer"
+        )
+    notes += [
+        f"# warning: {w.code}: {w.message}" for w in mine.warnings if w.code != "observe-cuts"
+    ]
+    return planning.to_yaml(plan, notes, done)
 
 
 def codes(plan: Plan) -> set[str]:

@@ -110,11 +110,15 @@ class Log:
                 self._warned.add(warning)
                 self.warning(warning)
 
-    def warning(self, text: str) -> None:
+    def warning(self, text: str, *, code: str | None = None, reason: str | None = None) -> None:
+        """One warning line; a plan rule's (`wait` at its start) also has its code and why."""
         if self._fmt == "json":
-            line = json.dumps({"event": "warning", "warning": text})
+            more = {} if code is None else {"code": code, "reason": reason}
+            line = json.dumps({"event": "warning", "warning": text, **more})
         else:
             line = f"drainhook warning={_quote(text)}"
+            if code is not None:
+                line += f" code={code} why={_quote(reason)}"
         self._emit(line, summary=False)
 
     def summary(self, result: Result, exit_code: int, target: str, deadline: float) -> None:

@@ -198,7 +198,8 @@ def run_demo(echo: Callable[[str], None] | None = None) -> int:
         )
         say(
             f"demo: drainhook wait --url {url} --grace 10 --settle 1 --exit-reserve 2 "
-            "--interval 0.5   (deadline D = 8 s)"
+            "--interval 0.5   (deadline D = 8 s; shrunk for the demo, so the hook's first "
+            "lines warn that a Pod needs more)"
         )
         from drainhook.hook import run_wait
 

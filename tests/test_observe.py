@@ -174,7 +174,20 @@ def test_cli_from_file_gives_the_hand_computation(hook: Hook, hand: Hand) -> Non
     assert seen["source"] == str(SAMPLES / hand.file)
     assert seen["engine"] == hand.engine
     assert obj["grace"] == 30  # the plan itself is the one given
-    assert {w["code"] for w in obj["warnings"]} == hand.warnings
+    # The engine is known from its histogram: vLLM's own advice comes with --engine auto.
+    advice = {"vllm-shutdown-timeout"} if hand.engine == "vllm" else set()
+    assert {w["code"] for w in obj["warnings"]} == hand.warnings | advice
+    assert obj["engine"] == "auto"  # as given
+    applied = obj["applied"]
+    assert applied["grace"] == (30 if hand.grace is None else hand.grace)
+    assert applied["exit_reserve"] == 5
+    if hand.grace is not None:
+        (change,) = applied["changes"]
+        assert (change["field"], change["from"], change["to"]) == ("grace", 30, hand.grace)
+        assert change["because"][0].startswith("observed: G = ceil(S 5 + p99.9 ")
+    else:
+        assert applied["changes"] == []
+    assert applied["command"][applied["command"].index("--grace") + 1] == str(applied["grace"])
 
 
 def test_the_quantile_flag_moves_the_bound() -> None:
@@ -279,7 +292,11 @@ def test_yaml_output_carries_the_recommended_g(hook: Hook) -> None:
     assert command[command.index("--grace") + 1] == "210"
     spec = load_model(data, "V1PodSpec", "plan --observe --output yaml")
     assert spec.termination_grace_period_seconds == 210
-    assert "# G = ceil(S 5 + p99.9 200 + R 5) = 210" in run.stdout
+    changed = [line for line in run.stdout.splitlines() if line.startswith("# changed:")]
+    assert changed == [
+        "# changed: terminationGracePeriodSeconds 30 -> 210 "
+        "(observed: G = ceil(S 5 + p99.9 200 + R 5) = 210)"
+    ]
     assert "# with G = 210: D - S = 200s; at most 0% of observed requests ran longer" in run.stdout
 
 
