@@ -214,10 +214,15 @@ def plan(
 ) -> int:
     """The timeline of `wait` for these values, with warnings; or its Pod-spec fragment.
 
-    Warns, with the reason, when G is outside 15..3600, when D - S leaves no room
-    for the confirming reads, when the settle is under 5 s or the exit reserve
-    under 2 s, for an SGLang prefill/decode server (R >= 20, G about 45), a vLLM
+    Warns, with the reason, when G is outside 15..3600, when the settle lasts to
+    the deadline (no read) or D - S leaves no room for the confirming reads, when
+    the settle is under 5 s or the exit reserve under 2 s (`wait` logs these at
+    its start too), for an SGLang prefill/decode server (R >= 20, G >= 45), a vLLM
     prefill (--linger) and vLLM's --shutdown-timeout.
+
+    --output yaml applies the advice that names a value (an SGLang prefill/decode
+    server's R and G; the recommended G with --observe), over values given too,
+    and names each change in a comment; text and json show the same changes.
 
     --observe reads vLLM's or SGLang's e2e_request_latency_seconds histogram
     (every series and target summed) and recommends G = ceil(S + latency + R),
