@@ -1,0 +1,134 @@
+"""Listener discovery's reads: one read of every candidate, at once, never past D
+(CONTRACT §2a).
+
+Pure but for its threads: the read, the clock and the wait are handed in, so
+a test runs 64 candidates, one of which never answers, under a fake clock.
+
+Every read runs in its own daemon thread and gets the read timeout clipped to
+the time left when it starts; the caller waits on the results, never past
+`until`. A read that has not answered by then is abandoned, not joined: a
+daemon thread does not hold the interpreter's exit (a ThreadPoolExecutor's
+workers would, as read.py's name lookup explains), and the hook's reads
+are bounded by their own deadline anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from drainhook.verdict import Reading, Verdict
+
+ReadOne = Callable[[str, float], Reading]
+# At most this many reads at once: with discovery's 64 candidates, every read
+# starts at once, and the whole search takes one read timeout at most.
+MAX_PARALLEL = 64
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One candidate read: its URL, and its reading (None: no answer by the deadline)."""
+
+    url: str
+    reading: Reading | None
+
+    @property
+    def why(self) -> str:
+        """Why this listener is not the engine's, in a few words."""
+        if self.reading is None:
+            return "no answer in time"
+        if self.reading.verdict is Verdict.UNREACHABLE or self.reading.engine is None:
+            return self.reading.reason or str(self.reading.verdict)
+        return f"{self.reading.engine} {self.reading.verdict}"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What the search found: the engine listeners (in candidate order), every
+    read made, and the candidates never read because the time ran out first."""
+
+    found: tuple[Tried, ...]
+    tried: tuple[Tried, ...]
+    not_read: tuple[str, ...]
+
+    def describe(self) -> str:
+        """The listeners tried, for an `unreachable` reason or a log line."""
+        if not self.tried and not self.not_read:
+            return "no other listener in the Pod"
+        shown = "; ".join(f"{t.url} ({t.why})" for t in self.tried)
+        text = f"tried {len(self.tried)} listener{'s' if len(self.tried) != 1 else ''}"
+        text = f"{text}: {shown}" if shown else text
+        if self.not_read:
+            text += f"; {len(self.not_read)} not read before the deadline"
+        return text
+
+
+def names_engine(reading: Reading, engine: str = "auto") -> bool:
+    """Whether a listener's reading is an engine's, as `--engine` recognises one.
+
+    With `auto` the scanner names an engine only when its gauges are in the
+    body. With a pinned engine it names that engine for any 2xx body (a
+    sidecar's too, as `unknown`), so there a listener is the engine's only
+    when at least one of its counted series was read.
+    """
+    if reading.engine is None:
+        return False
+    if engine == "auto":
+        return True
+    return reading.engine == engine and bool(reading.series)
+
+
+def discover(
+    urls: Sequence[str],
+    read_one: ReadOne,
+    *,
+    read_timeout: float,
+    until: float,
+    clock: Callable[[], float] = time.monotonic,
+    is_engine: Callable[[Reading], bool] = names_engine,
+    max_parallel: int = MAX_PARALLEL,
+    wait: Callable[[threading.Event, float], object] = threading.Event.wait,
+) -> Discovery:
+    """Read every URL once, `max_parallel` at a time, and keep the engines'.
+
+    `read_one(url, timeout)` makes one read that ends within timeout;
+    `until` is the deadline on `clock`'s scale: no read starts at or after it
+    and the call returns by then. `wait(event, timeout)` blocks until the
+    event is set or the timeout passes (a fake clock's wait advances it).
+    """
+    urls = list(urls)
+    readings: dict[int, Reading] = {}
+    lock = threading.Lock()
+    progress = threading.Event()
+    started = 0
+
+    def run(index: int, timeout: float) -> None:
+        try:
+            reading = read_one(urls[index], timeout)
+        except Exception as exc:  # a reader that raised: a bug, not a reason to crash the hook
+            reading = Reading.failed(Verdict.UNKNOWN, f"unexpected {type(exc).__name__}", 0.0)
+        with lock:
+            readings[index] = reading
+        progress.set()
+
+    while True:
+        progress.clear()  # before looking, so a result that lands after is not missed
+        with lock:
+            done = len(readings)
+        left = until - clock()
+        if done == len(urls) or left <= 0:
+            break
+        while started < len(urls) and started - done < max_parallel:
+            name = f"drainhook-discover-{started}"
+            args = (started, min(read_timeout, left))
+            threading.Thread(target=run, args=args, name=name, daemon=True).start()
+            started += 1
+        wait(progress, left)
+
+    with lock:
+        final = dict(readings)
+    tried = tuple(Tried(urls[i], final.get(i)) for i in range(started))
+    found = tuple(t for t in tried if t.reading is not None and is_engine(t.reading))
+    return Discovery(found, tried, tuple(urls[started:]))
