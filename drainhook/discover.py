@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from drainhook.listeners import Listener, candidates, read_listeners
 from drainhook.verdict import Reading, Verdict
 
 ReadOne = Callable[[str, float], Reading]
@@ -47,21 +49,26 @@ class Tried:
 @dataclass(frozen=True)
 class Discovery:
     """What the search found: the engine listeners (in candidate order), every
-    read made, and the candidates never read because the time ran out first."""
+    read made, the candidates never read because the time ran out first, and
+    the listeners left out past the cap (listeners.MAX_READS)."""
 
     found: tuple[Tried, ...]
     tried: tuple[Tried, ...]
     not_read: tuple[str, ...]
+    left_out: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """The listeners tried, for an `unreachable` reason or a log line."""
-        if not self.tried and not self.not_read:
+        if not (self.tried or self.not_read or self.left_out):
             return "no other listener in the Pod"
         shown = "; ".join(f"{t.url} ({t.why})" for t in self.tried)
         text = f"tried {len(self.tried)} listener{'s' if len(self.tried) != 1 else ''}"
         text = f"{text}: {shown}" if shown else text
         if self.not_read:
             text += f"; {len(self.not_read)} not read before the deadline"
+        if self.left_out:
+            cap = len(self.tried) + len(self.not_read)
+            text += f"; {len(self.left_out)} more not read (at most {cap} are)"
         return text
 
 
@@ -132,3 +139,50 @@ def discover(
     tried = tuple(Tried(urls[i], final.get(i)) for i in range(started))
     found = tuple(t for t in tried if t.reading is not None and is_engine(t.reading))
     return Discovery(found, tried, tuple(urls[started:]))
+
+
+class OneReader(Protocol):
+    """What the search needs of a reader made for one URL (drainhook.read.Reader)."""
+
+    def read(self, timeout: float) -> Reading: ...
+
+    def close(self) -> None: ...
+
+
+def search(
+    reader_for: Callable[[str], OneReader],
+    *,
+    read_timeout: float,
+    until: float,
+    scheme: str = "http",
+    path: str = "/metrics",
+    exclude: Iterable[tuple[str, int]] = (),
+    clock: Callable[[], float] = time.monotonic,
+    is_engine: Callable[[Reading], bool] = names_engine,
+    listeners: Callable[[], Iterable[Listener]] = read_listeners,
+) -> Discovery:
+    """Listener discovery whole: list this namespace's listeners, read each once
+    (but the `exclude`d (host, port) pairs, already tried) and keep the engines'.
+
+    `reader_for(url)` makes the reader of one URL (with the hook's TLS, engine
+    and body cap); each is closed after its read, or abandoned with its thread.
+    """
+    planned = candidates(listeners(), exclude=exclude)
+
+    def read_one(url: str, timeout: float) -> Reading:
+        reader = reader_for(url)
+        try:
+            return reader.read(timeout)
+        finally:
+            reader.close()
+
+    found = discover(
+        planned.urls(scheme, path),
+        read_one,
+        read_timeout=read_timeout,
+        until=until,
+        clock=clock,
+        is_engine=is_engine,
+    )
+    left_out = tuple(e.url(scheme, path) for e in planned.left_out)
+    return Discovery(found.found, found.tried, found.not_read, left_out)

@@ -5,20 +5,25 @@ exit code, stdout, stderr and the wall time from spawn to exit. It is
 parametrized over the entry points: the installed package (`python -m
 drainhook`) always, and the PyInstaller directory build when
 DRAINHOOK_BINARY names it (scripts/test sets it after scripts/build-binary).
+
+`pod` runs the same entry point inside a new, empty network namespace beside
+scripted listeners (tests/podns.py): what a test of listener discovery needs,
+so that the hook never sees this machine's own listening ports.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.podns import PodRun, Server, netns, run_pod
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +55,8 @@ def entry_points() -> list[tuple[str, list[str]]]:
 
 
 Hook = Callable[..., Run]
+Pod = Callable[..., PodRun]
+__all__ = ["netns"]  # the one network-namespace helper, kept in tests/podns.py
 
 
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -94,17 +101,22 @@ def hook(entry: list[str]) -> Hook:
     return run
 
 
-def netns() -> list[str] | None:
-    """The command prefix that runs a process in an empty network namespace, if any:
-    as root, or else inside a user namespace of its own (`-r`). Nothing started
-    under it can reach past its own loopback, even if a check under test broke."""
-    if shutil.which("unshare") is None:
-        return None
-    for prefix in (["unshare", "-n"], ["unshare", "-r", "-n"]):
-        try:
-            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            return prefix
-    return None
+@pytest.fixture
+def pod(entry: list[str]) -> Pod:
+    """Run the hook (this entry point) with args in a new network namespace beside
+    the servers given (tests/podns.py); `command=` runs another command instead."""
+    prefix = netns()
+    if prefix is None:
+        pytest.skip("no empty network namespace (`unshare -n`) can be made here")
+
+    def run(
+        servers: Sequence[Server],
+        *args: str,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60,
+    ) -> PodRun:
+        argv = [*entry, *args] if command is None else list(command)
+        return run_pod(servers, argv, prefix=prefix, env=base_env(env), timeout=timeout)
+
+    return run

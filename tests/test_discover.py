@@ -10,12 +10,14 @@ whole timeout.
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from drainhook.discover import Discovery, Tried, discover, names_engine
+from drainhook.discover import Discovery, Tried, discover, names_engine, search
+from drainhook.listeners import Listener
 from drainhook.verdict import Reading, Series, Verdict
 
 READ_TIMEOUT = 1.0
@@ -236,3 +238,40 @@ def test_the_engine_rule_is_the_callers(pods: Callable[..., Pod]) -> None:
     pod = pods({url(1): engine(1, "vllm"), url(2): engine(1, "sglang")})
     found = run(pod, is_engine=lambda r: names_engine(r, "sglang"))
     assert [t.url for t in found.found] == [url(2)]
+
+
+# ---- search: listeners in, every reader made and closed -------------------------
+
+
+class FakeReader:
+    def __init__(self, pod: Pod, url: str, closed: list[str]) -> None:
+        self._pod, self._url, self._closed = pod, url, closed
+
+    def read(self, timeout: float) -> Reading:
+        return self._pod.read_one(self._url, timeout)
+
+    def close(self) -> None:
+        self._closed.append(self._url)
+
+
+def test_search_plans_reads_makes_and_closes_a_reader_for_each(pods: Callable[..., Pod]) -> None:
+    wildcard = [Listener(ipaddress.ip_address("0.0.0.0"), p) for p in (8000, 8123, 15021)]
+    many = [Listener(ipaddress.ip_address("::"), p) for p in range(40000, 40070)]
+    replies: dict[str, Reading | None] = {url(p): sidecar_404() for p in range(40000, 40070)}
+    replies.update({url(8123): engine(4), url(15021): sidecar_404()})
+    replies = {u.replace("127.0.0.1:4", "[::1]:4"): r for u, r in replies.items()}
+    pod = pods(replies)
+    closed: list[str] = []
+    found = search(
+        lambda u: FakeReader(pod, u, closed),
+        read_timeout=READ_TIMEOUT,
+        until=pod.now + 5,
+        exclude=[("localhost", 8000)],  # the configured target: refused already
+        clock=pod.clock,
+        listeners=lambda: [*wildcard, *many],
+    )
+    assert [t.url for t in found.found] == [url(8123)]
+    assert len(found.tried) == 64 and url(8000) not in pod.timeouts
+    assert sorted(closed) == sorted(t.url for t in found.tried)
+    assert found.left_out == tuple(f"http://[::1]:{p}/metrics" for p in range(40062, 40070))
+    assert found.describe().endswith("; 8 more not read (at most 64 are)")
