@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.podns import PodRun, Server, netns, run_pod
+# netns: the one network-namespace helper, kept in tests/podns.py (re-exported).
+from tests.podns import PodRun, Server, run_pod
+from tests.podns import netns as netns
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +58,6 @@ def entry_points() -> list[tuple[str, list[str]]]:
 
 Hook = Callable[..., Run]
 Pod = Callable[..., PodRun]
-__all__ = ["netns"]  # the one network-namespace helper, kept in tests/podns.py
 
 
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -101,22 +102,43 @@ def hook(entry: list[str]) -> Hook:
     return run
 
 
-@pytest.fixture
-def pod(entry: list[str]) -> Pod:
-    """Run the hook (this entry point) with args in a new network namespace beside
-    the servers given (tests/podns.py); `command=` runs another command instead."""
+def _pod_prefix() -> list[str]:
     prefix = netns()
     if prefix is None:
         pytest.skip("no empty network namespace (`unshare -n`) can be made here")
+    return prefix
+
+
+@pytest.fixture
+def pod(entry: list[str]) -> Pod:
+    """Run the hook (each entry point) with args in a new network namespace beside
+    the servers given (tests/podns.py): pod(servers, *args, env=, timeout=)."""
+    prefix = _pod_prefix()
 
     def run(
         servers: Sequence[Server],
         *args: str,
-        command: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float = 60,
     ) -> PodRun:
-        argv = [*entry, *args] if command is None else list(command)
-        return run_pod(servers, argv, prefix=prefix, env=base_env(env), timeout=timeout)
+        return run_pod(servers, [*entry, *args], prefix=prefix, env=base_env(env), timeout=timeout)
+
+    return run
+
+
+@pytest.fixture
+def pod_command() -> Pod:
+    """Run any command in a new network namespace beside the servers given:
+    pod_command(servers, argv, env=, timeout=)."""
+    prefix = _pod_prefix()
+
+    def run(
+        servers: Sequence[Server],
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60,
+    ) -> PodRun:
+        return run_pod(servers, command, prefix=prefix, env=base_env(env), timeout=timeout)
 
     return run

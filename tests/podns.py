@@ -14,13 +14,15 @@ addresses, ports and sockets the spec names), runs the command, and prints
 one JSON object: the command's exit code, stdout, stderr and elapsed time, and
 what every server saw (each request's path and time, per socket).
 
-In a test (the `pod` fixture of conftest.py runs the hook's entry points):
+In a test, conftest.py's `pod` fixture runs the hook (each entry point: the
+package, the binary) with the given arguments, and `pod_command` any argv:
 
     run = pod(
         [engine("engine", 8123, "vllm-external-lb-rank3-idle.txt"), sidecar("mesh", 15021)],
         "probe", "--url", "http://127.0.0.1:{port:engine}/metrics", "--json",
     )
     assert run.code == 0 and run.servers["engine"].paths == ["/metrics"]
+    run = pod_command(servers, [sys.executable, "-c", "..."])
 
 `{port:NAME}` in the command or the env is the port server NAME got (port 0
 is an ephemeral one). Bodies are inline text or the name of a file in

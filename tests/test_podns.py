@@ -70,7 +70,7 @@ def python(code: str, *args: str) -> list[str]:
     return [sys.executable, "-c", code, *args]
 
 
-def test_the_namespace_holds_exactly_the_tests_listeners(pod: Pod) -> None:
+def test_the_namespace_holds_exactly_the_tests_listeners(pod_command: Pod) -> None:
     servers = [
         engine("vllm", 8000, IDLE, sockets=2),  # two API servers, SO_REUSEPORT
         Server("v6only", "::", 8000, v6only=True),
@@ -80,7 +80,7 @@ def test_the_namespace_holds_exactly_the_tests_listeners(pod: Pod) -> None:
         Server("mapped", "::ffff:127.0.0.1", 9000),
         hanging("second-loopback", 7000, host="127.0.0.2"),
     ]
-    run = pod(servers, command=python(LIST))
+    run = pod_command(servers, python(LIST))
     assert run.code == 0, run.stderr
     out = run.json()
     assert out["listeners"] == sorted(
@@ -134,7 +134,7 @@ def test_wait_drains_on_the_nth_reply_and_env_ports_are_substituted(pod: Pod) ->
     assert times == sorted(times) and times[2] - times[1] >= 0.09
 
 
-def test_reuseport_sockets_share_one_port(pod: Pod) -> None:
+def test_reuseport_sockets_share_one_port(pod_command: Pod) -> None:
     connect = """
 import sys, urllib.error, urllib.request
 for _ in range(40):
@@ -143,7 +143,7 @@ for _ in range(40):
     except urllib.error.HTTPError as exc:
         assert exc.code == 404
 """
-    run = pod([Server("pair", "0.0.0.0", 8000, sockets=2)], command=python(connect, "8000"))
+    run = pod_command([Server("pair", "0.0.0.0", 8000, sockets=2)], python(connect, "8000"))
     assert run.code == 0, run.stderr
     per_socket = run.servers["pair"].connections
     assert len(per_socket) == 2 and sum(per_socket) == 40
@@ -152,7 +152,7 @@ for _ in range(40):
     assert (sockets.count(0), sockets.count(1)) == per_socket
 
 
-def test_servers_start_and_stop_on_time(pod: Pod) -> None:
+def test_servers_start_and_stop_on_time(pod_command: Pod) -> None:
     poll = """
 import socket, sys, time
 seen = []
@@ -167,7 +167,7 @@ while time.monotonic() < end:
 print("".join(map(str, seen)))
 """
     late = Server("late", "127.0.0.1", 8000, start_after=1.0, stop_after=1.5)
-    run = pod([late], command=python(poll))
+    run = pod_command([late], python(poll))
     assert run.code == 0, run.stderr
     seen = run.stdout.strip()
     # Refused, then accepted, then refused again, in that order and nothing else.
@@ -205,7 +205,7 @@ sys.exit(subprocess.run([sys.executable, "-m", "tests.podns"]).returncode)
 
 
 def search(pod: Pod, servers: list[Server], left: float, exclude: object = ()) -> dict[str, Any]:
-    run = pod(servers, command=python(SEARCH, str(left), json.dumps(exclude)))
+    run = pod(servers, python(SEARCH, str(left), json.dumps(exclude)))
     assert run.code == 0, run.stderr
     out: dict[str, Any] = run.json()
     out["servers"] = run.servers
@@ -222,8 +222,8 @@ POD = [
 ]
 
 
-def test_search_finds_the_engine_among_sidecars_once_each(pod: Pod) -> None:
-    out = search(pod, POD, left=5.0)
+def test_search_finds_the_engine_among_sidecars_once_each(pod_command: Pod) -> None:
+    out = search(pod_command, POD, left=5.0)
     assert out["found"] == [["http://127.0.0.1:8123/metrics", "vllm", "idle", 0.0]]
     assert sorted(out["tried"]) == sorted(
         [
@@ -243,8 +243,8 @@ def test_search_finds_the_engine_among_sidecars_once_each(pod: Pod) -> None:
     assert 0.9 <= out["elapsed"] < 1.9
 
 
-def test_search_ends_at_the_deadline_whatever_hangs(pod: Pod) -> None:
-    out = search(pod, POD, left=0.4)
+def test_search_ends_at_the_deadline_whatever_hangs(pod_command: Pod) -> None:
+    out = search(pod_command, POD, left=0.4)
     assert out["found"] == [["http://127.0.0.1:8123/metrics", "vllm", "idle", 0.0]]
     assert 0.35 <= out["elapsed"] < 0.9  # D, not the read timeout (1 s)
     # Its read was cut at D: by its own clipped timeout, or abandoned a moment before.
@@ -252,20 +252,20 @@ def test_search_ends_at_the_deadline_whatever_hangs(pod: Pod) -> None:
     assert why == "no answer in time" or why.startswith("read timed out")
 
 
-def test_search_skips_the_configured_target_and_finds_nothing_without_an_engine(pod: Pod) -> None:
+def test_search_skips_the_configured_target_and_finds_no_engine(pod_command: Pod) -> None:
     servers = [engine("engine", 8000, IDLE), sidecar("mesh", 15000)]
-    out = search(pod, servers, left=5.0, exclude=[["127.0.0.1", 8000]])
+    out = search(pod_command, servers, left=5.0, exclude=[["127.0.0.1", 8000]])
     assert out["found"] == []
     assert list(out["tried"]) == ["http://127.0.0.1:15000/metrics"]
     assert out["servers"]["engine"].requests == ()
     assert out["describe"] == "tried 1 listener: http://127.0.0.1:15000/metrics (HTTP 404)"
 
 
-def test_search_reads_at_most_64_listeners(pod: Pod) -> None:
+def test_search_reads_at_most_64_listeners(pod_command: Pod) -> None:
     servers = [sidecar(f"s{p}", p) for p in range(20001, 20001 + MAX_READS + 1)]
     servers.append(engine("engine", 20000, IDLE))  # the lowest port: read first
     start = time.monotonic()
-    out = search(pod, servers, left=10.0)
+    out = search(pod_command, servers, left=10.0)
     assert out["found"][0][0] == "http://127.0.0.1:20000/metrics"
     assert len(out["tried"]) == MAX_READS
     assert out["left_out"] == [f"http://127.0.0.1:{p}/metrics" for p in (20064, 20065)]
