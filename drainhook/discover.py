@@ -14,6 +14,7 @@ are bounded by their own deadline anyway.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -72,6 +73,10 @@ class Discovery:
         return text
 
 
+def _daemon(task: Callable[[], None], name: str) -> None:
+    threading.Thread(target=task, name=name, daemon=True).start()
+
+
 def names_engine(reading: Reading, engine: str = "auto") -> bool:
     """Whether a listener's reading is an engine's, as `--engine` recognises one.
 
@@ -97,6 +102,7 @@ def discover(
     is_engine: Callable[[Reading], bool] = names_engine,
     max_parallel: int = MAX_PARALLEL,
     wait: Callable[[threading.Event, float], object] = threading.Event.wait,
+    spawn: Callable[[Callable[[], None], str], None] = _daemon,
 ) -> Discovery:
     """Read every URL once, `max_parallel` at a time, and keep the engines'.
 
@@ -104,12 +110,15 @@ def discover(
     `until` is the deadline on `clock`'s scale: no read starts at or after it
     and the call returns by then. `wait(event, timeout)` blocks until the
     event is set or the timeout passes (a fake clock's wait advances it).
+    `spawn(task, name)` starts a thread; when it cannot (a container's pids
+    limit), fewer reads run at once, and with none running that read fails.
     """
     urls = list(urls)
     readings: dict[int, Reading] = {}
     lock = threading.Lock()
     progress = threading.Event()
     started = 0
+    max_parallel = max(1, max_parallel)
 
     def run(index: int, timeout: float) -> None:
         try:
@@ -128,11 +137,19 @@ def discover(
         if done == len(urls) or left <= 0:
             break
         while started < len(urls) and started - done < max_parallel:
-            name = f"drainhook-discover-{started}"
-            args = (started, min(read_timeout, left))
-            threading.Thread(target=run, args=args, name=name, daemon=True).start()
+            index, timeout = started, min(read_timeout, left)
+            try:
+                spawn(functools.partial(run, index, timeout), f"drainhook-discover-{index}")
+            except RuntimeError as exc:  # "can't start new thread"
+                if started - done > 0:
+                    max_parallel = started - done  # wait for one to end, then go on
+                    break
+                with lock:
+                    readings[index] = Reading.failed(Verdict.UNKNOWN, f"no thread: {exc}", 0.0)
+                done += 1
             started += 1
-        wait(progress, left)
+        if started - done > 0:
+            wait(progress, left)
 
     with lock:
         final = dict(readings)

@@ -5,7 +5,7 @@ Every container of a Pod shares one network namespace, so `/proc/net/tcp` and
 `/proc/net/tcp6` (which show the namespace of the process reading them) list
 the engine's listener wherever its port was moved to, beside the sidecars'.
 
-A line of either file, as Linux 2.6 to 6.x writes it:
+A line of either file, as Linux writes it (tests/proc_net holds real ones):
 
     sl  local_address                         rem_address ... st ...
      0: 00000000000000000000000001000000:7531 0000...:0000 0A ...

@@ -275,3 +275,55 @@ def test_search_plans_reads_makes_and_closes_a_reader_for_each(pods: Callable[..
     assert sorted(closed) == sorted(t.url for t in found.tried)
     assert found.left_out == tuple(f"http://[::1]:{p}/metrics" for p in range(40062, 40070))
     assert found.describe().endswith("; 8 more not read (at most 64 are)")
+
+
+def test_a_pids_limit_lowers_parallelism_and_every_read_still_happens(
+    pods: Callable[..., Pod],
+) -> None:
+    """Where no more than 3 threads can run (a container's pids limit), the reads
+    go 3 at a time instead: all 12 made once, the engine found, nothing lost."""
+    replies: dict[str, Reading | None] = {url(p): sidecar_404() for p in range(1, 13)}
+    replies[url(12)] = engine(1)
+    pod = pods(replies)
+    running = 0  # started since the last wait (the fake wait ends them all)
+    refused = 0
+
+    def spawn(task: Callable[[], None], name: str) -> None:
+        nonlocal running, refused
+        if running >= 3:
+            refused += 1
+            raise RuntimeError("can't start new thread")
+        running += 1
+        threading.Thread(target=task, name=name, daemon=True).start()
+
+    def wait(event: threading.Event, timeout: float) -> bool:
+        nonlocal running
+        woke = pod.wait(event, timeout)
+        running = 0
+        return woke
+
+    found = discover(
+        list(replies),
+        pod.read_one,
+        read_timeout=1.0,
+        until=110.0,
+        clock=pod.clock,
+        wait=wait,
+        spawn=spawn,
+    )
+    assert [t.url for t in found.found] == [url(12)]
+    assert len(found.tried) == 12 and all(t.reading is not None for t in found.tried)
+    assert len(pod.timeouts) == 12  # each read once
+    assert refused == 1  # once: from then on it starts no more than 3 at a time
+    assert pod.now == 100.0
+
+
+def test_no_thread_at_all_fails_each_read_without_waiting(pods: Callable[..., Pod]) -> None:
+    pod = pods({url(1): engine(1), url(2): engine(1)})
+
+    def spawn(task: Callable[[], None], name: str) -> None:
+        raise RuntimeError("can't start new thread")
+
+    found = run(pod, spawn=spawn)
+    assert found.found == () and pod.timeouts == {} and pod.now == 100.0
+    assert [t.why for t in found.tried] == ["no thread: can't start new thread"] * 2
