@@ -61,8 +61,11 @@ Pod = Callable[..., PodRun]
 
 
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A clean environment: no DRAINHOOK_* from the caller, a C locale."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAINHOOK_")}
+    """A clean environment: no DRAINHOOK_* from the caller, a C locale, and not
+    inside a Pod: a CI job that runs in one has KUBERNETES_SERVICE_HOST set,
+    which turns listener discovery on, and the hook must never read the CI
+    machine's own listeners (a test that wants it sets it, in a `pod`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRAINHOOK_", "KUBERNETES_"))}
     env.pop("PYTHONWARNINGS", None)
     env.update(extra or {})
     return env
