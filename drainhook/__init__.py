@@ -7,7 +7,11 @@ The modules, in reading order:
 - exposition, loads: the /metrics and /v1/loads scanners (body -> verdict)
 - errors: the error family, each kind with its exit code
 - target, auth: where to read (URL, annotations, loopback rule, TLS, API key)
-- read: one HTTP read -> one verdict; rounds: several targets as one read
+- read: one HTTP read -> one verdict; rounds: several targets as one read,
+  merge: identical series on several targets counted once
+- sources: SGLang's live count (/metrics with /v1/loads beside it, --source auto)
+- listeners, discover: listener discovery (/proc/net -> reads; the search, and
+  the reader that searches when every target refused)
 - drain: the loop (reads -> outcome), under an injected clock
 - config: the frozen config; report: log lines and probe output
 - hook: the hook's run (config in, outcome and exit code out)

@@ -1,5 +1,6 @@
-"""Listener discovery's reads: one read of every candidate, at once, never past D
-(CONTRACT §2a).
+"""Listener discovery (CONTRACT §2a): one read of every candidate, at once,
+never past D; and `Discovering`, the hook's reader that searches when every
+configured target refused its first read.
 
 Pure but for its threads: the read, the clock and the wait are handed in, so
 a test runs 64 candidates, one of which never answers, under a fake clock.
@@ -14,6 +15,7 @@ are bounded by their own deadline anyway.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from drainhook.listeners import Listener, candidates, read_listeners
+from drainhook.rounds import Round, TargetReader, combine
+from drainhook.target import Target
 from drainhook.verdict import Reading, Verdict
 
 ReadOne = Callable[[str, float], Reading]
@@ -32,10 +36,12 @@ MAX_PARALLEL = 64
 
 @dataclass(frozen=True)
 class Tried:
-    """One candidate read: its URL, and its reading (None: no answer by the deadline)."""
+    """One candidate read: its URL, its reading (None: no answer by the deadline),
+    and when the reading came, on the search's clock (None: it did not)."""
 
     url: str
     reading: Reading | None
+    at: float | None = None
 
     @property
     def why(self) -> str:
@@ -115,6 +121,7 @@ def discover(
     """
     urls = list(urls)
     readings: dict[int, Reading] = {}
+    landed: dict[int, float] = {}
     lock = threading.Lock()
     progress = threading.Event()
     started = 0
@@ -127,6 +134,7 @@ def discover(
             reading = Reading.failed(Verdict.UNKNOWN, f"unexpected {type(exc).__name__}", 0.0)
         with lock:
             readings[index] = reading
+            landed[index] = clock()
         progress.set()
 
     while True:
@@ -152,8 +160,8 @@ def discover(
             wait(progress, left)
 
     with lock:
-        final = dict(readings)
-    tried = tuple(Tried(urls[i], final.get(i)) for i in range(started))
+        final, when = dict(readings), dict(landed)
+    tried = tuple(Tried(urls[i], final.get(i), when.get(i)) for i in range(started))
     found = tuple(t for t in tried if t.reading is not None and is_engine(t.reading))
     return Discovery(found, tried, tuple(urls[started:]))
 
@@ -203,3 +211,140 @@ def search(
     )
     left_out = tuple(e.url(scheme, path) for e in planned.left_out)
     return Discovery(found.found, found.tried, found.not_read, left_out)
+
+
+@dataclass(frozen=True)
+class Search:
+    """One search as the hook ran it: the configured targets (as shown), what
+    it found, and when it started and ended (on the reader's clock)."""
+
+    configured: tuple[str, ...]
+    discovery: Discovery
+    started: float
+    ended: float
+
+    @property
+    def found(self) -> tuple[str, ...]:
+        return tuple(t.url for t in self.discovery.found)
+
+    @property
+    def found_after(self) -> float | None:
+        """Seconds from the search's start to the first engine's answer."""
+        times = [t.at for t in self.discovery.found if t.at is not None]
+        return min(times) - self.started if times else None
+
+
+class Discovering:
+    """The configured targets' reader, with listener discovery on its first read.
+
+    The first read reads the configured targets. When every one of them
+    refused the connection (nothing listens there) and `on_refused` is set,
+    it searches the Pod's listeners within that read's time left (never past
+    D, which bounds the timeout the loop hands in). Found: from then on every
+    read is a round over the configured targets and the found listeners, and
+    this first read is the round made of the search's own reads of them (no
+    listener is read twice for it). The configured targets refused from the
+    start: they count as 0 while they refuse, and as any other target if an
+    engine answers there later. Found nothing: the read stays `unreachable`,
+    its reason naming every listener tried.
+
+    Only the first read searches: a target that answered and then refuses is
+    an engine that exited (the plain rules apply). `always` (`probe
+    --discover`) searches on the first read whatever it gave, to list what
+    the Pod serves; the reading stays the configured targets' unless they
+    all refused. `last_search` holds the search, if one ran; `on_search` is
+    told of it as it ends.
+    """
+
+    def __init__(
+        self,
+        readers: Sequence[TargetReader],
+        targets: Sequence[Target],
+        make_reader: Callable[[str], TargetReader],
+        *,
+        read_timeout: float,
+        engine: str = "auto",
+        on_refused: bool = True,
+        always: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        listeners: Callable[[], Iterable[Listener]] = read_listeners,
+        on_search: Callable[[Search], None] = lambda _s: None,
+    ) -> None:
+        self._readers = list(readers)
+        self._configured: TargetReader = (
+            self._readers[0] if len(self._readers) == 1 else Round(self._readers, clock)
+        )
+        self._targets = tuple(targets)
+        self._make_reader = make_reader
+        self._read_timeout = read_timeout
+        self._engine = engine
+        self._on_refused = on_refused
+        self._always = always
+        self._clock = clock
+        self._listeners = listeners
+        self._on_search = on_search
+        self._first = True
+        self._round: Round | None = None  # the configured targets and the found listeners
+        self.last_search: Search | None = None
+
+    @property
+    def name(self) -> str:
+        """The targets read, as shown: the configured ones, then the found ones."""
+        return (self._round or self._configured).name
+
+    def close(self) -> None:
+        (self._round or self._configured).close()
+
+    def read(self, timeout: float) -> Reading:
+        if self._round is not None:
+            return self._round.read(timeout)
+        start = self._clock()
+        reading = self._configured.read(timeout)
+        if not self._first:
+            return reading
+        self._first = False
+        refused = reading.verdict is Verdict.UNREACHABLE and reading.refused
+        if not (refused and self._on_refused) and not self._always:
+            return reading
+        found = self._search(until=start + timeout)
+        if not refused:
+            return reading
+        took = (self._clock() - start) * 1000.0
+        if not found.found:
+            reason = f"{reading.reason}; no engine elsewhere in the Pod: {found.describe()}"
+            return dataclasses.replace(reading, reason=reason, read_ms=took)
+        return dataclasses.replace(self._drain_found(reading, found), read_ms=took)
+
+    def _search(self, until: float) -> Discovery:
+        first = self._targets[0]
+        started = self._clock()
+        found = search(
+            self._make_reader,
+            read_timeout=self._read_timeout,
+            until=until,
+            scheme=first.scheme,
+            path=first.path,
+            exclude=[(t.connect_host, t.port) for t in self._targets],
+            clock=self._clock,
+            is_engine=functools.partial(names_engine, engine=self._engine),
+            listeners=self._listeners,
+        )
+        configured = tuple(r.name for r in self._readers)
+        self.last_search = Search(configured, found, started, self._clock())
+        self._on_search(self.last_search)
+        return found
+
+    def _drain_found(self, refused: Reading, found: Discovery) -> Reading:
+        """Make the round of every target from now on; its first reading from the
+        search's reads."""
+        readers = [self._make_reader(t.url) for t in found.found]
+        names = [r.name for r in readers]
+        configured = [r.name for r in self._readers]
+        self._round = Round(
+            [*self._readers, *readers], self._clock, answered=names, replaced=configured
+        )
+        parts = list(refused.parts) or [(configured[0], refused)]
+        parts += [
+            (n, t.reading) for n, t in zip(names, found.found, strict=True) if t.reading is not None
+        ]
+        return combine(parts, names, configured)

@@ -115,7 +115,7 @@ def _pod_prefix() -> list[str]:
 @pytest.fixture
 def pod(entry: list[str]) -> Pod:
     """Run the hook (each entry point) with args in a new network namespace beside
-    the servers given (tests/podns.py): pod(servers, *args, env=, timeout=)."""
+    the servers given (tests/podns.py): pod(servers, *args, env=, timeout=, addresses=)."""
     prefix = _pod_prefix()
 
     def run(
@@ -123,8 +123,16 @@ def pod(entry: list[str]) -> Pod:
         *args: str,
         env: Mapping[str, str] | None = None,
         timeout: float = 60,
+        addresses: Sequence[str] = (),
     ) -> PodRun:
-        return run_pod(servers, [*entry, *args], prefix=prefix, env=base_env(env), timeout=timeout)
+        return run_pod(
+            servers,
+            [*entry, *args],
+            prefix=prefix,
+            env=base_env(env),
+            timeout=timeout,
+            addresses=addresses,
+        )
 
     return run
 

@@ -202,11 +202,15 @@ def run_pod(
     prefix: Sequence[str],
     env: Mapping[str, str] | None = None,
     timeout: float = 60.0,
+    addresses: Sequence[str] = (),
 ) -> PodRun:
     """Run command in a new namespace (`prefix`, from netns()) beside these servers.
 
     `env` is the environment of the namespace's processes (the command's too);
-    `timeout` bounds the command, which is killed past it (code None).
+    `timeout` bounds the command, which is killed past it (code None);
+    `addresses`: more addresses on the namespace's `lo` (a documentation
+    range such as 192.0.2.0/24), standing in for an address that is not
+    loopback (another Pod's) without a packet ever leaving the namespace.
     """
     names = [s.name for s in servers]
     if len(set(names)) != len(names):
@@ -215,6 +219,7 @@ def run_pod(
         "servers": [asdict(s) for s in servers],
         "command": list(command),
         "timeout": timeout,
+        "addresses": list(addresses),
     }
     done = subprocess.run(
         [*prefix, sys.executable, "-m", "tests.podns"],
@@ -362,6 +367,8 @@ def inside(spec: dict[str, Any]) -> dict[str, Any]:
     if why is not None:
         return {"error": why}
     loopback_up()
+    for address in spec.get("addresses", []):
+        subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True)
     servers = [
         Server(
             **{
@@ -452,6 +459,8 @@ def main() -> None:
         out = inside(spec)
     except OSError as exc:
         out = {"error": f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, '?')})"}
+    except subprocess.CalledProcessError as exc:  # `ip addr add` for `addresses`
+        out = {"error": f"{' '.join(exc.cmd)} failed (exit {exc.returncode})"}
     sys.stdout.write(json.dumps(out))
     sys.stdout.flush()
     os._exit(0)  # server threads may still hold connections: do not wait for them

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from drainhook.discover import Discovery, Tried, discover, names_engine, search
+from drainhook.discover import Discovering, Discovery, Search, Tried, discover, names_engine, search
 from drainhook.listeners import Listener
+from drainhook.target import parse_url
 from drainhook.verdict import Reading, Series, Verdict
 
 READ_TIMEOUT = 1.0
@@ -327,3 +328,138 @@ def test_no_thread_at_all_fails_each_read_without_waiting(pods: Callable[..., Po
     found = run(pod, spawn=spawn)
     assert found.found == () and pod.timeouts == {} and pod.now == 100.0
     assert [t.why for t in found.tried] == ["no thread: can't start new thread"] * 2
+
+
+# ---- Discovering: the hook's reader, searching on a first read that was refused ------
+
+
+REFUSED = Reading.failed(
+    Verdict.UNREACHABLE, "cannot connect: connection refused", 0.5, refused=True
+)
+
+
+def ranked(total: float, rank: str) -> Reading:
+    """A vLLM engine's reading for one DP rank (its own `engine` label)."""
+    series = (Series("vllm:num_requests_running", (("engine", rank),), total),)
+    return Reading(Verdict.BUSY if total else Verdict.IDLE, "vllm", total, series, None, 2.0)
+
+
+class Scripted:
+    """A target reader that gives its readings in turn (the last repeats)."""
+
+    def __init__(self, name: str, readings: list[Reading], log: list[str]) -> None:
+        self.name = name
+        self._readings = readings
+        self._log = log
+
+    def read(self, timeout: float) -> Reading:
+        self._log.append(self.name)
+        return self._readings.pop(0) if len(self._readings) > 1 else self._readings[0]
+
+    def close(self) -> None:
+        pass
+
+
+CONFIGURED = parse_url(url(8000))
+WILDCARD = [Listener(ipaddress.ip_address("0.0.0.0"), p) for p in (8000, 8123, 15021)]
+
+
+def discovering(
+    configured: list[Reading],
+    found: dict[str, list[Reading]],
+    *,
+    on_refused: bool = True,
+    always: bool = False,
+    listed: list[int] | None = None,
+) -> tuple[Discovering, list[str], list[Search]]:
+    """A Discovering over one configured target (127.0.0.1:8000) in a Pod whose
+    other listeners answer `found` (URL -> readings); `listed` counts the looks at /proc."""
+    log: list[str] = []
+    searches: list[Search] = []
+
+    def listeners() -> list[Listener]:
+        if listed is not None:
+            listed.append(1)
+        return WILDCARD
+
+    reader = Discovering(
+        [Scripted(CONFIGURED.display, configured, log)],
+        [CONFIGURED],
+        lambda u: Scripted(u, found[u], log),  # one script per URL, shared
+        read_timeout=READ_TIMEOUT,
+        on_refused=on_refused,
+        always=always,
+        listeners=listeners,
+        on_search=searches.append,
+    )
+    return reader, log, searches
+
+
+def test_a_refused_first_read_is_answered_by_the_engines_found() -> None:
+    busy_then_idle = [ranked(2, "0"), ranked(0, "0")]
+    reader, log, searches = discovering(
+        [REFUSED], {url(8123): busy_then_idle, url(15021): [sidecar_404()]}
+    )
+    first = reader.read(1.0)
+    # The first read is the search's own read of the engine: busy 2, no read twice.
+    assert (first.verdict, first.in_flight) == (Verdict.BUSY, 2)
+    assert log[0] == url(8000) and sorted(log[1:]) == sorted([url(8123), url(15021)])
+    assert [n for n, _ in first.parts] == [url(8000), url(8123)]
+    (search_,) = searches
+    assert search_.configured == (url(8000),) and search_.found == (url(8123),)
+    assert reader.name == f"{url(8000)},{url(8123)}"
+    # From then on: a round over the configured target (0 while it refuses) and the engine.
+    log.clear()
+    second = reader.read(1.0)
+    assert (second.verdict, second.in_flight, second.reason) == (Verdict.IDLE, 0, None)
+    assert log == [url(8000), url(8123)]
+
+
+def test_the_configured_target_answering_later_is_counted_too() -> None:
+    reader, _, _ = discovering([REFUSED, REFUSED, ranked(3, "1")], {url(8123): [ranked(1, "0")]})
+    assert reader.read(1.0).in_flight == 1
+    assert reader.read(1.0).in_flight == 1  # still refused: 0
+    back = reader.read(1.0)
+    assert (back.verdict, back.in_flight) == (Verdict.BUSY, 4)
+
+
+def test_nothing_found_stays_unreachable_naming_the_listeners_tried() -> None:
+    reader, log, _ = discovering(
+        [REFUSED], {url(8123): [plain_text()], url(15021): [sidecar_404()]}
+    )
+    reading = reader.read(1.0)
+    assert reading.verdict is Verdict.UNREACHABLE
+    assert reading.reason == (
+        "cannot connect: connection refused; no engine elsewhere in the Pod: tried 2 "
+        f"listeners: {url(8123)} (no vllm or sglang request gauges); {url(15021)} (HTTP 404)"
+    )
+    assert sorted(log) == sorted([url(8000), url(8123), url(15021)])
+
+
+def test_only_a_refused_first_read_searches() -> None:
+    listed: list[int] = []
+    # Answered first, refused after (an engine that exited): never a search.
+    reader, log, _ = discovering(
+        [ranked(1, "0"), REFUSED], {url(8123): [ranked(0, "1")]}, listed=listed
+    )
+    assert reader.read(1.0).verdict is Verdict.BUSY
+    assert reader.read(1.0).verdict is Verdict.UNREACHABLE
+    assert listed == [] and log == [url(8000), url(8000)]
+    # Another cause of unreachable (a status): no search either.
+    other = Reading.failed(Verdict.UNREACHABLE, "HTTP 404", 1.0, status=404)
+    reader, log, _ = discovering([other], {url(8123): [ranked(0, "1")]}, listed=listed)
+    assert reader.read(1.0).reason == "HTTP 404"
+    assert listed == [] and log == [url(8000)]
+    # Discovery off: a refused read is unreachable as it is.
+    reader, log, _ = discovering([REFUSED], {url(8123): [ranked(0, "1")]}, on_refused=False)
+    assert reader.read(1.0) is REFUSED and log == [url(8000)]
+
+
+def test_always_lists_the_engines_and_keeps_the_configured_reading() -> None:
+    mine = ranked(1, "0")
+    reader, log, searches = discovering([mine], {url(8123): [ranked(5, "1")]}, always=True)
+    assert reader.read(1.0) is mine
+    assert [t.reading.in_flight for t in searches[0].discovery.found if t.reading] == [5]
+    log.clear()
+    reader.read(1.0)
+    assert log == [url(8000)]  # the found engine is listed, not drained

@@ -31,6 +31,8 @@ EXAMPLES = ROOT / "examples"
 # Bodies from tests/samples (expected.json): vLLM busy with 7 in flight, vLLM idle.
 BUSY_SAMPLE = "vllm-api-server-count-3.txt"
 IDLE_SAMPLE = "vllm-external-lb-rank3-idle.txt"
+# Kubernetes sets this in every container: listener discovery is then on (CONTRACT §2a).
+IN_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
 MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 
 # The kinds the examples use, by (apiVersion, kind), and the client model of each.
@@ -358,25 +360,30 @@ def test_lws_workers_wait_on_the_leader_they_hold_part_of_the_model(
 
 def test_lws_worker_hook_end_to_end(pod: Pod) -> None:
     """The worker's hook as the manifest writes it, the leader on loopback in a new
-    network namespace (127.0.0.2 stands in for LWS_LEADER_ADDRESS): it holds while the
-    leader is busy, returns on its second idle read, and returns at once when the
-    leader's engine has gone."""
+    network namespace (127.0.0.2 stands in for LWS_LEADER_ADDRESS), inside a Pod
+    (listener discovery on): it holds while the leader is busy, returns on its
+    second idle read, and returns at once when the leader's engine has gone,
+    never reading the worker's own listener (a Ray agent's metrics port here)."""
     _, leader, _, worker = _lws()
     # 127.0.0.2: a worker reading its own 127.0.0.1 instead would be refused.
-    env = container_env(worker, {"LWS_LEADER_ADDRESS": "127.0.0.2"})
+    env = {**IN_POD, **container_env(worker, {"LWS_LEADER_ADDRESS": "127.0.0.2"})}
     args = [*worker.lifecycle.pre_stop._exec.command[1:], "--settle", "0.1", "--interval", "0.1"]
     busy, idle = Reply(sample=BUSY_SAMPLE), Reply(sample=IDLE_SAMPLE)
     port = leader.ports[0].container_port
+    own = Server("ray-metrics", "0.0.0.0", 8080, other=Reply(body="ray_node_cpu_count 8\n"))
     drains = Server("leader", "127.0.0.2", port, {"/metrics": [busy, busy, idle]})
-    run = pod([drains], *args, env=env)
+    run = pod([drains, own], *args, env=env)
     assert run.code == 0, run.stderr
     assert "outcome=drained" in run.summary and "reads=4" in run.summary
     assert run.servers["leader"].paths == ["/metrics"] * 4
     gone = Server("leader", "127.0.0.2", port, {"/metrics": [busy]}, stop_after=0.6)
-    run = pod([gone], *args, env=env)
+    run = pod([gone, own], *args, env=env)
     assert run.code == 0, run.stderr  # --exit-zero: the expected end is not a failed hook
     assert "outcome=unreachable" in run.summary
     assert run.elapsed < 10  # at the leader's exit, not at the worker's D (65 s)
+    # The leader answered before it went: its refusal is its exit, not a moved engine.
+    assert run.servers["ray-metrics"].requests == ()
+    assert " discovery " not in run.stderr
 
 
 def _proxy() -> tuple[PodSpec, k8s.V1Container, k8s.V1Container]:
@@ -416,23 +423,45 @@ def test_routing_proxy_waits_on_the_decoder_past_its_drain(monkeypatch: pytest.M
 
 def test_routing_proxy_hook_end_to_end(pod: Pod) -> None:
     """The proxy's hook as the manifest writes it, in a new network namespace with
-    the decoder on its port and the proxy's own listener beside it: it reads the
-    decoder only, drains with it, and returns at once when the decoder has exited."""
+    the decoder on its port and the proxy's own listener beside it, inside a Pod
+    (listener discovery on): it reads the decoder only, drains with it, and
+    returns at once when the decoder has exited, without a search that would
+    read the proxy's own listener."""
     _, proxy, decoder = _proxy()
     args = [*proxy.lifecycle.pre_stop._exec.command[1:], "--settle", "0.1", "--interval", "0.1"]
     busy, idle = Reply(sample=BUSY_SAMPLE), Reply(sample=IDLE_SAMPLE)
     dport, pport = decoder.ports[0].container_port, proxy.ports[0].container_port
     mine = Server("proxy", "0.0.0.0", pport)  # 404 for any path
-    run = pod([Server("decoder", "0.0.0.0", dport, {"/metrics": [busy, idle]}), mine], *args)
+    decoding = Server("decoder", "0.0.0.0", dport, {"/metrics": [busy, idle]})
+    run = pod([decoding, mine], *args, env=IN_POD)
     assert run.code == 0, run.stderr
     assert "outcome=drained" in run.summary and "reads=3" in run.summary
     assert run.servers["decoder"].paths == ["/metrics"] * 3
     assert run.servers["proxy"].requests == ()
     gone = Server("decoder", "0.0.0.0", dport, {"/metrics": [busy]}, stop_after=0.6)
-    run = pod([gone, mine], *args)
+    run = pod([gone, mine], *args, env=IN_POD)
     assert run.code == 0, run.stderr
     assert "outcome=unreachable" in run.summary
     assert run.elapsed < 10  # at the decoder's exit, not at the proxy's D (58 s)
+    assert run.servers["proxy"].requests == ()
+    assert " discovery " not in run.stderr
+
+
+def test_routing_proxy_hook_finds_a_decoder_on_another_port(pod: Pod) -> None:
+    """The decoder's --port changed and the proxy's hook was not told: in a Pod the
+    hook finds it and waits on it (the proxy's own 404 listener read once)."""
+    _, proxy, decoder = _proxy()
+    args = [*proxy.lifecycle.pre_stop._exec.command[1:], "--settle", "0.1", "--interval", "0.1"]
+    busy, idle = Reply(sample=BUSY_SAMPLE), Reply(sample=IDLE_SAMPLE)
+    pport = proxy.ports[0].container_port
+    assert decoder.ports[0].container_port != 8765
+    moved = Server("decoder", "0.0.0.0", 8765, {"/metrics": [busy, idle]})
+    run = pod([moved, Server("proxy", "0.0.0.0", pport)], *args, env=IN_POD)
+    assert run.code == 0, run.stderr
+    assert "outcome=drained" in run.summary and "reads=3" in run.summary
+    assert run.servers["decoder"].paths == ["/metrics"] * 3
+    assert run.servers["proxy"].paths == ["/metrics"]
+    assert "found=http://127.0.0.1:8765/metrics" in run.stderr
 
 
 def assert_installed_by_init_container(pod: PodSpec, c: k8s.V1Container) -> None:
