@@ -2,57 +2,44 @@
 
 The plan is a JSON list of `{"id": ..., "at": MONOTONIC}`: one streaming
 `POST /v1/completions` per entry, sent at `at` on its own thread and
-connection. Every request ends in exactly one outcome, written at once as a
-JSON line to `--out` (stamped with time.monotonic(), which the engine and the
-runner share):
+connection (drainhook.sim.client: the demo's client). Every request ends in
+exactly one outcome, written at once as a JSON line to `--out` (stamped with
+time.monotonic(), which the engine and the runner share):
 
-- `completed`: the final `data: [DONE]` event arrived;
-- `cut`: the stream ended early, or the connection was reset or closed;
-- `refused`: the connection was refused, or the engine answered non-2xx
-  (vLLM draining answers 503).
+- `completed`: the final `data: [DONE]` event arrived after a normal finish;
+- `cut`: the stream ended early, the connection was reset or closed, or the
+  engine aborted it after tokens;
+- `refused`: the connection was refused, the engine answered non-2xx, or it
+  answered an empty completion with finish_reason "abort" (vLLM draining).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import threading
 import time
 from typing import Any, TextIO
 
+from drainhook.sim.client import complete
+
+MODEL = "rehearsal/Sim-8B"
+
 
 def request(port: int, request_id: str, timeout: float) -> dict[str, Any]:
     """One streaming completion; its outcome and when each part happened."""
-    record: dict[str, Any] = {"id": request_id, "sent": time.monotonic(), "first": None}
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    body = json.dumps(
-        {"model": "rehearsal/Sim-8B", "prompt": "hi", "stream": True, "user": request_id}
-    )
-    try:
-        try:
-            conn.connect()
-        except ConnectionRefusedError:
-            return {**record, "outcome": "refused", "detail": "connection refused"}
-        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        if not 200 <= response.status < 300:
-            response.read()
-            return {**record, "outcome": "refused", "detail": f"HTTP {response.status}"}
-        events = 0
-        while line := response.readline():
-            if not line.startswith(b"data: "):
-                continue
-            if record["first"] is None:
-                record["first"] = time.monotonic()
-            if line.rstrip() == b"data: [DONE]":
-                return {**record, "outcome": "completed", "events": events}
-            events += 1
-        return {**record, "outcome": "cut", "events": events, "detail": "stream ended early"}
-    except (OSError, http.client.HTTPException) as exc:
-        return {**record, "outcome": "cut", "detail": f"{type(exc).__name__}: {exc}"}
-    finally:
-        conn.close()
+    sent = time.monotonic()
+    body = {"model": MODEL, "prompt": "hi", "stream": True, "user": request_id}
+    got = complete(port, body, timeout)
+    return {
+        "id": request_id,
+        "sent": sent,
+        "first": got.first,
+        "outcome": got.outcome,
+        "tokens": got.tokens,
+        "finish_reason": got.finish_reason,
+        "detail": got.detail,
+    }
 
 
 def _run_one(
