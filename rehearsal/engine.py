@@ -1,8 +1,9 @@
 """The simulated engine as a process: `python -m rehearsal.engine --kind vllm|sglang ...`.
 
 A thin runner over drainhook's engine model (drainhook/sim/): it scales the
-timeline, serves on 127.0.0.1 and a free port (printed as `READY <port>` on
-stdout), turns SIGTERM into the model's shutdown and ends the process when the
+timeline, serves on 127.0.0.1 and a free port, prints `READY <port> <origin>`
+on stdout (origin: the time.monotonic() SGLang's SIGTERM watchdog counts
+from), turns SIGTERM into the model's shutdown and ends the process when the
 model says it exited. Each request's duration is drawn from `--durations`
 (uniform) by its `user` id and `--seed`, so every run of a scenario serves
 the same requests for the same time.
@@ -124,7 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda _signum, _frame: engine.sigterm())
     with SimServer(engine) as server:
         log("ready", port=server.port, pid=os.getpid())
-        sys.stdout.write(f"READY {server.port}\n")
+        origin = engine.config.notice_origin
+        origin = engine.started if origin is None else origin
+        sys.stdout.write(f"READY {server.port} {origin!r}\n")
         sys.stdout.flush()
         while not engine.exited.wait(0.5):
             pass

@@ -1,7 +1,9 @@
-"""The client load generator: `python -m rehearsal.load --port P --plan FILE --out FILE`.
+"""The client load generator: `python -m rehearsal.load --out FILE`.
 
-The plan is a JSON list of `{"id": ..., "at": MONOTONIC}`: one streaming
-`POST /v1/completions` per entry, sent at `at` on its own thread and
+Once started it prints `READY` and reads its work from stdin: a JSON object
+`{"port": P, "plan": [{"id": ..., "at": MONOTONIC}, ...]}` (so that a runner
+can start it beside the engine and fix the timeline once both are up). One
+streaming `POST /v1/completions` per entry, sent at `at` on its own thread and
 connection (drainhook.sim.client: the demo's client). Every request ends in
 exactly one outcome, written at once as a JSON line to `--out` (stamped with
 time.monotonic(), which the engine and the runner share):
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from typing import Any, TextIO
@@ -55,17 +58,17 @@ def _run_one(
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m rehearsal.load", description=__doc__)
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--plan", required=True, help="JSON list of {id, at}")
     p.add_argument("--out", required=True, help="JSON-lines records, one per request")
     p.add_argument("--timeout", type=float, default=60.0, help="socket timeout per operation")
     args = p.parse_args(argv)
-    with open(args.plan, encoding="utf-8") as f:
-        plan = json.load(f)
+    sys.stdout.write("READY\n")
+    sys.stdout.flush()
+    work = json.loads(sys.stdin.read())
+    port, plan = int(work["port"]), work["plan"]
     lock = threading.Lock()
     with open(args.out, "a", encoding="utf-8") as out:
         threads = [
-            threading.Thread(target=_run_one, args=(args.port, entry, args.timeout, out, lock))
+            threading.Thread(target=_run_one, args=(port, entry, args.timeout, out, lock))
             for entry in plan
         ]
         for t in threads:
