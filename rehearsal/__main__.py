@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"real seconds the router keeps sending after the delete (default {ROUTER_LAG:g})",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per cell on stdout")
-    p.add_argument("--parallel", type=int, default=2, help="cells run at once (default 2)")
+    p.add_argument("--parallel", type=int, default=3, help="cells run at once (default 3)")
     p.add_argument(
         "--rollout-parallel",
         type=int,

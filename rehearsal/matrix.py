@@ -76,6 +76,15 @@ def jobs(strategies: Iterable[Strategy], scenarios: Iterable[Scenario]) -> list[
     return out
 
 
+def expected(job: Job, router_lag: float) -> float:
+    """About how long a cell lasts, in real seconds: to start the longest ones first."""
+    sc, st = job.scenario, job.strategy
+    load = sc.load
+    work = sc.lag(router_lag) + load.high if load else 0.0
+    hold = st.grace if sc.engine.metrics_hang or st.key == "curl-loop" else max(st.sleep, work)
+    return (WARMUP if load else 0.0) + min(st.grace, hold) + 1.0
+
+
 def run_job(job: Job, scale: Scale, router_lag: float, plan: Plan | None) -> Cell:
     """One cell, in a new network namespace; what it measured."""
     spec = {
@@ -127,8 +136,11 @@ def run_matrix(
             on_cell(cell)
         return cell
 
+    # Longest first, so that no long cell starts last; reported in the matrix's order.
+    order = sorted(range(len(single)), key=lambda i: -expected(single[i], router_lag))
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        cells = list(pool.map(one, single))
+        ran = dict(zip(order, pool.map(one, [single[i] for i in order]), strict=True))
+    cells = [ran[i] for i in range(len(single))]
     rollouts: list[Rollout] = []
     if replicas:
         with ThreadPoolExecutor(max_workers=max(1, rollout_parallel)) as pool:

@@ -59,9 +59,9 @@ class Run:
     scale: Scale
     wall: float
     plan: Plan | None
-    parallel: int = 2
+    parallel: int = 3
     rollout_parallel: int = 8
-    argv: str = field(default_factory=lambda: " ".join(sys.argv[1:]))
+    argv: str = field(default_factory=lambda: shown_argv(sys.argv[1:]))
     date: str = field(default_factory=lambda: datetime.date.today().isoformat())
     python: str = field(default_factory=platform.python_version)
     cpus: int = field(default_factory=lambda: os.cpu_count() or 0)
@@ -93,6 +93,22 @@ class Run:
     def lag(self) -> float:
         plain = [c for c in self.cells if scenario_table.BY_KEY[c.scenario].router_lag is None]
         return plain[0].router_lag if plain else ROUTER_LAG
+
+
+PATH_OPTIONS = ("--data", "--report", "--from-data")
+
+
+def shown_argv(argv: Sequence[str]) -> str:
+    """The command line as the report shows it: without the options that name files."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in PATH_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in PATH_OPTIONS)):
+            out.append(arg)
+    return " ".join(out)
 
 
 def _label(key: str) -> str:
@@ -274,7 +290,7 @@ def _rollout_half(run: Run, key: str) -> Claim | None:
     why = (
         f"Each departing replica carries streams of up to {high.high if high else 0:g} s until "
         f"the router stops sending to it, {lag:g} s after the delete, so its work ends up to "
-        f"{last:g} s after the delete; drainhook holds it until then and a confirming read "
+        f"{last:g} s after the delete; {_label(key)} holds it until then and a confirming read "
         f"later (mean {held / n:.1f} s per replica), {_label(BASELINE)} for its "
         f"{strategy_table.BY_KEY[BASELINE].sleep:g} s sleep and the engine's exit "
         f"(mean {base_held / n:.1f} s). Half of that needs the work to be over within "
@@ -421,69 +437,92 @@ def claims(run: Run) -> list[str]:
 
 # --- where another recipe does better ------------------------------------------------------
 
-# Why other recipes beat drainhook (G = 30 s, its defaults) on a column, by scenario:
-# the mechanism, printed only where the run shows such a case. Fields: lag, notice,
-# pd, slot (G - pd), term (drainhook's SIGTERM, real s).
-WHY: dict[str, str] = {
-    "idle": "drainhook holds an idle engine for S + I: the settle, then a second, confirming "
-    "read. No hook and the two loops have no settle (the curl loop ends on its first idle "
-    "read, at once; the poll script on its second, 1 s later), and sleep 5 has no confirming "
-    "read. Here nothing reaches the engine after the delete, so the settle protects nothing; "
-    "in `short`, the router's last {lag:g} s of traffic is what it protects (no hook refuses "
-    "it).",
-    "short": "The work is over by about 4 s. drainhook reads at S and confirms at S + I; "
-    "sleep 5 returns at S, the curl loop on its single idle read at 5 s, the poll script on "
-    "its second idle read (its 1 s grid runs from its own start). The difference is "
-    "drainhook's confirming read: about I.",
-    "long": "The poll script's 1 s read grid runs from its own start, drainhook's from S; the "
-    "last stream ended just before one of the script's reads. A phase difference of at most "
-    "one interval, not a better method.",
-    "dp-one-busy": "The poll script sums both DP engines, as drainhook does; its 1 s read grid "
-    "runs from its own start, drainhook's from S. A phase difference of at most one interval.",
-    "dp-api-servers": "As in `long`: a phase difference of at most one interval.",
-    "outlive": "Streams run past D. The curl loop has no deadline: it holds until G, so the "
-    "streams that end between D and G complete. kserve and llm-d have twice or more "
-    "drainhook's G (60 and 75 s against 30) and vLLM's own drain (`--shutdown-timeout 45`) "
-    "after their sleep: streams of up to 40 s end inside it. drainhook keeps R = G - D for "
-    "the engine's exit; with its G of 30 s it cannot wait for a 40 s stream, and "
-    "drainhook+st (G 60) is the recipe to compare with those.",
-    "moved": "drainhook's reads are refused (nothing listens on the port it was given): "
-    "`unreachable`, which ends its wait right after the settle (CONTRACT §2: nothing to "
-    "measure), and SIGTERM at S cuts the streams of an engine that is alive on its other "
+# Why another recipe beats a drainhook recipe on a column: the mechanism, by (scenario,
+# the other recipe), "*" for any; printed only where the run shows such a case. Fields:
+# lag, notice, pd, slot (G - pd), term (drainhook's SIGTERM, real s), st (the plan's
+# --shutdown-timeout), lag20, d (the recipe's D), slack.
+_PHASE = (
+    "The poll script's 1 s read grid runs from its own start, drainhook's from S; the last "
+    "stream ended just before one of the script's reads. A phase difference of at most one "
+    "interval, not a better method."
+)
+_VLLM_DRAIN = (
+    "kserve and llm-d send SIGTERM at 15 s while streams still run, and vLLM with "
+    "`--shutdown-timeout 45` drains them itself and exits as soon as the last one ends; "
+    "{me} sends SIGTERM only once two reads 1 s apart found the engine idle, and vLLM then "
+    "takes its {exit:g} s to exit: up to 2 s more. That drain refuses every request that "
+    "arrives meanwhile (`router-lag-20`), and with several API servers it cuts the streams "
+    "instead (`dp-api-servers`)."
+)
+_HANG = (
+    "/metrics never answers: {me} cannot tell idle from busy and holds until D = {d:g} s. "
+    "kserve's and llm-d's sleep reads nothing and vLLM's own drain ends with the last stream; "
+    "the loops hold until their G (30 s) or G - 5."
+)
+WHY: dict[tuple[str, str], str] = {
+    ("idle", "*"): "drainhook holds an idle engine for S + I: the settle, then a second, "
+    "confirming read. No hook and the two loops have no settle (the curl loop ends on its "
+    "first idle read, at once; the poll script on its second, 1 s later), and sleep 5 has no "
+    "confirming read. Here nothing reaches the engine after the delete, so the settle "
+    "protects nothing; in `short`, the router's last {lag:g} s of traffic is what it protects "
+    "(no hook refuses it).",
+    ("short", "*"): "The work is over by about 4 s. drainhook reads at S and confirms at "
+    "S + I; sleep 5 returns at S, the curl loop on its single idle read at 5 s, the poll "
+    "script on its second idle read (its 1 s grid runs from its own start). The difference "
+    "is drainhook's confirming read: about I.",
+    ("*", "poll-script"): _PHASE,
+    ("*", "kserve"): _VLLM_DRAIN,
+    ("*", "llm-d"): _VLLM_DRAIN,
+    ("hang", "*"): _HANG,
+    ("outlive", "*"): "Streams run past D. The curl loop has no deadline: it holds until G, "
+    "so the streams that end between D and G complete. kserve and llm-d have a G of 60 and "
+    "75 s against drainhook's 30, and vLLM's own drain after their sleep: streams of up to "
+    "40 s end inside it. drainhook keeps R = G - D for the engine's exit; "
+    "with a G of 30 s it cannot wait for a 40 s stream: drainhook+st (G 60) is the recipe to "
+    "compare with those.",
+    ("moved", "*"): "drainhook's reads are refused (nothing listens on the port it was "
+    "given): `unreachable`, which ends its wait right after the settle (CONTRACT §2: nothing "
+    "to measure), and SIGTERM at S cuts the streams of an engine that is alive on its other "
     "port. The sleeps hold longer whatever happens; the curl loop and the poll script do not "
     "tell a refused read from a busy one, so they wait (until G, and until G - 5) and the "
     "streams finish.",
-    "sglang-lag": "SGLang drains by itself after SIGTERM, with no bound, and keeps serving "
-    "meanwhile, so an early SIGTERM cuts nothing here. drainhook reads the lagging gauges as "
-    "busy until D, so it holds an engine idle since about 4 s until D, and then until "
-    "SGLang's next look at its SIGTERM flag (every {notice:g} s). The poll script returns at "
-    "about 1 s because it finds no vLLM gauge and takes that as idle: right here, for the "
-    "wrong reason. Reading SGLang's live /v1/loads (`--source loads`) is what closes this.",
-    "sglang-pd": "The decode server needs about {pd:g} s after SIGTERM to exit. drainhook with "
-    "its defaults (R = 5) sends SIGTERM once the work is done, here at {term:.1f} s; the "
-    "teardown fits only if SIGTERM comes by G - {pd:g} = {slot:g} s, else SIGKILL cuts it "
-    "short (no request was running by then). An earlier SIGTERM lets SGLang's own unbounded "
-    "drain finish the work and the teardown complete; the poll script sees no vLLM gauge and "
-    "returns at once. `drainhook plan --role decode` says as much: R >= 20, G about 45.",
-    "router-lag-20": "The router sends until {lag20:g} s; the recipes that answer the late "
-    "requests best are the ones that hold until the router has stopped. drainhook's D = "
-    "{d:g} s leaves {slack:g} s after the last stream could end.",
+    ("sglang-lag", "*"): "SGLang drains by itself after SIGTERM, with no bound, and keeps "
+    "serving meanwhile, so an early SIGTERM cuts nothing here. drainhook reads the lagging "
+    "gauges as busy until D, so it holds an engine idle since about 4 s until D, and then "
+    "until SGLang's next look at its SIGTERM flag (every {notice:g} s). The poll script "
+    "returns at about 1 s because it finds no vLLM gauge and takes that as idle: right here, "
+    "for the wrong reason. Reading SGLang's live /v1/loads (`--source loads`) closes this.",
+    ("sglang-pd", "*"): "The decode server needs about {pd:g} s after SIGTERM to exit. "
+    "drainhook with its defaults (R = 5) sends SIGTERM once the work is done, here at "
+    "{term:.1f} s; the teardown fits only if SIGTERM comes by G - {pd:g} = {slot:g} s, else "
+    "SIGKILL cuts it short (no request was running by then). An earlier SIGTERM lets "
+    "SGLang's own unbounded drain finish the work and the teardown complete; the poll script "
+    "sees no vLLM gauge and returns at once. `drainhook plan --role decode` says as much: "
+    "R >= 20, G about 45.",
 }
 # The same, for drainhook+st (G 60, D 55, vLLM --shutdown-timeout from the plan).
-WHY_ST: dict[str, str] = {
-    "idle": "drainhook+st holds an idle engine for S + I, as drainhook does; no hook and the "
-    "loops have no settle and return on their first or second idle read.",
-    "short": "As for drainhook: its confirming read, about I, after work that is over by "
-    "about 4 s.",
-    "long": "A phase difference of the read grids, at most one interval.",
-    "dp-one-busy": "A phase difference of the read grids, at most one interval.",
-    "dp-api-servers": "A phase difference of the read grids, at most one interval.",
-    "outlive": "Streams of up to 40 s: kserve's and llm-d's sleep 15 then vLLM's own drain for "
-    "45 s let every stream that ends by 60 s finish while the engine refuses new requests; "
-    "drainhook+st holds until idle or D = 55 s, then vLLM's drain for {st:g} s.",
-    "moved": WHY_LOST[("drainhook+st", "moved")],
-    "router-lag-20": "A phase difference of the read grids, at most one interval.",
+WHY_ST: dict[tuple[str, str], str] = {
+    ("idle", "*"): "drainhook+st holds an idle engine for S + I, as drainhook does; no hook "
+    "and the loops have no settle and return on their first or second idle read, and sleep 5 "
+    "has no confirming read.",
+    ("short", "*"): "As for drainhook: its confirming read, about I, after work that is over "
+    "by about 4 s.",
+    ("*", "poll-script"): _PHASE,
+    ("*", "kserve"): _VLLM_DRAIN,
+    ("*", "llm-d"): _VLLM_DRAIN,
+    ("hang", "*"): _HANG,
+    ("moved", "*"): "drainhook+st's reads are refused: `unreachable` right after the settle, "
+    "as for drainhook; vLLM's `--shutdown-timeout {st:g}` then drains for {st:g} s only, "
+    "while kserve's and llm-d's 45 s drain, the loops (which take a refused read for busy) "
+    "and the longer sleeps outlast the streams.",
 }
+
+
+def _reason(table: dict[tuple[str, str], str], scenario: str, other: str) -> str:
+    for key in ((scenario, other), (scenario, "*"), ("*", other)):
+        if key in table:
+            return table[key]
+    return ""
 
 
 def _wins(run: Run, mine: Cell, other: Cell) -> list[str]:
@@ -516,10 +555,10 @@ def better(run: Run) -> list[str]:
             mine = run.cell(key, sc.key)
             if mine is None:
                 continue
-            wins, trades = [], []
+            wins, trades, winners = [], [], []
             for st in strategy_table.STRATEGIES:
                 other = run.cell(st.key, sc.key)
-                if other is None or st.key == key:
+                if other is None or st.key in DRAINHOOKS:  # not the same hook at another G
                     continue
                 columns = _wins(run, mine, other)
                 lost = other.cut + other.refused - mine.cut - mine.refused
@@ -531,21 +570,27 @@ def better(run: Run) -> list[str]:
                     )
                 elif columns:
                     wins.append(f"{st.label} ({'; '.join(columns)}{g})")
+                    winners.append(st.key)
             if wins:
                 table = WHY if key == "drainhook" else WHY_ST
                 lag20 = scenario_table.BY_KEY["router-lag-20"].lag()
-                why = table.get(sc.key, "").format(
-                    lag=mine.router_lag,
-                    notice=SGLANG_NOTICE,
-                    pd=SGLANG_PD_EXIT,
-                    slot=GRACE - SGLANG_PD_EXIT,
-                    term=run.real(mine.sigterm_at_s),
-                    st=run.plan.shutdown_timeout if run.plan else 0,
-                    lag20=lag20,
-                    d=timeline[2],
-                    slack=timeline[2] - lag20 - 4.0,
-                )
-                lines.append(f"- **{sc.key}**: {', '.join(wins)}. {why}".rstrip())
+                reasons: list[str] = []
+                for winner in winners:
+                    text = _reason(table, sc.key, winner).format(
+                        me=_label(key),
+                        exit=VLLM_EXIT,
+                        lag=mine.router_lag,
+                        notice=SGLANG_NOTICE,
+                        pd=SGLANG_PD_EXIT,
+                        slot=GRACE - SGLANG_PD_EXIT,
+                        term=run.real(mine.sigterm_at_s),
+                        st=run.plan.shutdown_timeout if run.plan else 0,
+                        lag20=lag20,
+                        d=timeline[2],
+                    )
+                    if text and text not in reasons:
+                        reasons.append(text)
+                lines.append(f"- **{sc.key}**: {', '.join(wins)}. {' '.join(reasons)}".rstrip())
             if trades:
                 lines.append(
                     f"- **{sc.key}**, shorter holds bought with requests: {', '.join(trades)}, "
