@@ -211,8 +211,9 @@ WHY_LOST: dict[tuple[str, str], str] = {
     "the streams finish. Listener discovery (the hook reading every listener of the Pod "
     "when its target refuses) is what closes this case.",
     ("drainhook+st", "moved"): "As for drainhook: `unreachable` right after the settle; "
-    "vLLM's `--shutdown-timeout {st:g}` then drains for {st:g} s only, while kserve's and "
-    "llm-d's sleep 15 and 45 s drain outlast every stream.",
+    "vLLM's `--shutdown-timeout {st:g}` then drains for {st:g} s only, while the loops (which "
+    "take a refused read for busy), kserve's and llm-d's 45 s drain and the longer sleeps "
+    "outlast the streams. Listener discovery closes this case too.",
     ("drainhook", "router-lag-20"): "The router sends for {lag20:g} s and the last stream "
     "ends by about {lag20_end:g} s, just before D = {d:g} s: drainhook needs two idle reads "
     "in a row after the work is over, and the deadline came first in this run.",

@@ -92,9 +92,8 @@ def tokens_duration(token_seconds: float, default_tokens: int = 16) -> Duration:
 
     def duration(request: Mapping[str, Any]) -> float:
         tokens = request.get("max_tokens", default_tokens)
-        return max(0, int(tokens) if isinstance(tokens, (int, float)) else default_tokens) * (
-            token_seconds
-        )
+        count = int(tokens) if isinstance(tokens, (int, float)) else default_tokens
+        return max(0, count) * token_seconds
 
     return duration
 
