@@ -1,7 +1,7 @@
 """`python -m rehearsal`: run the matrix of recipes x scenarios, print it, write the report.
 
     python -m rehearsal                          the whole matrix at the default scale
-    python -m rehearsal --scale 1                real time (about 20 minutes)
+    python -m rehearsal --scale 1                real time (about 15 minutes)
     python -m rehearsal --strategies drainhook,none --scenarios idle,short --json
 
 `--json` prints one object per cell as it ends (times as measured: real
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from rehearsal import report, scenarios, strategies
+from rehearsal import report, run, scenarios, strategies
 from rehearsal.matrix import ROOT, Cell, run_matrix
 from rehearsal.rollout import Rollout
 from rehearsal.timeline import DEFAULT_SCALE, ROUTER_LAG, Scale
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.from_data is not None:
         out = args.report or ROOT / "benchmarks" / "rehearsal.md"
-        report.write(out, report.load(args.from_data), args.picture)
+        report.write(out, run.load(args.from_data), args.picture)
         print(f"rehearsal: wrote {out} from {args.from_data}", file=sys.stderr)
         return 0
     if not args.scale > 0:
@@ -137,12 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     count = len(cells) + sum(len(r.cells) for r in rollouts)
     done = f"rehearsal: {count} cells in {wall:.0f} s at --scale {args.scale:g}"
     print(done, file=sys.stderr)
-    run = report.Run(cells, rollouts, scale, wall, plan, args.parallel, args.rollout_parallel)
+    played = run.Run(cells, rollouts, scale, wall, plan, args.parallel, args.rollout_parallel)
     if args.data is not None:
-        report.save(args.data, run)
+        run.save(args.data, played)
     out = args.report or (ROOT / "benchmarks" / "rehearsal.md" if full else None)
     if out is not None:
-        report.write(out, run, args.picture)
+        report.write(out, played, args.picture)
         print(f"rehearsal: wrote {out}", file=sys.stderr)
     return 0
 

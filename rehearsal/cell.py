@@ -137,11 +137,12 @@ def run_cell(
                 )
             port_word, origin_word = _ready(engine, "engine")
             port = int(port_word)
+            if load_proc is not None:
+                _ready(load_proc, "load generator")
             # The timeline starts once every process is up, however long that took.
             earliest = time.monotonic() + START_MARGIN + scale(WARMUP if scenario.load else 0)
             delete_at = delete_time(earliest, scenario, scale, float(origin_word))
             if scenario.load and load_proc is not None:
-                _ready(load_proc, "load generator")
                 arrivals = [
                     {"id": f"{prefix}{i:03d}", "at": delete_at + scale(at)}
                     for i, at in enumerate(scenario.load.arrivals(lag))
@@ -192,6 +193,7 @@ def run_cell(
         cut=outcomes.count("cut"),
         refused=outcomes.count("refused"),
         sigterm_at_s=signals.sigterm - signals.delete,
+        late_s=signals.delete - delete_at,
         held_s=signals.exit - signals.delete,
         hook_returned_s=since(signals.hook_returned),
         hook_exit=signals.hook_exit,

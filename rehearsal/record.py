@@ -49,6 +49,7 @@ class Cell:
     shutdown_timeout: float = 0.0
     replica: int | None = None
     netns: int = 0  # the inode of the network namespace it ran in
+    late_s: float = 0.0  # how much later than planned the delete came (a loaded machine)
     hook_log: str = ""
     requests: list[Request] = field(default_factory=list)
     read_log: list[Read] = field(default_factory=list)
@@ -75,6 +76,7 @@ class Cell:
             "grace_s": self.grace,
             "shutdown_timeout_s": self.shutdown_timeout,
             "netns": self.netns,
+            "late_s": round(self.late_s, 4),
         }
 
     def hook_elapsed(self) -> float | None:

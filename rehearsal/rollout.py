@@ -123,7 +123,8 @@ class Rollout:
 
         Seconds are as measured, like every cell's: held_total_s and rollout_s are the
         real ones times the scale. completed, cut, refused and reads are sums;
-        sigterm_at_s, held_s, hook_returned_s and hook_elapsed_s means per replica;
+        sigterm_at_s, held_s, hook_returned_s and hook_elapsed_s means per replica, late_s
+        the latest;
         hook_exit 0 only when every replica's hook returned 0; engine_exit `sigkill`
         when any replica was killed.
         """
@@ -152,6 +153,7 @@ class Rollout:
             held_total_s=round(held_total(holds) * self.scale, 4),
             rollout_s=round(duration(holds, self.start) * self.scale, 4),
             replica_held_s=[round(c.held_s, 4) for c in cells],
+            late_s=round(max(c.late_s for c in cells), 4),
         )
         del row["netns"]
         row["netns"] = sorted({c.netns for c in cells})

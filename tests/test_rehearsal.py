@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from rehearsal import cell as cell_module
-from rehearsal import kubelet, report, rollout, scenarios, strategies
+from rehearsal import claims, kubelet, report, rollout, scenarios, strategies
+from rehearsal import run as runs
 from rehearsal.matrix import jobs
 from rehearsal.record import Cell
 from rehearsal.strategies import HookTarget
@@ -200,7 +201,7 @@ def test_the_router_lag_20_scenario_keeps_its_own_lag() -> None:
 # ---- the claims, as rules on made-up runs -----------------------------------------------------
 
 
-def made_run(drainhook_hold: float, kserve_hold: float, drainhook_cut: int = 0) -> report.Run:
+def made_run(drainhook_hold: float, kserve_hold: float, drainhook_cut: int = 0) -> runs.Run:
     plan = strategies.parse_plan(PLAN_JSON)
     mine = [
         cell("drainhook+st", replica=i, held_s=drainhook_hold, cut=drainhook_cut) for i in range(8)
@@ -211,7 +212,7 @@ def made_run(drainhook_hold: float, kserve_hold: float, drainhook_cut: int = 0) 
         cell("kserve", scenario="idle", held_s=kserve_hold, completed=0),
     ]
     rollouts = [rollout.Rollout("drainhook+st", mine, 60.0), rollout.Rollout("kserve", base, 60.0)]
-    return report.Run(idle, rollouts, Scale(0.5), 1.0, plan)
+    return runs.Run(idle, rollouts, Scale(0.5), 1.0, plan)
 
 
 @pytest.mark.parametrize(
@@ -223,22 +224,22 @@ def made_run(drainhook_hold: float, kserve_hold: float, drainhook_cut: int = 0) 
     ],
 )
 def test_rollout_halving_claim(mine: float, base: float, cut: int, holds: bool) -> None:
-    claim = report._rollout_half(made_run(mine, base, cut), "drainhook+st")
+    claim = claims._rollout_half(made_run(mine, base, cut), "drainhook+st")
     assert claim is not None and claim.holds is holds
     assert "accelerator-seconds" in claim.evidence
     assert (claim.why == "") is holds
 
 
 def test_idle_halving_claim() -> None:
-    assert report._idle_half(made_run(3.0, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
-    assert not report._idle_half(made_run(4.5, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
-    assert report._idle_half(made_run(3.0, 8.0), "drainhook") is None  # it did not run
+    assert claims._idle_half(made_run(3.0, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
+    assert not claims._idle_half(made_run(4.5, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
+    assert claims._idle_half(made_run(3.0, 8.0), "drainhook") is None  # it did not run
 
 
 def test_report_written_again_from_the_kept_data(tmp_path: Any) -> None:
     run = made_run(4.0, 8.0)
-    report.save(tmp_path / "run.jsonl", run)
-    again = report.load(tmp_path / "run.jsonl")
+    runs.save(tmp_path / "run.jsonl", run)
+    again = runs.load(tmp_path / "run.jsonl")
     assert [c.to_json() for c in again.cells] == [c.to_json() for c in run.cells]
     assert [r.row() for r in again.rollouts] == [r.row() for r in run.rollouts]
     assert again.plan == run.plan
@@ -284,6 +285,8 @@ def test_every_cell_reports_the_fields(cells: Cells) -> None:
         assert set(row) >= FIELDS
         assert row["scale"] == SCALE
         assert row["engine_exit"] == "clean"
+        # Every process was up before the timeline started: the delete came on time.
+        assert 0 <= row["late_s"] < 0.1
 
 
 @pytest.mark.slow
@@ -347,3 +350,8 @@ def test_a_rollout_is_one_row_per_recipe_with_its_totals() -> None:
     assert none["sigterm_at_s"] < 0.1
     assert min(mine["replica_held_s"]) > 5.0 * SCALE
     assert mine["sigterm_at_s"] < 25 * SCALE
+
+
+def test_the_report_shows_no_file_names_from_the_command_line() -> None:
+    argv = ["--data", "run.jsonl", "--scale", "0.5", "--report=out.md", "--json"]
+    assert runs.shown_argv(argv) == "--scale 0.5 --json"
