@@ -1,8 +1,19 @@
 """drainhook: a Kubernetes preStop hook that lets an LLM engine finish its requests.
 
-See CONTRACT-derived docs in the README; the modules, in reading order:
-gauges (the engine table), exposition (body -> verdict), target, read (one
-HTTP read), drain (the loop), config, report, cli.
+The modules, in reading order:
+
+- gauges: the engine table (which gauges count)
+- verdict: a read's verdict, and counted values -> verdict
+- exposition, loads: the /metrics and /v1/loads scanners (body -> verdict)
+- errors: the error family, each kind with its exit code
+- target, auth: where to read (URL, annotations, loopback rule, TLS, API key)
+- read: one HTTP read -> one verdict; rounds: several targets as one read
+- drain: the loop (reads -> outcome), under an injected clock
+- config: the frozen config; report: log lines and probe output
+- hook: the hook's run (config in, outcome and exit code out)
+- flags, cli: the command line (flags and environment -> config); __main__
+- plan, install: the other commands; signals, clock, build_info: the process
+- sim: the simulated engine of `demo` and the rehearsal, off the hook's import path
 """
 
 __version__ = "0.1.0"

@@ -10,6 +10,7 @@ import signal
 import sys
 
 from drainhook import signals
+from drainhook.errors import EXIT_INTERNAL
 
 signals.catch()
 
@@ -21,13 +22,12 @@ def main() -> None:
         # TLS server name with the idna codec.
         import encodings.idna  # noqa: F401
 
-        import drainhook.read
-        import drainhook.report
-        import drainhook.rounds  # noqa: F401
+        import drainhook.hook  # noqa: F401 (the reads, the loop, the log)
         from drainhook.cli import run
     except Exception as exc:  # an import that fails in a broken install: one line
+        # A bug of the build: the internal error's code, which no outcome uses.
         print(f"drainhook: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(EXIT_INTERNAL)
     from drainhook.drain import Interrupted
 
     try:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drainhook.target import TargetError, _read_file
+from drainhook.errors import UsageError
+from drainhook.target import read_small_file
 
 # An API key is a short token; a Secret's file of more is not one.
 API_KEY_MAX_BYTES = 4096
@@ -21,18 +22,18 @@ def read_api_key(path: Path) -> str:
     """The key in `path`, surrounding whitespace (a trailing newline) stripped.
 
     A regular file only, opened without blocking, at most API_KEY_MAX_BYTES.
-    Raises TargetError, with a one-line message naming the file but not its
+    Raises UsageError, with a one-line message naming the file but not its
     contents, when it cannot be read or holds no usable key.
     """
-    data = _read_file(path, API_KEY_MAX_BYTES, "--api-key-file")
+    data = read_small_file(path, API_KEY_MAX_BYTES, "--api-key-file")
     try:
         key = data.decode("ascii").strip()
     except UnicodeDecodeError:
-        raise TargetError(f"--api-key-file {path}: the key is not ASCII") from None
+        raise UsageError(f"--api-key-file {path}: the key is not ASCII") from None
     if not key:
-        raise TargetError(f"--api-key-file {path} is empty")
+        raise UsageError(f"--api-key-file {path} is empty")
     # A header value cannot hold a line break or other control character: a
     # key with one would fail every read, or split the request's headers.
     if any(not " " <= c <= "~" for c in key):
-        raise TargetError(f"--api-key-file {path}: the key has a control character")
+        raise UsageError(f"--api-key-file {path}: the key has a control character")
     return key

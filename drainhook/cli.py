@@ -6,154 +6,20 @@ explicit flags (command line or environment) win over `--annotations`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import math
-import re
-import sys
-import time
 import typing
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
-from drainhook import __version__, build_info, signals
+from drainhook import __version__, build_info
 from drainhook.clock import start_time
-from drainhook.config import (
-    DEFAULT_CONFIRM,
-    DEFAULT_EXIT_RESERVE,
-    DEFAULT_GRACE,
-    DEFAULT_HOST,
-    DEFAULT_INTERVAL,
-    DEFAULT_LINGER,
-    DEFAULT_MAX_BODY,
-    DEFAULT_PATH,
-    DEFAULT_READ_TIMEOUT,
-    DEFAULT_SCHEME,
-    DEFAULT_SETTLE,
-    LOADS_PATH,
-    ConfigError,
-    Reach,
-    WaitConfig,
-)
-from drainhook.drain import Interrupted, Outcome, Result, drain
-from drainhook.gauges import BY_NAME, ENGINE_NAMES
-from drainhook.target import Target, TargetError, build_url, parse_url, read_annotations
-from drainhook.verdict import Verdict
-
-EXIT_DRAINED = 0
-EXIT_INTERNAL = 1
-EXIT_USAGE = 2
-EXIT_DEADLINE = 3
-EXIT_UNREACHABLE = 4
-
-PROBE_EXIT = {
-    Verdict.IDLE: 0,
-    Verdict.BUSY: 1,
-    Verdict.UNKNOWN: 3,
-    Verdict.UNREACHABLE: 4,
-}
-
-F = typing.TypeVar("F", bound=Callable[..., typing.Any])
-
-
-class Duration(click.ParamType[float, typing.Any]):
-    """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
-
-    name = "seconds"
-    _UNITS: typing.ClassVar[dict[str, float]] = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0}
-
-    def convert(
-        self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m)?\s*", str(value))
-        if m is None:
-            self.fail(f"{value!r} is not a duration (seconds, e.g. 30, 0.5, 250ms)", param, ctx)
-        seconds = float(m.group(1)) * self._UNITS[m.group(2) or ""]
-        if not math.isfinite(seconds):
-            self.fail(f"{value!r} is not a finite duration", param, ctx)
-        return seconds
-
-
-class ByteSize(click.ParamType[int, typing.Any]):
-    """Bytes: `16777216`, `16MiB`, `512KiB`, `1M`."""
-
-    name = "bytes"
-    _UNITS: typing.ClassVar[dict[str, int]] = {
-        "": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024,
-        "m": 1000**2, "mb": 1000**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
-    }  # fmt: skip
-
-    def convert(
-        self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> int:
-        if isinstance(value, int):
-            return value
-        m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", str(value))
-        unit = m.group(2).lower() if m else ""
-        if m is None or unit not in self._UNITS:
-            self.fail(f"{value!r} is not a size in bytes (e.g. 16MiB)", param, ctx)
-        return int(m.group(1)) * self._UNITS[unit]
-
-
-DURATION = Duration()
-BYTES = ByteSize()
-
-
-def _env(name: str) -> str:
-    return "DRAINHOOK_" + name.upper().replace("-", "_")
-
-
-def _option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
-    """A click option that also reads DRAINHOOK_<FLAG>."""
-    return click.option(flag, *names, envvar=_env(flag.lstrip("-")), show_envvar=True, **kwargs)
-
-
-def _reach_options(f: F) -> F:
-    """The options that say where and how to read: shared by wait and probe."""
-    options = [
-        _option("--url", multiple=True,
-                help="Metrics URL (http or https); instead of the four below. Repeat it "
-                "to read several API servers and sum them (env: space-separated)."),
-        _option("--scheme", type=click.Choice(["http", "https"]), default=DEFAULT_SCHEME,
-                show_default=True, help="Scheme of the metrics listener."),
-        _option("--host", default=DEFAULT_HOST, show_default=True,
-                help="Host of the metrics listener (loopback unless --allow-remote)."),
-        _option("--port", type=click.IntRange(1, 65535), multiple=True,
-                help="Port of the metrics listener; repeat it to read several and sum them  "
-                "[default: 8000; 30000 with --engine sglang]"),
-        _option("--path", default=DEFAULT_PATH, show_default=True, help="Metrics path."),
-        _option("--annotations", type=click.Path(dir_okay=False, path_type=Path),
-                help="Downward-API annotations file; prometheus.io/scheme|port|path name "
-                "the listener. Explicit flags win."),
-        _option("--engine", type=click.Choice(["auto", *ENGINE_NAMES]), default="auto",
-                show_default=True, help="Engine whose gauges count; auto recognises it."),
-        _option("--read-timeout", type=DURATION, default=DEFAULT_READ_TIMEOUT,
-                show_default=True, help="Bound on one whole read, seconds."),
-        _option("--max-body", type=BYTES, default=DEFAULT_MAX_BODY, show_default=True,
-                help="Largest body read (bytes; 16MiB, 512KiB); more reads unknown."),
-        _option("--cacert", type=click.Path(dir_okay=False, path_type=Path),
-                help="Verify https against this CA bundle (PEM)."),
-        _option("--tls-server-name", help="Name to send (SNI) and verify for https."),
-        _option("--insecure", is_flag=True,
-                help="Read a remote https listener without verifying it."),
-        _option("--allow-remote", is_flag=True,
-                help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost)."),
-        _option("--source", type=click.Choice(["metrics", "loads", "both"]), default="metrics",
-                show_default=True,
-                help="What to read: the engine's /metrics, or SGLang's /v1/loads (JSON, "
-                "live queue counts; default path /v1/loads, engine sglang). `both`: probe only, "
-                "the two side by side."),
-        _option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
-                help="Send the key in this file as `Authorization: Bearer` (SGLang's "
-                "--api-key guards /v1/loads)."),
-    ]  # fmt: skip
-    for option in reversed(options):
-        f = option(f)
-    return f
+from drainhook.config import DEFAULT_PATH, DEFAULT_SCHEME, LOADS_PATH, Reach, WaitConfig
+from drainhook.errors import EXIT_INTERNAL, EXIT_USAGE, DrainhookError, UsageError
+from drainhook.flags import option, reach_options, wait_options
+from drainhook.gauges import BY_NAME
+from drainhook.hook import run_probe, run_wait
+from drainhook.target import Target, build_url, parse_url, read_annotations
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:
@@ -170,7 +36,7 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
         level = ctx.get_parameter_source("url")
         given = [f"--{p}" for p in parts if ctx.get_parameter_source(p) == level]
         if given:
-            raise ConfigError(f"--url cannot be combined with {', '.join(given)}")
+            raise UsageError(f"--url cannot be combined with {', '.join(given)}")
         if not any(ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE for p in parts):
             return tuple(parse_url(url) for url in params["url"])
     found: dict[str, str] = {}
@@ -189,17 +55,17 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
         try:
             ports = (int(found["port"]),)
         except ValueError:
-            raise ConfigError(
+            raise UsageError(
                 f"annotation prometheus.io/port is not a port: {found['port'][:40]!r}"
             ) from None
     else:
         engine = "sglang" if params["source"] != "metrics" else params["engine"]
         ports = ((BY_NAME.get(engine) or BY_NAME["vllm"]).default_port,)
     if scheme.lower() not in ("http", "https"):
-        raise ConfigError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
+        raise UsageError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
     for port in ports:
         if not 1 <= port <= 65535:
-            raise ConfigError(f"port {port} is out of range")
+            raise UsageError(f"port {port} is out of range")
     return tuple(parse_url(build_url(scheme.lower(), params["host"], port, path)) for port in ports)
 
 
@@ -231,27 +97,6 @@ def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
     return reach
 
 
-def _reader(reach: Reach) -> typing.Any:
-    """A Reader for one target; a Round over one Reader per target for several."""
-    from drainhook.read import Reader
-    from drainhook.rounds import Round
-    from drainhook.target import ssl_context
-
-    readers = [
-        Reader(
-            target,
-            engine=reach.engine,
-            max_body=reach.max_body,
-            ssl_context=ssl_context(target, reach.cacert, reach.insecure),
-            tls_server_name=reach.tls_server_name,
-            source=reach.source,
-            api_key=reach.api_key,
-        )
-        for target in reach.targets
-    ]
-    return readers[0] if len(readers) == 1 else Round(readers)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(
     __version__, "--version", prog_name="drainhook", message=build_info.version_message()
@@ -265,72 +110,8 @@ def cli() -> None:
 
 
 @cli.command()
-@_reach_options
-@_option(
-    "--grace",
-    type=DURATION,
-    default=DEFAULT_GRACE,
-    show_default=True,
-    help="G: the Pod's terminationGracePeriodSeconds.",
-)
-@_option(
-    "--settle",
-    type=DURATION,
-    default=DEFAULT_SETTLE,
-    show_default=True,
-    help="S: keep serving untouched this long while routers drop the Pod.",
-)
-@_option(
-    "--exit-reserve",
-    type=DURATION,
-    default=DEFAULT_EXIT_RESERVE,
-    show_default=True,
-    help="R: return by G - R, leaving the engine this long to exit.",
-)
-@_option(
-    "--interval",
-    type=DURATION,
-    default=DEFAULT_INTERVAL,
-    show_default=True,
-    help="I: seconds between reads.",
-)
-@_option(
-    "--confirm",
-    type=click.IntRange(min=1),
-    default=DEFAULT_CONFIRM,
-    show_default=True,
-    help="Consecutive idle reads that confirm the drain.",
-)
-@_option(
-    "--linger",
-    type=DURATION,
-    default=DEFAULT_LINGER,
-    show_default=True,
-    help="Hold this long after idle is confirmed (clipped to the deadline).",
-)
-@_option(
-    "--max-wait",
-    type=DURATION,
-    help="Cap on the wait from the hook's start: D = min(G - R, max-wait).",
-)
-@_option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Format of the log lines.",
-)
-@_option(
-    "--log-file",
-    # No checks here: a path that cannot be opened (another user's file, a
-    # directory) is said on stderr and the hook goes on (CONTRACT §5), never a
-    # usage error that would end the hook before the drain.
-    type=click.Path(dir_okay=True, readable=False, path_type=Path),
-    metavar="FILE",
-    help="Also write the log lines here (/proc/1/fd/1: kubectl logs).",
-)
-@_option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome.")
-@_option("--quiet", is_flag=True, help="Only the summary line on stderr.")
+@reach_options
+@wait_options
 @click.pass_context
 def wait(ctx: click.Context, /, **params: typing.Any) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
@@ -356,101 +137,22 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
     return run_wait(config, t0)
 
 
-def run_wait(config: WaitConfig, t0: float) -> int:
-    """Drain per config from t0; log; return the exit code."""
-    from drainhook.report import Log
-
-    log = Log(config.log_format, quiet=config.quiet)
-    if config.log_file is not None:
-        log.open_file(config.log_file)
-    count = 0
-
-    def on_read(t: float, reading: typing.Any) -> None:
-        nonlocal count
-        count += 1
-        log.read(t, count, reading)
-
-    reader = None
-    try:
-        reader = _reader(config.reach)
-        result = drain(
-            config.timeline(),
-            reader.read,
-            t0=t0,
-            clock=time.monotonic,
-            sleep=time.sleep,
-            on_read=on_read,
-        )
-    except Interrupted as exc:  # a signal before the loop had started
-        result = Result(Outcome.INTERRUPTED, time.monotonic() - t0, 0, None, exc.signum)
-    finally:
-        signals.disarm()
-    code = exit_code(result, config.exit_zero)
-    log.summary(result, code, config.reach.display, config.deadline)
-    log.close()
-    if reader is not None:
-        reader.close()
-    return code
-
-
-def exit_code(result: Result, exit_zero: bool = False) -> int:
-    """CONTRACT §5: the exit code of an outcome."""
-    if exit_zero:
-        return 0
-    if result.outcome is Outcome.INTERRUPTED:
-        return 128 + (result.signum or 15)
-    return {
-        Outcome.DRAINED: EXIT_DRAINED,
-        Outcome.DEADLINE: EXIT_DEADLINE,
-        Outcome.UNREACHABLE: EXIT_UNREACHABLE,
-    }[result.outcome]
-
-
 @cli.command()
-@_reach_options
-@_option("--json", "as_json", is_flag=True, help="Print one JSON object (schema 1).")
+@reach_options
+@option("--json", "as_json", is_flag=True, help="Print one JSON object (schema 1).")
 @click.pass_context
 def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
     """One read now: engine, counted series, total, verdict and reason.
 
     Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.
     """
-    from drainhook.report import probe_both, probe_json, probe_text
-
-    reach = _reach(ctx, params)
-    if reach.source == "both":
-        # /metrics as the flags name it, and /v1/loads on the same listeners.
-        metrics = dataclasses.replace(reach, source="metrics")
-        loads = dataclasses.replace(
-            reach,
-            source="loads",
-            target=_with_path(reach.target, LOADS_PATH),
-            more=tuple(_with_path(t, LOADS_PATH) for t in reach.more),
-        )
-        pair = (_probe_read(metrics), _probe_read(loads))
-        click.echo(probe_both(pair, (metrics.display, loads.display), as_json))
-        return PROBE_EXIT[pair[0].verdict]
-    reading = _probe_read(reach)
-    out = probe_json if as_json else probe_text
-    click.echo(out(reading, reach.display))
-    return PROBE_EXIT[reading.verdict]
-
-
-def _with_path(target: Target, path: str) -> Target:
-    url = build_url(target.scheme, target.host, target.port, path)
-    return dataclasses.replace(target, path=path, url=url)
-
-
-def _probe_read(reach: Reach) -> typing.Any:
-    reader = _reader(reach)
-    try:
-        return reader.read(reach.read_timeout)
-    finally:
-        reader.close()
+    shown, code = run_probe(_reach(ctx, params), as_json)
+    click.echo(shown)
+    return code
 
 
 @cli.command()
-@_option(
+@option(
     "--role",
     type=click.Choice(["unified", "prefill", "decode"]),
     default="unified",
@@ -525,15 +227,15 @@ def run(argv: list[str]) -> int:
         where = f"drainhook {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "drainhook"
         _error(f"{where}: {exc.format_message()}")
         return EXIT_USAGE
-    except (ConfigError, TargetError) as exc:
-        _error(f"drainhook: {exc}")
-        return EXIT_USAGE
     except click.ClickException as exc:
         _error(f"drainhook: {exc.format_message()}")
         return EXIT_USAGE
     except click.Abort:
         return EXIT_USAGE
-    except Exception as exc:  # never a traceback (CONTRACT §6)
+    except DrainhookError as exc:
+        _error(f"drainhook: {exc}")
+        return exc.exit_code
+    except Exception as exc:  # a bug; never a traceback (CONTRACT §6)
         _error(f"drainhook: internal error: {type(exc).__name__}: {exc}")
         return EXIT_INTERNAL
     return int(code) if isinstance(code, int) else 0
@@ -542,8 +244,3 @@ def run(argv: list[str]) -> int:
 def _error(message: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         click.echo(" ".join(message.split()), err=True)
-
-
-def main() -> None:
-    """Console entry used by tests that import the CLI directly."""
-    sys.exit(run(sys.argv[1:]))

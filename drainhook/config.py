@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drainhook.drain import Timeline
+from drainhook.errors import UsageError
 from drainhook.target import Target
 
 DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
@@ -25,10 +26,6 @@ DEFAULT_SCHEME = "http"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/metrics"
 LOADS_PATH = "/v1/loads"  # SGLang's per-DP-rank load report (--source loads)
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message is the one-line usage error."""
 
 
 @dataclass(frozen=True)
@@ -59,17 +56,17 @@ class Reach:
     def check(self) -> None:
         for target in self.targets:
             if not target.is_loopback and not self.allow_remote:
-                raise ConfigError(
+                raise UsageError(
                     f"{target.display} is not a loopback address; a read through a Service "
                     "lands on whichever replica answers (use --allow-remote to override)"
                 )
         if self.source == "loads" and self.engine == "vllm":
-            raise ConfigError("--source loads is SGLang's /v1/loads: it cannot read vLLM")
+            raise UsageError("--source loads is SGLang's /v1/loads: it cannot read vLLM")
         shown = [t.display for t in self.targets]
         if len(set(shown)) != len(shown):
-            raise ConfigError("a target is given twice: it would be counted twice")
+            raise UsageError("a target is given twice: it would be counted twice")
         if self.max_body < 1:
-            raise ConfigError("--max-body must be at least 1 byte")
+            raise UsageError("--max-body must be at least 1 byte")
         _positive("--read-timeout", self.read_timeout)
 
 
@@ -110,7 +107,7 @@ class WaitConfig:
 
     def check(self) -> None:
         if self.reach.source == "both":
-            raise ConfigError("--source both is for probe: wait reads one source")
+            raise UsageError("--source both is for probe: wait reads one source")
         self.reach.check()
         for flag, value in (
             ("--grace", self.grace),
@@ -123,14 +120,14 @@ class WaitConfig:
         if self.max_wait is not None:
             _not_negative("--max-wait", self.max_wait)
         if self.confirm < 1:
-            raise ConfigError("--confirm must be at least 1")
+            raise UsageError("--confirm must be at least 1")
 
 
 def _not_negative(flag: str, value: float) -> None:
     if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{flag} must be a finite number of seconds >= 0, not {value}")
+        raise UsageError(f"{flag} must be a finite number of seconds >= 0, not {value}")
 
 
 def _positive(flag: str, value: float) -> None:
     if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{flag} must be a finite number of seconds > 0, not {value}")
+        raise UsageError(f"{flag} must be a finite number of seconds > 0, not {value}")

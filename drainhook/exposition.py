@@ -16,15 +16,18 @@ Past any of them the verdict is unknown, like a body over --max-body.
 
 from __future__ import annotations
 
-import math
 import mmap
 import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from drainhook.errors import Malformed
 from drainhook.gauges import BY_NAME, ENGINES, PRIORITY_LABEL, TP_RANK_LABEL, Engine, counted_name
-from drainhook.verdict import Scan, Series, Verdict
+from drainhook.verdict import Scan, Series, Verdict, count, value_problem
+
+ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
 
 # Every counted name starts with `<prefix>:num_` or `<prefix>_num_`; `bytes.find`
 # locates those far faster than a regular expression would.
@@ -61,10 +64,6 @@ MAX_LABELS_KEPT = 16384  # labels on all the counted series kept
 _CLOCK_EVERY = 256  # candidate lines between two looks at the clock
 
 
-class _Malformed(ValueError):
-    """A counted gauge's line that does not parse."""
-
-
 def _unescape(value: str) -> str:
     """Undo `\\\\`, `\\n` and `\\"` (any other escape stays as written), in C
     string operations: a value of a million escapes costs no call per escape.
@@ -86,7 +85,7 @@ def _parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
     labels: list[tuple[str, str]] = []
     pos = 0
     if not _POSSESSIVE and rest.count("\\") > _MAX_ESCAPES_UNROLLED:
-        raise _Malformed(f"more than {_MAX_ESCAPES_UNROLLED} escapes")
+        raise Malformed(f"more than {_MAX_ESCAPES_UNROLLED} escapes")
     if rest.lstrip(" \t").startswith("{"):  # blanks between name and `{` are allowed
         rest = rest.lstrip(" \t")
         pos = 1
@@ -97,9 +96,9 @@ def _parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
             while True:
                 m = _LABEL.match(rest, pos)
                 if m is None:
-                    raise _Malformed("bad label set")
+                    raise Malformed("bad label set")
                 if len(labels) == MAX_LABELS:
-                    raise _Malformed(f"more than {MAX_LABELS} labels")
+                    raise Malformed(f"more than {MAX_LABELS} labels")
                 labels.append((sys.intern(m.group(1)), _unescape(m.group(2))))
                 pos = m.end()
                 if m.group(3) == "}":
@@ -110,7 +109,7 @@ def _parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
                     break
     m = _TAIL.fullmatch(rest, pos)
     if m is None:
-        raise _Malformed("bad value")
+        raise Malformed("bad value")
     return tuple(labels), float(m.group(1))
 
 
@@ -205,14 +204,11 @@ def scan(
         except UnicodeDecodeError:
             problem = problem or f"malformed {canonical} line (not UTF-8)"
             continue
-        except _Malformed as exc:
+        except Malformed as exc:
             problem = problem or f"malformed {canonical} line ({exc})"
             continue
-        if math.isnan(value) or math.isinf(value):
-            problem = problem or f"{canonical} is {value}"
-            continue
-        if value < 0:
-            problem = problem or f"{canonical} is negative ({value:g})"
+        if (why := value_problem(canonical, value)) is not None:
+            problem = problem or why
             continue
         if any(k == PRIORITY_LABEL and v for k, v in labels):
             continue  # SGLang's per-priority breakdown of the priority="" total
@@ -245,15 +241,21 @@ def scan(
             problem = f"required gauge missing: {', '.join(missing)}"
     if problem is not None:
         return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem, warnings)
-    try:
-        total = math.fsum(s.value for s in series)
-    except OverflowError:  # finite samples (1e308 each) whose sum is not
-        total = math.inf
-    if math.isinf(total):
-        reason = "counted total is not finite"
-        return Scan(Verdict.UNKNOWN, chosen.name, None, series, reason, warnings)
-    verdict = Verdict.BUSY if total > 0 else Verdict.IDLE
-    return Scan(verdict, chosen.name, total, series, None, warnings)
+    verdict, total, reason = count(s.value for s in series)
+    return Scan(verdict, chosen.name, total, series, reason, warnings)
+
+
+@dataclass(frozen=True)
+class MetricsScanner:
+    """`scan` as a Reader's scanner: a /metrics body, `engine` pinned or auto."""
+
+    engine: str = "auto"
+    accept: str = ACCEPT
+
+    def __call__(
+        self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
+    ) -> Scan:
+        return scan(body, self.engine, until=until, clock=clock)
 
 
 NO_GAUGES_WARNING = (

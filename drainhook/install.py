@@ -25,55 +25,45 @@ import sys
 from pathlib import Path
 
 from drainhook import build_info
+from drainhook.errors import DrainhookError, InstallError, UsageError
 
 NAME = "drainhook"
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-
-class InstallError(Exception):
-    """Install cannot proceed; `code` is the exit code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def run_install(directory: Path) -> int:
     """The `install` command: copy, print the preStop path on stdout, return the exit code."""
     try:
         path = install(directory, build_info.kind(), build_info.executable())
-    except InstallError as exc:
+    except DrainhookError as exc:
         print(f"drainhook install: {exc}", file=sys.stderr)
-        return exc.code
+        return exc.exit_code
     print(path)
-    return EXIT_OK
+    return 0
 
 
 def install(directory: Path, kind: build_info.Kind, executable: Path) -> Path:
-    """Copy the build that `executable` belongs to into `directory`; the path to run."""
+    """Copy the build that `executable` belongs to into `directory`; the path to run.
+
+    UsageError when this is no packaged build or `directory` cannot be a folder;
+    InstallError when the copy fails.
+    """
     if kind is build_info.Kind.PYTHON:
-        raise InstallError(
+        raise UsageError(
             "this drainhook is a Python install; install copies a packaged build "
-            "(the directory build or the single file: see docs/packaging.md)",
-            EXIT_USAGE,
+            "(the directory build or the single file: see docs/packaging.md)"
         )
     directory = Path(os.path.abspath(directory))
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InstallError(f"cannot use {directory}: {_why(exc)}", EXIT_USAGE) from None
+        raise UsageError(f"cannot use {directory}: {_why(exc)}") from None
     try:
         if kind is build_info.Kind.ONEFILE:
             return _install_file(executable, directory / NAME)
         return _install_folder(executable.parent, directory / NAME) / NAME
     except OSError as exc:
         where = exc.filename or directory
-        raise InstallError(
-            f"cannot install into {directory}: {where}: {_why(exc)}", EXIT_FAILED
-        ) from None
+        raise InstallError(f"cannot install into {directory}: {where}: {_why(exc)}") from None
 
 
 def _why(exc: OSError) -> str:

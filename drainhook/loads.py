@@ -23,10 +23,12 @@ import math
 import mmap
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from drainhook.errors import Malformed
 from drainhook.gauges import BY_NAME, LoadsField
-from drainhook.verdict import Scan, Series, Verdict
+from drainhook.verdict import Scan, Series, Verdict, count, value_problem
 
 ENGINE = BY_NAME["sglang"]
 # The largest DP deployments have tens of ranks; a body listing more than this
@@ -46,33 +48,27 @@ DP_RANK_LABEL = "dp_rank"
 _MAX_LABEL = 64  # characters of a dp_rank value kept as a label
 
 
-class _Malformed(ValueError):
-    """A rank entry that cannot be counted; its message is the reason."""
-
-
 def _number(entry: dict[str, Any], field: LoadsField) -> float | None:
     """The field's value in one rank entry: None when absent (and not required)."""
     node: Any = entry
     for i, key in enumerate(field.path):
         if not isinstance(node, dict):
             where = ".".join(field.path[:i]) or "rank entry"
-            raise _Malformed(f"{where} is not an object")
+            raise Malformed(f"{where} is not an object")
         if key not in node or node[key] is None:
             if field.required:
-                raise _Malformed(f"required field missing: {field.name}")
+                raise Malformed(f"required field missing: {field.name}")
             return None
         node = node[key]
     # bool is an int to Python; `true` is not a count.
     if isinstance(node, bool) or not isinstance(node, (int, float)):
-        raise _Malformed(f"{field.name} is not a number")
+        raise Malformed(f"{field.name} is not a number")
     try:
         value = float(node)
     except OverflowError:  # an integer of hundreds of digits
         value = math.inf
-    if math.isnan(value) or math.isinf(value):
-        raise _Malformed(f"{field.name} is {value}")
-    if value < 0:
-        raise _Malformed(f"{field.name} is negative ({value:g})")
+    if (why := value_problem(field.name, value)) is not None:
+        raise Malformed(why)
     return value
 
 
@@ -93,28 +89,28 @@ def _ranks(document: Any) -> list[Any]:
     if isinstance(document, dict):
         loads = document.get("loads")
         if not isinstance(loads, list):
-            raise _Malformed("no loads list in the body")
+            raise Malformed("no loads list in the body")
         return loads
     if isinstance(document, list):
         return document
-    raise _Malformed(f"body is a JSON {type(document).__name__}, not an object or a list")
+    raise Malformed(f"body is a JSON {type(document).__name__}, not an object or a list")
 
 
 def _parse(body: bytes | bytearray | memoryview | mmap.mmap) -> Any:
     if len(body) > MAX_BYTES:
         # Parsed in one json.loads call, which no deadline can interrupt.
-        raise _Malformed(f"body over {MAX_BYTES // 1024 // 1024} MiB: not a load report")
+        raise Malformed(f"body over {MAX_BYTES // 1024 // 1024} MiB: not a load report")
     data = bytes(body)
     if data.count(b",") >= MAX_VALUES:
-        raise _Malformed(f"more than {MAX_VALUES} JSON values")
+        raise Malformed(f"more than {MAX_VALUES} JSON values")
     try:
         # Integers as floats: a 100,000-digit integer is then inf (refused
         # below) instead of a ValueError from the digit limit, or a slow int.
         return json.loads(data, parse_int=float)
     except RecursionError:  # [[[[... nested past the interpreter's stack
-        raise _Malformed("JSON nested too deep") from None
+        raise Malformed("JSON nested too deep") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise _Malformed(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
+        raise Malformed(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
 
 
 def scan_loads(
@@ -131,33 +127,37 @@ def scan_loads(
     if until is not None:
         parse = len(body) / (1024 * 1024) * PARSE_SECONDS_PER_MIB
         if clock() + parse > until:
-            reason = "read timed out: no time left to parse the body before the deadline"
-            return Scan(Verdict.UNKNOWN, ENGINE.name, None, (), reason)
+            late = "read timed out: no time left to parse the body before the deadline"
+            return Scan(Verdict.UNKNOWN, ENGINE.name, None, (), late)
     fields = ENGINE.loads_fields
     try:
         ranks = _ranks(_parse(body))
         if not ranks:
-            raise _Malformed("loads list is empty (no DP rank answered)")
+            raise Malformed("loads list is empty (no DP rank answered)")
         if len(ranks) > MAX_RANKS:
-            raise _Malformed(f"more than {MAX_RANKS} rank entries")
+            raise Malformed(f"more than {MAX_RANKS} rank entries")
         series: list[Series] = []
         for index, entry in enumerate(ranks):
             if not isinstance(entry, dict):
-                raise _Malformed(f"rank entry {index} is not an object")
+                raise Malformed(f"rank entry {index} is not an object")
             labels = ((DP_RANK_LABEL, _rank_label(entry, index)),)
             for field in fields:
                 value = _number(entry, field)
                 if value is not None:
                     series.append(Series(field.name, labels, value))
-    except _Malformed as exc:
+    except Malformed as exc:
         return Scan(Verdict.UNKNOWN, ENGINE.name, None, (), str(exc))
-    try:
-        total = math.fsum(s.value for s in series)
-    except OverflowError:
-        total = math.inf
-    if math.isinf(total):  # finite values (1e308 each) whose sum is not
-        return Scan(
-            Verdict.UNKNOWN, ENGINE.name, None, tuple(series), "counted total is not finite"
-        )
-    verdict = Verdict.BUSY if total > 0 else Verdict.IDLE
-    return Scan(verdict, ENGINE.name, total, tuple(series))
+    verdict, total, reason = count(s.value for s in series)
+    return Scan(verdict, ENGINE.name, total, tuple(series), reason)
+
+
+@dataclass(frozen=True)
+class LoadsScanner:
+    """`scan_loads` as a Reader's scanner: a /v1/loads body (JSON)."""
+
+    accept: str = "application/json"
+
+    def __call__(
+        self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
+    ) -> Scan:
+        return scan_loads(body, until=until, clock=clock)

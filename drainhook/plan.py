@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from drainhook.config import (
@@ -21,10 +22,10 @@ from drainhook.config import (
     DEFAULT_LINGER,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SETTLE,
-    ConfigError,
     Reach,
     WaitConfig,
 )
+from drainhook.errors import UsageError
 from drainhook.gauges import BY_NAME
 from drainhook.target import build_url, parse_url
 
@@ -73,7 +74,11 @@ class Plan:
     idle_return: float  # when an idle engine's hook returns (reads take no time)
     idle_drains: bool  # whether that return is `drained` (else the deadline comes first)
     reads_max: int  # reads that fit before D when each takes no time
-    warnings: tuple[PlanWarning, ...]
+
+    @property
+    def warnings(self) -> tuple[PlanWarning, ...]:
+        """What RULES find wrong with this plan, in their order."""
+        return tuple(w for rule in RULES if (w := rule(self)) is not None)
 
     @property
     def engine(self) -> str:
@@ -136,7 +141,7 @@ def wait_config(
 def make_plan(config: WaitConfig, role: str = "unified", binary: str = DEFAULT_BINARY) -> Plan:
     """The timeline `wait` runs for config, and what is wrong with it."""
     if role not in ROLES:
-        raise ConfigError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+        raise UsageError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
     config.check()
     s, d, i = config.settle, config.deadline, config.interval
     first_read = s if s < d else None
@@ -144,110 +149,140 @@ def make_plan(config: WaitConfig, role: str = "unified", binary: str = DEFAULT_B
     drains = confirmed < d
     idle_return = min(confirmed + config.linger, d) if drains else d
     reads_max = math.ceil((d - s) / i - 1e-9) if d > s else 0
-    draft = Plan(config, role, binary, first_read, idle_return, drains, reads_max, ())
-    return Plan(config, role, binary, first_read, idle_return, drains, reads_max, _warnings(draft))
+    return Plan(config, role, binary, first_read, idle_return, drains, reads_max)
 
 
-def _warnings(plan: Plan) -> tuple[PlanWarning, ...]:
-    c = plan.config
-    g, s, r, i, d = c.grace, c.settle, c.exit_reserve, c.interval, c.deadline
-    engine, role = plan.engine, plan.role
-    found: list[PlanWarning] = []
+# The warnings: one rule each, `(plan) -> PlanWarning | None`, checked in the
+# order of RULES (the order `plan` prints them). A new warning is one function
+# and one entry there. They read only the plan, so any WaitConfig's plan has
+# them: `make_plan(config).warnings`.
+Rule = Callable[[Plan], PlanWarning | None]
+
+
+def _grace_range(plan: Plan) -> PlanWarning | None:
+    g = plan.grace
     if g < GRACE_MIN:
-        found.append(
-            PlanWarning(
-                "grace-range",
-                f"G = {_s(g)} is under {_s(GRACE_MIN)}",
-                "there is no room to settle, read and still leave the engine time to exit",
-            )
+        return PlanWarning(
+            "grace-range",
+            f"G = {_s(g)} is under {_s(GRACE_MIN)}",
+            "there is no room to settle, read and still leave the engine time to exit",
         )
-    elif g > GRACE_MAX:
-        found.append(
-            PlanWarning(
-                "grace-range",
-                f"G = {_s(g)} is over {_s(GRACE_MAX)}",
-                "a drain that long outlasts node drains (the cluster autoscaler waits "
-                "600 s by default) and holds every rollout as long",
-            )
+    if g > GRACE_MAX:
+        return PlanWarning(
+            "grace-range",
+            f"G = {_s(g)} is over {_s(GRACE_MAX)}",
+            "a drain that long outlasts node drains (the cluster autoscaler waits "
+            "600 s by default) and holds every rollout as long",
         )
-    if g != int(g):
-        found.append(
-            PlanWarning(
-                "grace-fraction",
-                f"G = {_s(g)} is not whole seconds",
-                "terminationGracePeriodSeconds is an integer and --grace must equal it",
-            )
-        )
-    need = (c.confirm - 1) * i + c.reach.read_timeout
-    if s + need > d:
-        found.append(
-            PlanWarning(
-                "no-room",
-                f"D - S = {_s(d - s)} leaves no room for the {c.confirm} confirming reads "
-                f"(they need {_s(need)}: {c.confirm - 1} x interval + read timeout)",
-                "even an idle engine's hook then runs to the deadline; raise G, or lower "
-                "--settle, --exit-reserve or --interval",
-            )
-        )
-    if s < ROUTER_DEREGISTRATION:
-        found.append(
-            PlanWarning(
-                "settle-short",
-                f"settle S = {_s(s)} is shorter than the usual router deregistration "
-                f"({_s(ROUTER_DEREGISTRATION)})",
-                "a router that has not yet dropped the Pod may still send it a request "
-                "after the hook has read it idle; that request dies at SIGTERM",
-            )
-        )
-    if r < KUBELET_MIN_STOP:
-        found.append(
-            PlanWarning(
-                "exit-reserve-short",
-                f"exit reserve R = {_s(r)} is under {_s(KUBELET_MIN_STOP)}: the kill lands "
-                f"at D + {_s(KUBELET_MIN_STOP)} = {_s(plan.kill)}, after G",
-                "the kubelet always leaves a container 2 s between SIGTERM and SIGKILL, "
-                "and an engine needs seconds to exit cleanly",
-            )
-        )
-    pd = role in ("prefill", "decode")
-    if engine in ("sglang", "auto") and pd and (r < SGLANG_PD_EXIT or g < SGLANG_PD_GRACE):
-        found.append(
-            PlanWarning(
-                "sglang-pd-exit",
-                f"an SGLang {role} server needs about {_s(SGLANG_PD_EXIT)} after SIGTERM: "
-                f"use --exit-reserve {_n(SGLANG_PD_EXIT)} (now {_s(r)}) and G about "
-                f"{_s(SGLANG_PD_GRACE)} (now {_s(g)})",
-                "with less, the kubelet kills it before it has exited; "
-                "G = 45 leaves 20 s to drain after a 5 s settle",
-            )
-        )
-    if engine in ("vllm", "auto") and role == "prefill" and c.linger == 0:
-        found.append(
-            PlanWarning(
-                "vllm-prefill-linger",
-                "a vLLM prefill (KV producer) reads idle while decode instances still pull "
-                "its KV: add --linger SECONDS, the longest pull you expect",
-                "its running/waiting gauges drop to 0 when the prefill ends, before the KV "
-                "is read; SIGTERM then frees the KV under the decode",
-            )
-        )
-    if engine == "vllm":
-        n = math.floor(r - 1)
-        advice = (
-            f"suggest --shutdown-timeout {n} (R - 1)"
-            if n >= 1
-            else "raise --exit-reserve to use it (N = R - 1)"
-        )
-        found.append(
-            PlanWarning(
-                "vllm-shutdown-timeout",
-                f"vLLM >= {VLLM_SHUTDOWN_TIMEOUT_SINCE}: `vllm serve --shutdown-timeout N` lets "
-                f"requests still running at D go on for N more seconds; {advice}",
-                "without it vLLM aborts every running request on SIGTERM; N = R - 1 "
-                "ends them before the kill at G with a second to exit",
-            )
-        )
-    return tuple(found)
+    return None
+
+
+def _grace_fraction(plan: Plan) -> PlanWarning | None:
+    if plan.grace == int(plan.grace):
+        return None
+    return PlanWarning(
+        "grace-fraction",
+        f"G = {_s(plan.grace)} is not whole seconds",
+        "terminationGracePeriodSeconds is an integer and --grace must equal it",
+    )
+
+
+def _no_room(plan: Plan) -> PlanWarning | None:
+    c = plan.config
+    need = (c.confirm - 1) * c.interval + c.reach.read_timeout
+    if c.settle + need <= plan.deadline:
+        return None
+    return PlanWarning(
+        "no-room",
+        f"D - S = {_s(plan.deadline - c.settle)} leaves no room for the {c.confirm} confirming "
+        f"reads (they need {_s(need)}: {c.confirm - 1} x interval + read timeout)",
+        "even an idle engine's hook then runs to the deadline; raise G, or lower "
+        "--settle, --exit-reserve or --interval",
+    )
+
+
+def _settle_short(plan: Plan) -> PlanWarning | None:
+    s = plan.config.settle
+    if s >= ROUTER_DEREGISTRATION:
+        return None
+    return PlanWarning(
+        "settle-short",
+        f"settle S = {_s(s)} is shorter than the usual router deregistration "
+        f"({_s(ROUTER_DEREGISTRATION)})",
+        "a router that has not yet dropped the Pod may still send it a request "
+        "after the hook has read it idle; that request dies at SIGTERM",
+    )
+
+
+def _exit_reserve_short(plan: Plan) -> PlanWarning | None:
+    r = plan.config.exit_reserve
+    if r >= KUBELET_MIN_STOP:
+        return None
+    return PlanWarning(
+        "exit-reserve-short",
+        f"exit reserve R = {_s(r)} is under {_s(KUBELET_MIN_STOP)}: the kill lands "
+        f"at D + {_s(KUBELET_MIN_STOP)} = {_s(plan.kill)}, after G",
+        "the kubelet always leaves a container 2 s between SIGTERM and SIGKILL, "
+        "and an engine needs seconds to exit cleanly",
+    )
+
+
+def _sglang_pd_exit(plan: Plan) -> PlanWarning | None:
+    g, r, role = plan.grace, plan.config.exit_reserve, plan.role
+    if plan.engine not in ("sglang", "auto") or role not in ("prefill", "decode"):
+        return None
+    if r >= SGLANG_PD_EXIT and g >= SGLANG_PD_GRACE:
+        return None
+    return PlanWarning(
+        "sglang-pd-exit",
+        f"an SGLang {role} server needs about {_s(SGLANG_PD_EXIT)} after SIGTERM: "
+        f"use --exit-reserve {_n(SGLANG_PD_EXIT)} (now {_s(r)}) and G about "
+        f"{_s(SGLANG_PD_GRACE)} (now {_s(g)})",
+        "with less, the kubelet kills it before it has exited; "
+        "G = 45 leaves 20 s to drain after a 5 s settle",
+    )
+
+
+def _vllm_prefill_linger(plan: Plan) -> PlanWarning | None:
+    if plan.engine not in ("vllm", "auto") or plan.role != "prefill" or plan.config.linger:
+        return None
+    return PlanWarning(
+        "vllm-prefill-linger",
+        "a vLLM prefill (KV producer) reads idle while decode instances still pull "
+        "its KV: add --linger SECONDS, the longest pull you expect",
+        "its running/waiting gauges drop to 0 when the prefill ends, before the KV "
+        "is read; SIGTERM then frees the KV under the decode",
+    )
+
+
+def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
+    if plan.engine != "vllm":
+        return None
+    n = math.floor(plan.config.exit_reserve - 1)
+    advice = (
+        f"suggest --shutdown-timeout {n} (R - 1)"
+        if n >= 1
+        else "raise --exit-reserve to use it (N = R - 1)"
+    )
+    return PlanWarning(
+        "vllm-shutdown-timeout",
+        f"vLLM >= {VLLM_SHUTDOWN_TIMEOUT_SINCE}: `vllm serve --shutdown-timeout N` lets "
+        f"requests still running at D go on for N more seconds; {advice}",
+        "without it vLLM aborts every running request on SIGTERM; N = R - 1 "
+        "ends them before the kill at G with a second to exit",
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    _grace_range,
+    _grace_fraction,
+    _no_room,
+    _settle_short,
+    _exit_reserve_short,
+    _sglang_pd_exit,
+    _vllm_prefill_linger,
+    _vllm_shutdown_timeout,
+)
 
 
 def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[str, ...]:
@@ -280,7 +315,7 @@ def render(plan: Plan, output: str) -> str:
         return to_yaml(plan)
     if output == "text":
         return to_text(plan)
-    raise ConfigError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+    raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
 
 
 def to_json(plan: Plan) -> dict[str, object]:
@@ -379,7 +414,7 @@ def to_yaml(plan: Plan) -> str:
     scalar, so no value can change meaning (`"30"` stays a string)."""
     c = plan.config
     if c.grace != int(c.grace):
-        raise ConfigError(
+        raise UsageError(
             f"--output yaml needs whole seconds for --grace (not {_n(c.grace)}): "
             "terminationGracePeriodSeconds is an integer"
         )

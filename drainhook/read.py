@@ -1,26 +1,37 @@
 """One read: a GET of the metrics URL, turned into exactly one verdict (CONTRACT §2).
 
-Error map (every transport failure lands in one row of `_ERRORS`):
+Error map: every failure a read can meet is one row of `_ERRORS`. The
+transport raises httpcore's failures as the httpx class of the same row, as
+httpx's own transport does; `classify` turns the httpx class into a verdict:
 
     httpx.HTTPError
-     ├─ TimeoutException (connect/read/write/pool) ........ unknown
+     ├─ ConnectTimeout, ReadTimeout, WriteTimeout ......... unknown
      ├─ ConnectError (refused, TLS handshake, DNS) ........ unreachable
-     ├─ ReadError, WriteError, CloseError (reset) ......... unknown
+     ├─ ReadError, WriteError (reset) ..................... unknown
      ├─ RemoteProtocolError (closed before/during reply) .. unknown
-     ├─ LocalProtocolError, DecodingError ................. unknown
-     ├─ ProxyError, UnsupportedProtocol, TooManyRedirects . unreachable
-     └─ HTTPStatusError (non-2xx, 3xx included) ........... unreachable
-    httpx.StreamError (each of its four), CookieConflict .. unknown
-    httpx.InvalidURL ...................................... unreachable
+     └─ LocalProtocolError ................................ unknown
+    httpx.InvalidURL (a host httpx cannot encode) ......... unreachable
+    a non-2xx status ...................................... unreachable
+    anything else (a bug) ................................. unknown
+
+httpx's other exceptions cannot come out of this read: no redirect is
+followed, no proxy is used, no status is raised for, the body is read raw
+(not decoded, once), one read at a time never waits for a pool slot, and the
+URL is always http or https. tests/test_read.py walks every exported class
+and holds that list.
 
 A read's timeout bounds the whole read, not each socket call: the network
 backend below clips every connect, write, TLS handshake and socket read to
 the time left before the read's own deadline, so a server that drips its
 body (or its headers) a byte at a time cannot hold the hook.
+
+Built on public extension points only: an `httpx.BaseTransport` over an
+`httpcore.ConnectionPool` whose `httpcore.NetworkBackend` does the clipping.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import mmap
 import socket
@@ -30,48 +41,54 @@ import threading
 import time
 import typing
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import httpcore
 import httpx
 
-from drainhook.exposition import scan
-from drainhook.loads import scan_loads
+from drainhook.exposition import MetricsScanner
 from drainhook.target import Target
-from drainhook.verdict import Reading, Verdict
+from drainhook.verdict import Reading, Scanner, Verdict
 
-ACCEPT = "text/plain;version=0.0.4"
 USER_AGENT = "drainhook"
+RAN_OUT = "the read's time ran out"
 
-_ERRORS: tuple[tuple[type[Exception], Verdict, str], ...] = (
-    (httpx.ConnectTimeout, Verdict.UNKNOWN, "connect timed out"),
-    (httpx.ReadTimeout, Verdict.UNKNOWN, "read timed out"),
-    (httpx.WriteTimeout, Verdict.UNKNOWN, "write timed out"),
-    (httpx.PoolTimeout, Verdict.UNKNOWN, "timed out waiting for a connection"),
-    (httpx.ConnectError, Verdict.UNREACHABLE, "cannot connect"),
-    (httpx.ReadError, Verdict.UNKNOWN, "connection broken while reading"),
-    (httpx.WriteError, Verdict.UNKNOWN, "connection broken while writing"),
-    (httpx.CloseError, Verdict.UNKNOWN, "connection broken while closing"),
-    (httpx.RemoteProtocolError, Verdict.UNKNOWN, "connection closed mid-response"),
-    (httpx.LocalProtocolError, Verdict.UNKNOWN, "request could not be sent"),
-    (httpx.ProxyError, Verdict.UNREACHABLE, "proxy error"),
-    (httpx.UnsupportedProtocol, Verdict.UNREACHABLE, "unsupported URL scheme"),
-    (httpx.DecodingError, Verdict.UNKNOWN, "undecodable body"),
-    (httpx.TooManyRedirects, Verdict.UNREACHABLE, "redirected"),
-    (httpx.HTTPStatusError, Verdict.UNREACHABLE, "non-2xx status"),
-    # A stream misused by the reader itself: a bug here, not the server's doing.
-    (httpx.StreamConsumed, Verdict.UNKNOWN, "body already consumed"),
-    (httpx.StreamClosed, Verdict.UNKNOWN, "body stream closed"),
-    (httpx.ResponseNotRead, Verdict.UNKNOWN, "response not read"),
-    (httpx.RequestNotRead, Verdict.UNKNOWN, "request not read"),
-    (httpx.InvalidURL, Verdict.UNREACHABLE, "invalid URL"),
-    (httpx.CookieConflict, Verdict.UNKNOWN, "cookie conflict"),
+# (httpx class, the httpcore class raised as it, verdict, reason)
+_ERRORS: tuple[tuple[type[Exception], type[Exception] | None, Verdict, str], ...] = (
+    (httpx.ConnectTimeout, httpcore.ConnectTimeout, Verdict.UNKNOWN, "connect timed out"),
+    (httpx.ReadTimeout, httpcore.ReadTimeout, Verdict.UNKNOWN, "read timed out"),
+    (httpx.WriteTimeout, httpcore.WriteTimeout, Verdict.UNKNOWN, "write timed out"),
+    (httpx.ConnectError, httpcore.ConnectError, Verdict.UNREACHABLE, "cannot connect"),
+    (httpx.ReadError, httpcore.ReadError, Verdict.UNKNOWN, "connection broken while reading"),
+    (httpx.WriteError, httpcore.WriteError, Verdict.UNKNOWN, "connection broken while writing"),
+    (
+        httpx.RemoteProtocolError,
+        httpcore.RemoteProtocolError,
+        Verdict.UNKNOWN,
+        "connection closed mid-response",
+    ),
+    (
+        httpx.LocalProtocolError,
+        httpcore.LocalProtocolError,
+        Verdict.UNKNOWN,
+        "request could not be sent",
+    ),
+    (httpx.InvalidURL, None, Verdict.UNREACHABLE, "invalid URL"),
 )
+
+
+class _Failed(Exception):
+    """A read that ended without a body to scan (a status, a cap, an encoding)."""
+
+    def __init__(self, verdict: Verdict, reason: str) -> None:
+        super().__init__(reason)
+        self.verdict = verdict
+        self.reason = reason
 
 
 def classify(exc: Exception) -> tuple[Verdict, str]:
     """The verdict and a one-line reason for an exception raised by a read."""
-    for kind, verdict, reason in _ERRORS:
+    for kind, _, verdict, reason in _ERRORS:
         if isinstance(exc, kind):
             detail = _root_cause(exc)
             return verdict, f"{reason}: {detail}" if detail else reason
@@ -103,15 +120,22 @@ def _root_cause(exc: BaseException) -> str:
 
 
 class _Deadline:
-    """The absolute monotonic time the current read must end by."""
+    """When the current read must end by, on the reader's clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
         self.at = 0.0
 
+    def start(self, timeout: float) -> None:
+        self.at = self.clock() + timeout
+
+    def left(self) -> float:
+        return self.at - self.clock()
+
     def clip(self, timeout: float | None, expired: type[Exception]) -> float:
-        left = self.at - time.monotonic()
+        left = self.left()
         if left <= 0:
-            raise expired("the read's time ran out")
+            raise expired(RAN_OUT)
         return left if timeout is None else min(timeout, left)
 
 
@@ -123,7 +147,14 @@ class _Stream(httpcore.NetworkStream):
         self._deadline = deadline
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._deadline.clip(timeout, httpcore.ReadTimeout))
+        try:
+            return self._inner.read(max_bytes, self._deadline.clip(timeout, httpcore.ReadTimeout))
+        except httpcore.ReadTimeout:
+            if self._deadline.left() > 0:
+                raise  # the socket's own timeout, before the read's deadline
+        # A wait clipped to the deadline that ran to it: said as a call that
+        # starts past the deadline is, not as the socket's bare "timed out".
+        raise httpcore.ReadTimeout(RAN_OUT)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, self._deadline.clip(timeout, httpcore.WriteTimeout))
@@ -213,18 +244,70 @@ def _resolve(host: str, port: int, timeout: float) -> str:
     return str(result[0][4][0])
 
 
-class _Transport(httpx.HTTPTransport):
-    """httpx's transport over the deadline backend; one connection per read."""
+class _Transport(httpx.BaseTransport):
+    """httpx's transport interface over httpcore's pool and the deadline backend;
+    one connection per read."""
 
     def __init__(self, ssl_context: ssl.SSLContext | None, deadline: _Deadline) -> None:
-        # Not calling super().__init__: it would build a default SSL context
-        # (reading the system store and SSL_CERT_FILE) that is never used.
+        # No SSL context is made here: an https target always brings its own
+        # (target.ssl_context), so neither the system store nor SSL_CERT_FILE is read.
         self._pool = httpcore.ConnectionPool(
             ssl_context=ssl_context,
             max_keepalive_connections=0,  # a fresh connection per read
             retries=0,
             network_backend=_Backend(deadline),
         )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.SyncByteStream)
+        url = request.url
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _as_httpx():
+            response = self._pool.handle_request(core)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class _ResponseStream(httpx.SyncByteStream):
+    """A response body from httpcore, its failures raised as httpx's."""
+
+    def __init__(self, response: httpcore.Response) -> None:
+        self._response = response
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _as_httpx():
+            yield from self._response.iter_stream()
+
+    def close(self) -> None:
+        with _as_httpx():
+            self._response.close()
+
+
+@contextlib.contextmanager
+def _as_httpx() -> Iterator[None]:
+    """Raise an httpcore failure as the httpx class of its `_ERRORS` row."""
+    try:
+        yield
+    except Exception as exc:
+        for outer, inner, _, _ in _ERRORS:
+            if inner is not None and isinstance(exc, inner):
+                raise outer(str(exc)) from exc
+        raise
 
 
 # A body is gathered in an anonymous memory map grown in place (mremap), not
@@ -274,29 +357,32 @@ class _Body:
 
 class Reader:
     """Reads one target: `read(timeout)` returns one Reading and never raises
-    (but for an exception raised by a signal handler, which passes through)."""
+    (but for an exception raised by a signal handler, which passes through).
+
+    `scanner` turns a 2xx body into its verdict and names the Accept header
+    (drainhook.exposition.MetricsScanner by default; LoadsScanner for /v1/loads).
+    `clock` times the read, bounds it and ends the scan: one clock for all three.
+    """
 
     def __init__(
         self,
         target: Target,
         *,
-        engine: str = "auto",
+        scanner: Scanner | None = None,
         max_body: int = 16 * 1024 * 1024,
         ssl_context: ssl.SSLContext | None = None,
         tls_server_name: str | None = None,
-        source: str = "metrics",
         api_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.target = target
-        self._engine = engine
+        self._scanner: Scanner = scanner or MetricsScanner()
         self._max_body = max_body
-        self._source = source
         self._clock = clock
-        self._deadline = _Deadline()
+        self._deadline = _Deadline(clock)
         host_header = target.host if ":" not in target.host else f"[{target.host}]"
         self._headers = {
-            "Accept": ACCEPT if source == "metrics" else "application/json",
+            "Accept": self._scanner.accept,
             "Accept-Encoding": "identity",
             "User-Agent": USER_AGENT,
             "Host": f"{host_header}:{target.port}",
@@ -325,36 +411,26 @@ class Reader:
     def read(self, timeout: float) -> Reading:
         """One read, ending within `timeout` seconds, whatever the server does."""
         start = self._clock()
-        self._deadline.at = time.monotonic() + timeout
+        self._deadline.start(timeout)
         body = _Body()
         try:
-            failed = self._fetch(timeout, body)
-            if failed is None:
-                # The scan is part of the read: it ends by the read's deadline too.
-                if self._source == "loads":
-                    found = scan_loads(
-                        body.contents(), until=self._deadline.at, clock=time.monotonic
-                    )
-                else:
-                    found = scan(
-                        body.contents(),
-                        self._engine,
-                        until=self._deadline.at,
-                        clock=time.monotonic,
-                    )
-                return Reading.from_scan(found, self._ms_since(start))
+            self._fetch(timeout, body)
+            # The scan is part of the read: it ends by the read's deadline too.
+            found = self._scanner(body.contents(), until=self._deadline.at, clock=self._clock)
+            return Reading.from_scan(found, self._ms_since(start))
+        except _Failed as exc:
+            return Reading.failed(exc.verdict, exc.reason, self._ms_since(start))
         except Exception as exc:
-            failed = classify(exc)
+            verdict, reason = classify(exc)
+            return Reading.failed(verdict, reason, self._ms_since(start))
         finally:
             body.close()
-        verdict, reason = failed
-        return Reading.failed(verdict, reason, self._ms_since(start))
 
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0
 
-    def _fetch(self, timeout: float, body: _Body) -> tuple[Verdict, str] | None:
-        """Read the body into `body`; None, or the verdict of a read that failed."""
+    def _fetch(self, timeout: float, body: _Body) -> None:
+        """Read the body into `body`, or raise why there is none to scan."""
         with self._client.stream(
             "GET",
             self.target.request_url,
@@ -363,12 +439,11 @@ class Reader:
             extensions=self._extensions,
         ) as response:
             if not 200 <= response.status_code < 300:
-                return Verdict.UNREACHABLE, f"HTTP {response.status_code}"
-            return self._body(response, body)
+                raise _Failed(Verdict.UNREACHABLE, f"HTTP {response.status_code}")
+            self._body(response, body)
 
-    def _body(self, response: httpx.Response, body: _Body) -> tuple[Verdict, str] | None:
-        """Gather the body, decoded; None, or the verdict when it is over the cap or
-        undecodable.
+    def _body(self, response: httpx.Response, body: _Body) -> None:
+        """Gather the body, decoded; _Failed when it is over the cap or undecodable.
 
         identity was asked for; a server that compresses anyway is decoded
         here, a chunk at a time, so that a small gzip bomb stops at the cap.
@@ -381,12 +456,12 @@ class Reader:
         elif encoding == "deflate":
             inflate = zlib.decompressobj()
         elif encoding not in ("", "identity"):
-            return Verdict.UNKNOWN, f"unsupported content-encoding {encoding[:40]!r}"
-        over = Verdict.UNKNOWN, f"body over --max-body ({cap} bytes)"
+            raise _Failed(Verdict.UNKNOWN, f"unsupported content-encoding {encoding[:40]!r}")
+        over = _Failed(Verdict.UNKNOWN, f"body over --max-body ({cap} bytes)")
         for raw in response.iter_raw():
             if inflate is None:
                 if body.size + len(raw) > cap:
-                    return over
+                    raise over
                 body.add(raw)
                 continue
             # A step at a time, never past the cap + 1: 64 KiB of gzip can stand
@@ -396,14 +471,13 @@ class Reader:
                 try:
                     chunk = inflate.decompress(raw, min(_INFLATE_STEP, cap - body.size + 1))
                 except zlib.error as exc:
-                    return Verdict.UNKNOWN, f"undecodable {encoding} body: {exc}"
+                    raise _Failed(Verdict.UNKNOWN, f"undecodable {encoding} body: {exc}") from None
                 raw = inflate.unconsumed_tail
                 if body.size + len(chunk) > cap:
-                    return over
+                    raise over
                 body.add(chunk)
         if inflate is not None:
             rest = inflate.flush()
             if body.size + len(rest) > cap:
-                return over
+                raise over
             body.add(rest)
-        return None

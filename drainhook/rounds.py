@@ -17,12 +17,11 @@ every target each round and sums them. A round's verdict:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from drainhook.verdict import Reading, Verdict
+from drainhook.verdict import Reading, Verdict, count
 
 
 class TargetReader(Protocol):
@@ -103,10 +102,8 @@ def combine(parts: Sequence[tuple[str, Reading]], answered: set[str]) -> Reading
         return unknown(f"{n} unreachable and has not answered yet ({r.reason})")
     if len(engines) > 1:
         return unknown(f"targets disagree on the engine ({', '.join(sorted(engines))})")
-    total = math.fsum(r.in_flight or 0.0 for _, r in answering)
-    verdict = Verdict.BUSY if total > 0 else Verdict.IDLE
-    note = None
-    if gone:
+    verdict, total, note = count(r.in_flight or 0.0 for _, r in answering)
+    if gone and total is not None:
         names = ", ".join(n for n, _ in gone)
         note = f"{names} unreachable after answering: counted as 0 (its engine exited)"
     return Reading(verdict, engine, total, series, note, read_ms, warnings, parts)

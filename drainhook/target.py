@@ -5,6 +5,7 @@ Nothing here opens a connection: `Target` is checked before the first read.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import ssl
@@ -13,16 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
+from drainhook.errors import UsageError
+
 # The downward API writes one `key="value"` line per annotation; a Pod's
 # annotations are capped at 256 KiB by the API server, so more is not a Pod's.
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 # A CA bundle: a distribution's whole store is under 1 MiB.
 CACERT_MAX_BYTES = 4 * 1024 * 1024
 ANNOTATION_PREFIX = "prometheus.io/"
-
-
-class TargetError(ValueError):
-    """A target that cannot be used; its message is the one-line usage error."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,11 @@ class Target:
         netloc = f"{auth}@{host}:{self.port}" if auth else f"{host}:{self.port}"
         return urlunsplit((self.scheme, netloc, parts.path or "/", parts.query, ""))
 
+    def with_path(self, path: str) -> Target:
+        """This listener, another path (`probe --source both`: /v1/loads beside /metrics)."""
+        url = build_url(self.scheme, self.host, self.port, path)
+        return dataclasses.replace(self, path=path, url=url)
+
 
 def _is_localhost(host: str) -> bool:
     return host.lower().rstrip(".") == "localhost"
@@ -81,16 +85,16 @@ def parse_url(url: str) -> Target:
         port = parts.port
         host = parts.hostname
     except ValueError as exc:
-        raise TargetError(f"invalid URL {_redact(url)!r}: {_why(exc)}") from None
+        raise UsageError(f"invalid URL {_redact(url)!r}: {_why(exc)}") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise TargetError(f"URL {_redact(url)!r} must start with http:// or https://")
+        raise UsageError(f"URL {_redact(url)!r} must start with http:// or https://")
     if not host:
-        raise TargetError(f"URL {_redact(url)!r} has no host")
+        raise UsageError(f"URL {_redact(url)!r} has no host")
     if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
         # A password with a raw `/`, `?` or `#` (a base64 token) ends the host
         # early: its tail would be shown as the path, and read from another host.
-        raise TargetError(
+        raise UsageError(
             f"URL {_redact(url)!r} has an '@' after its host: percent-encode a password's "
             "'/', '?' or '#' (%2F, %3F, %23)"
         )
@@ -139,7 +143,7 @@ def read_annotations(path: Path) -> dict[str, str]:
 
     The file holds `key="value"` lines with Go-quoted values; other keys are ignored.
     """
-    data = _read_file(path, ANNOTATIONS_MAX_BYTES, "annotations file")
+    data = read_small_file(path, ANNOTATIONS_MAX_BYTES, "annotations file")
     found: dict[str, str] = {}
     for line in data.decode("utf-8", "replace").splitlines():
         key, eq, value = line.partition("=")
@@ -150,30 +154,30 @@ def read_annotations(path: Path) -> dict[str, str]:
     return found
 
 
-def _read_file(path: Path, cap: int, what: str) -> bytes:
+def read_small_file(path: Path, cap: int, what: str) -> bytes:
     """A regular file's contents, at most cap bytes, opened without blocking: a
     FIFO or a device named by mistake is refused at once, not waited on (a
     FIFO's open blocks until a writer comes) or read without end."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise TargetError(f"cannot read {what} {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
     # Checked before fdopen, which raises IsADirectoryError for a directory.
     try:
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
     except OSError as exc:
         os.close(fd)
-        raise TargetError(f"cannot read {what} {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
     if not regular:
         os.close(fd)
-        raise TargetError(f"cannot read {what} {path}: not a regular file")
+        raise UsageError(f"cannot read {what} {path}: not a regular file")
     with os.fdopen(fd, "rb") as f:
         try:
             data = f.read(cap + 1)
         except OSError as exc:
-            raise TargetError(f"cannot read {what} {path}: {exc.strerror}") from None
+            raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
     if len(data) > cap:
-        raise TargetError(f"{what} {path} is over {cap} bytes")
+        raise UsageError(f"{what} {path} is over {cap} bytes")
     return data
 
 
@@ -211,11 +215,11 @@ def ssl_context(target: Target, cacert: Path | None, insecure: bool) -> ssl.SSLC
     if cacert is not None:
         # Read once here to refuse a FIFO, a device or an outsized file; OpenSSL
         # then loads it by name (it reads CRLs and TRUSTED CERTIFICATE blocks too).
-        _read_file(cacert, CACERT_MAX_BYTES, "--cacert")
+        read_small_file(cacert, CACERT_MAX_BYTES, "--cacert")
         try:
             ctx.load_verify_locations(cafile=str(cacert))
         except (OSError, ssl.SSLError) as exc:
-            raise TargetError(f"cannot load --cacert {cacert}: {exc}") from None
+            raise UsageError(f"cannot load --cacert {cacert}: {exc}") from None
         return ctx
     if target.is_loopback or insecure:
         ctx.check_hostname = False

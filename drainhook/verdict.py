@@ -1,9 +1,14 @@
-"""What one read of /metrics concluded (CONTRACT §2)."""
+"""What one read concluded (CONTRACT §2), and the one rule from counted values to
+a verdict that /metrics, /v1/loads and several targets all follow."""
 
 from __future__ import annotations
 
 import enum
+import math
+import mmap
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 
 class Verdict(str, enum.Enum):
@@ -16,6 +21,28 @@ class Verdict(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def value_problem(name: str, value: float) -> str | None:
+    """Why one counted value cannot be counted (NaN, infinite, negative), or None."""
+    if math.isnan(value) or math.isinf(value):
+        return f"{name} is {value}"
+    if value < 0:
+        return f"{name} is negative ({value:g})"
+    return None
+
+
+def count(values: Iterable[float]) -> tuple[Verdict, float | None, str | None]:
+    """Counted values (each already checked) to (verdict, total, reason): busy
+    when the total is > 0, else idle; unknown when the sum is not finite
+    (finite values of 1e308 each whose sum is not)."""
+    try:
+        total = math.fsum(values)
+    except (OverflowError, ValueError):  # ValueError: inf and -inf in one sum
+        total = math.inf
+    if not math.isfinite(total):
+        return Verdict.UNKNOWN, None, "counted total is not finite"
+    return (Verdict.BUSY if total > 0 else Verdict.IDLE), total, None
 
 
 @dataclass(frozen=True)
@@ -68,3 +95,15 @@ class Reading:
     @classmethod
     def failed(cls, verdict: Verdict, reason: str, read_ms: float) -> Reading:
         return cls(verdict, None, None, (), reason, read_ms)
+
+
+class Scanner(Protocol):
+    """What a Reader needs of a scanner: the Accept header of its format, and a
+    2xx body to its Scan, ending by `until` on `clock`'s scale."""
+
+    @property
+    def accept(self) -> str: ...
+
+    def __call__(
+        self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
+    ) -> Scan: ...

@@ -8,36 +8,38 @@ that are not inside the build, so must come from the image.
     python scripts/binary_report.py dist            # writes dist/drainhook-report.json
     python scripts/binary_report.py dist --max-glibc 2.31   # also fails above 2.31
 
-Read with the standard library alone (no binutils in a slim build image, none
-in the tests): the ELF program headers, the dynamic section, and, for the
-single file, PyInstaller's appended archive (its CArchive: a cookie at the
-end, a table of contents, zlib-compressed entries).
+No binutils needed (there are none in a slim build image, nor in the tests):
+pyelftools reads the ELF files, and PyInstaller's own archive reader the
+single file's appended archive. Both come with the `build` extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
 import re
-import struct
 import sys
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from elftools.elf.dynamic import DynamicSegment
+from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerNeedSection
+from PyInstaller.archive.readers import CArchiveReader
 
 REPORT_NAME = "drainhook-report.json"
 DIRECTORY = "drainhook"
 ONEFILE = "drainhook-onefile"
-
-_PT_LOAD, _PT_DYNAMIC, _PT_INTERP = 1, 2, 3
-_DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_SONAME = 0, 1, 5, 14
-_DT_VERNEED, _DT_VERNEEDNUM = 0x6FFFFFFE, 0x6FFFFFFF
+ELF_MAGIC = b"\x7fELF"
+# The archive's typecodes of shared libraries and extension modules.
+BINARY_TYPECODES = ("b", "x")
 
 
 class NotELF(ValueError):
-    """The bytes are not a 64-bit little-endian ELF file."""
+    """The bytes are not an ELF file."""
 
 
 @dataclass(frozen=True)
@@ -65,89 +67,40 @@ def version_text(version: tuple[int, ...] | None) -> str | None:
 
 
 def read_elf(data: bytes, name: str) -> Elf:
-    """Parse an ELF64 LE image: interpreter, SONAME, DT_NEEDED, version needs."""
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+    """An ELF image's interpreter, SONAME, DT_NEEDED and version needs."""
+    if data[:4] != ELF_MAGIC:
         raise NotELF(name)
-    phoff, phentsize, phnum = (
-        struct.unpack_from("<Q", data, 0x20)[0],
-        struct.unpack_from("<H", data, 0x36)[0],
-        struct.unpack_from("<H", data, 0x38)[0],
-    )
-    loads: list[tuple[int, int, int]] = []  # (vaddr, offset, filesz)
-    dynamic: tuple[int, int] | None = None
-    interpreter = None
-    for i in range(phnum):
-        p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
-            "<IIQQQQ", data, phoff + i * phentsize
-        )
-        if p_type == _PT_LOAD:
-            loads.append((p_vaddr, p_offset, p_filesz))
-        elif p_type == _PT_DYNAMIC:
-            dynamic = (p_offset, p_filesz)
-        elif p_type == _PT_INTERP:
-            interpreter = data[p_offset : p_offset + p_filesz].rstrip(b"\0").decode()
-
-    def offset(vaddr: int) -> int:
-        for start, off, size in loads:
-            if start <= vaddr < start + size:
-                return vaddr - start + off
-        raise ValueError(f"{name}: address {vaddr:#x} is in no loaded segment")
-
-    if dynamic is None:  # a static executable needs nothing
-        return Elf(name, interpreter, None, (), ())
-    tags: dict[int, list[int]] = {}
-    for pos in range(dynamic[0], dynamic[0] + dynamic[1], 16):
-        tag, value = struct.unpack_from("<qQ", data, pos)
-        if tag == _DT_NULL:
-            break
-        tags.setdefault(tag, []).append(value)
-    strtab = offset(tags[_DT_STRTAB][0])
-
-    def string(at: int) -> str:
-        end = data.index(b"\0", strtab + at)
-        return data[strtab + at : end].decode()
-
-    needed = tuple(string(v) for v in tags.get(_DT_NEEDED, []))
-    soname = string(tags[_DT_SONAME][0]) if _DT_SONAME in tags else None
-    versions: list[tuple[str, str]] = []
-    if _DT_VERNEED in tags:
-        pos = offset(tags[_DT_VERNEED][0])
-        for _ in range(tags.get(_DT_VERNEEDNUM, [0])[0]):
-            _, count, file_at, aux, nxt = struct.unpack_from("<HHIII", data, pos)
-            library = string(file_at)
-            apos = pos + aux
-            for _ in range(count):
-                _, _, _, name_at, anext = struct.unpack_from("<IHHII", data, apos)
-                versions.append((library, string(name_at)))
-                apos += anext
-            if nxt == 0:
-                break
-            pos += nxt
-    return Elf(name, interpreter, soname, needed, tuple(sorted(set(versions))))
+    elf = ELFFile(io.BytesIO(data))
+    interpreter = soname = None
+    needed: list[str] = []
+    for segment in elf.iter_segments():
+        if segment["p_type"] == "PT_INTERP":
+            interpreter = segment.get_interp_name()
+        elif isinstance(segment, DynamicSegment):  # none in a static executable
+            for tag in segment.iter_tags():
+                if tag.entry.d_tag == "DT_NEEDED":
+                    needed.append(tag.needed)
+                elif tag.entry.d_tag == "DT_SONAME":
+                    soname = tag.soname
+    versions = {
+        (library.name, version.name)
+        for section in elf.iter_sections()
+        if isinstance(section, GNUVerNeedSection)
+        for library, each in section.iter_versions()
+        for version in each
+    }
+    return Elf(name, interpreter, soname, tuple(needed), tuple(sorted(versions)))
 
 
-def archive_entries(data: bytes) -> dict[str, tuple[bytes, str]]:
-    """The entries of the PyInstaller archive appended to a single-file build:
-    name -> (uncompressed bytes, typecode). Only binaries ('b', 'x') are read."""
-    magic = b"MEI\014\013\012\013\016"
-    cookie = data.rfind(magic)
-    if cookie < 0:
-        raise ValueError("no PyInstaller archive in this file")
-    _, length, toc_offset, toc_length, _, _ = struct.unpack_from("!8sIIII64s", data, cookie)
-    start = cookie + struct.calcsize("!8sIIII64s") - length
-    toc = data[start + toc_offset : start + toc_offset + toc_length]
-    entries: dict[str, tuple[bytes, str]] = {}
-    pos = 0
-    while pos < len(toc):
-        size, at, stored, _, compressed, code = struct.unpack_from("!IIIIBc", toc, pos)
-        name = toc[pos + 18 : pos + size].rstrip(b"\0").decode()
-        typecode = code.decode()
-        pos += size
-        if typecode not in ("b", "x"):
-            continue
-        blob = data[start + at : start + at + stored]
-        entries[name] = (zlib.decompress(blob) if compressed else blob, typecode)
-    return entries
+def archive_binaries(path: Path) -> dict[str, bytes]:
+    """The shared libraries and extension modules in the PyInstaller archive
+    appended to a single-file build: name -> uncompressed bytes."""
+    archive = CArchiveReader(str(path))
+    return {
+        name: archive.extract(name)
+        for name, entry in archive.toc.items()
+        if entry[-1] in BINARY_TYPECODES
+    }
 
 
 @dataclass
@@ -197,7 +150,7 @@ def directory_build(root: Path) -> Artifact:
     art = Artifact("directory", root, sum(p.stat().st_size for p in files))
     for p in [launcher, *(p for p in files if p != launcher)]:
         with p.open("rb") as f:
-            if f.read(4) != b"\x7fELF":
+            if f.read(4) != ELF_MAGIC:
                 continue
         art.elves.append(read_elf(p.read_bytes(), str(p.relative_to(root))))
         art.bundled.add(p.name)
@@ -209,8 +162,8 @@ def onefile_build(path: Path) -> Artifact:
     data = path.read_bytes()
     art = Artifact("onefile", path, len(data))
     art.elves.append(read_elf(data, path.name))
-    for name, (blob, _) in sorted(archive_entries(data).items()):
-        if blob[:4] == b"\x7fELF":
+    for name, blob in sorted(archive_binaries(path).items()):
+        if blob[:4] == ELF_MAGIC:
             art.elves.append(read_elf(blob, name))
             art.bundled.add(Path(name).name)
     return art

@@ -12,6 +12,7 @@ without a build, by a child of this interpreter that looks frozen.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -56,7 +57,10 @@ FAST = ("--settle", "0.1", "--interval", "0.1", "--grace", "10", "--exit-reserve
 NOBODY = "65534:65534"
 
 
-def _load_report_module() -> ModuleType:
+@functools.cache
+def report_module() -> ModuleType:
+    """scripts/binary_report.py, loaded when a build is there to read (it needs
+    the `build` extra: pyelftools and PyInstaller)."""
     spec = importlib.util.spec_from_file_location(
         "binary_report", ROOT / "scripts" / "binary_report.py"
     )
@@ -67,9 +71,6 @@ def _load_report_module() -> ModuleType:
     return module
 
 
-binary_report = _load_report_module()
-
-
 def needs_onefile() -> None:
     if not ONEFILE.is_file():
         pytest.skip(f"no single-file build at {ONEFILE}")
@@ -77,9 +78,10 @@ def needs_onefile() -> None:
 
 def artifacts() -> dict[str, Any]:
     """The artifacts read now from the files, as the build's report lays them out."""
-    found = {"directory": binary_report.directory_build(DIRECTORY_BUILD)}
+    report = report_module()
+    found = {"directory": report.directory_build(DIRECTORY_BUILD)}
     if ONEFILE.is_file():
-        found["onefile"] = binary_report.onefile_build(ONEFILE)
+        found["onefile"] = report.onefile_build(ONEFILE)
     return found
 
 

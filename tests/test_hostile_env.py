@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.cli import run_wait
 from drainhook.config import Reach, WaitConfig
+from drainhook.hook import run_wait
 from drainhook.target import parse_url
 from tests.conftest import base_env
 from tests.loopback import Behaviour, Heard, Loopback, record, response_bytes, sample, serve

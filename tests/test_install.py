@@ -22,7 +22,8 @@ import pytest
 import trustme
 
 from drainhook import build_info
-from drainhook.install import InstallError, install, run_install
+from drainhook.errors import InstallError, UsageError
+from drainhook.install import install, run_install
 from tests.conftest import base_env
 from tests.loopback import Loopback, sample, serve
 
@@ -149,7 +150,7 @@ def test_a_failed_copy_leaves_nothing_at_the_path(
     target = tmp_path / "hook"
     with pytest.raises(InstallError) as caught:
         install(target, Kind.DIRECTORY, fake_directory_build)
-    assert caught.value.code == 1
+    assert caught.value.exit_code == 1
     assert "no space left on device" in str(caught.value)
     assert not (target / "drainhook").exists()
     assert leftovers(target) == []
@@ -185,9 +186,9 @@ def test_a_file_where_the_folder_should_be_is_a_usage_error(
 ) -> None:
     occupied = tmp_path / "occupied"
     occupied.write_text("not a folder")
-    with pytest.raises(InstallError) as caught:
+    with pytest.raises(UsageError) as caught:
         install(occupied, Kind.ONEFILE, fake_onefile)
-    assert caught.value.code == 2
+    assert caught.value.exit_code == 2
     assert occupied.read_text() == "not a folder"
 
 

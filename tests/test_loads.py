@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from drainhook.auth import API_KEY_MAX_BYTES, read_api_key
+from drainhook.errors import UsageError
 from drainhook.gauges import BY_NAME
 from drainhook.loads import MAX_RANKS, MAX_VALUES, scan_loads
-from drainhook.target import TargetError
 from drainhook.verdict import Scan, Verdict
 
 
@@ -390,7 +390,7 @@ def test_api_key_through_a_secret_volume_symlink(tmp_path: Path) -> None:
 
 
 def _refused(path: Path, words: str) -> None:
-    with pytest.raises(TargetError) as info:
+    with pytest.raises(UsageError) as info:
         read_api_key(path)
     message = str(info.value)
     assert words in message and str(path) in message

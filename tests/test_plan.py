@@ -14,8 +14,10 @@ import pytest
 import yaml
 
 from drainhook import plan as planning
-from drainhook.config import ConfigError
+from drainhook.config import Reach, WaitConfig
 from drainhook.drain import Outcome, drain
+from drainhook.errors import UsageError
+from drainhook.target import parse_url
 from drainhook.verdict import Reading, Verdict
 from tests.conftest import Hook, base_env
 from tests.test_examples import (
@@ -184,6 +186,41 @@ def test_vllm_shutdown_timeout_without_room() -> None:
     assert "raise --exit-reserve" in w.message
 
 
+def test_each_rule_owns_one_code_and_fires_alone() -> None:
+    # A rule is one entry of RULES: each gives its own code, and a plan with
+    # nothing wrong (the defaults, engine auto, unified) hears from none of them.
+    assert make().warnings == ()
+    owned: dict[str, str] = {}
+    cases = [
+        make(grace=10.0), make(grace=30.5), make(settle=1.0), make(exit_reserve=1.0),
+        make(grace=17.0, exit_reserve=10.5), make("decode", engine="sglang"),
+        make("prefill", engine="vllm"),
+    ]  # fmt: skip
+    for plan in cases:
+        for rule in planning.RULES:
+            found = rule(plan)
+            if found is not None:
+                assert owned.setdefault(found.code, rule.__name__) == rule.__name__
+    assert len(owned) == len(planning.RULES)
+
+
+def test_the_rules_read_a_wait_config_as_wait_builds_it() -> None:
+    # The plan of the very WaitConfig `wait` runs on (a target, log settings):
+    # the warnings `wait` could log at its start.
+    config = WaitConfig(
+        reach=Reach(target=parse_url("http://127.0.0.1:9000/metrics"), engine="vllm"),
+        grace=12.0,
+        settle=2.0,
+        log_format="json",
+        quiet=True,
+    )
+    assert codes(planning.make_plan(config)) == {
+        "grace-range",
+        "settle-short",
+        "vllm-shutdown-timeout",
+    }
+
+
 def test_warnings_name_the_numbers() -> None:
     (w,) = make(grace=17.0, exit_reserve=10.5).warnings
     assert "D - S = 1.5s" in w.message and "2 confirming reads" in w.message
@@ -192,11 +229,11 @@ def test_warnings_name_the_numbers() -> None:
 
 
 def test_invalid_values_are_usage_errors() -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(UsageError):
         make(grace=-1.0)
-    with pytest.raises(ConfigError):
+    with pytest.raises(UsageError):
         make(interval=0.0)
-    with pytest.raises(ConfigError, match="--role"):
+    with pytest.raises(UsageError, match="--role"):
         make("both")
 
 

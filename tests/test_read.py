@@ -22,14 +22,16 @@ import pytest
 import respx
 
 from drainhook import read
-from drainhook.read import ACCEPT, Reader, classify
+from drainhook.exposition import ACCEPT
+from drainhook.read import Reader, classify
 from drainhook.target import parse_url
-from drainhook.verdict import Reading, Verdict
+from drainhook.verdict import Reading, Scan, Verdict
 from tests.loopback import (
     Heard,
     Loopback,
     drip,
     drip_headers,
+    hang,
     never_read,
     record,
     response_bytes,
@@ -44,7 +46,9 @@ UNKNOWN, UNREACHABLE = Verdict.UNKNOWN, Verdict.UNREACHABLE
 SLACK = 0.15
 
 # ---------------------------------------------------------------------------
-# (a) Every exception httpx exports lands in an explicit row of read._ERRORS.
+# (a) Every exception httpx exports is either a row of read._ERRORS or one the
+# read cannot raise; every httpcore failure the transport meets becomes the
+# httpx class of its row.
 
 GENERIC = {
     httpx.HTTPError,
@@ -57,61 +61,101 @@ GENERIC = {
 }
 
 # CONTRACT §2: timed out, reset or closed mid-response -> unknown; refused,
-# TLS, name resolution, non-2xx -> unreachable. A new httpx class fails
-# test_the_table_names_every_exported_exception until it is decided here.
+# TLS, name resolution -> unreachable. A new httpx class fails
+# test_every_exported_exception_is_decided until it is decided here.
 EXPECTED: dict[str, Verdict] = {
     "ConnectTimeout": UNKNOWN,
     "ReadTimeout": UNKNOWN,
     "WriteTimeout": UNKNOWN,
-    "PoolTimeout": UNKNOWN,
     "ConnectError": UNREACHABLE,
     "ReadError": UNKNOWN,
     "WriteError": UNKNOWN,
-    "CloseError": UNKNOWN,
     "RemoteProtocolError": UNKNOWN,
     "LocalProtocolError": UNKNOWN,
-    "ProxyError": UNREACHABLE,
-    "UnsupportedProtocol": UNREACHABLE,
-    "DecodingError": UNKNOWN,
-    "TooManyRedirects": UNREACHABLE,
-    "HTTPStatusError": UNREACHABLE,
-    "StreamConsumed": UNKNOWN,
-    "StreamClosed": UNKNOWN,
-    "ResponseNotRead": UNKNOWN,
-    "RequestNotRead": UNKNOWN,
-    "InvalidURL": UNREACHABLE,
-    "CookieConflict": UNKNOWN,
+    "InvalidURL": UNREACHABLE,  # a host httpx cannot encode (IDNA): --url http://℀.test/
+}
+# What the read cannot raise, and why. Were one raised all the same (a bug), it
+# would read `unknown` ("unexpected ..."), never crash the hook.
+NOT_RAISED: dict[str, str] = {
+    "PoolTimeout": "one read at a time never waits for a pool slot",
+    "CloseError": "httpx's transports raise it; this one closes through httpcore",
+    "ProxyError": "trust_env=False: no proxy",
+    "UnsupportedProtocol": "every target is http or https (drainhook.target.parse_url)",
+    "DecodingError": "the body is read raw and inflated by the reader itself",
+    "TooManyRedirects": "follow_redirects=False: a 3xx is a status",
+    "HTTPStatusError": "no raise_for_status: a non-2xx is a status",
+    "StreamConsumed": "the body is iterated once",
+    "StreamClosed": "the body is iterated inside its stream context",
+    "ResponseNotRead": "the body is iterated, never read as .content",
+    "RequestNotRead": "a GET has no body",
+    "CookieConflict": "no cookie is ever read",
 }
 
 
-def exported_exceptions() -> list[type[Exception]]:
-    found = (getattr(httpx, name) for name in httpx.__all__)
+def exported_exceptions(module: typing.Any) -> list[type[Exception]]:
+    found = (getattr(module, name) for name in module.__all__)
     return [c for c in found if isinstance(c, type) and issubclass(c, Exception)]
 
 
-CONCRETE = [c for c in exported_exceptions() if c not in GENERIC]
+CONCRETE = [c for c in exported_exceptions(httpx) if c not in GENERIC]
 
 
-def test_the_table_names_every_exported_exception() -> None:
-    assert {c.__name__ for c in CONCRETE} == set(EXPECTED)
-    assert set(exported_exceptions()) >= GENERIC, "a generic base was renamed"
+def test_every_exported_exception_is_decided() -> None:
+    names = {c.__name__ for c in CONCRETE}
+    assert names == set(EXPECTED) | set(NOT_RAISED)
+    assert not set(EXPECTED) & set(NOT_RAISED)
+    assert set(exported_exceptions(httpx)) >= GENERIC, "a generic base was renamed"
 
 
-def test_no_row_is_a_generic_base() -> None:
-    assert not [kind for kind, _, _ in read._ERRORS if kind in GENERIC]
+def test_the_rows_are_the_expected_ones_and_no_generic_base() -> None:
+    assert {kind.__name__ for kind, _, _, _ in read._ERRORS} == set(EXPECTED)
+    assert not [kind for kind, _, _, _ in read._ERRORS if kind in GENERIC]
 
 
 @pytest.mark.parametrize("kind", CONCRETE, ids=lambda c: c.__name__)
-def test_each_exception_has_its_own_row(kind: type[Exception]) -> None:
-    # The first row classify() would match (same order), without building one.
-    row = next(r for r in read._ERRORS if issubclass(kind, r[0]))
-    assert row[0] not in GENERIC
+def test_each_exception_has_its_verdict(kind: type[Exception]) -> None:
     # Built without its constructor: some need a request or a response.
     exc = kind.__new__(kind)
     BaseException.__init__(exc, "boom")
     verdict, reason = classify(exc)
-    assert (verdict, reason) == (row[1], f"{row[2]}: boom")
+    if kind.__name__ in NOT_RAISED:
+        assert (verdict, reason) == (UNKNOWN, f"unexpected {kind.__name__}")
+        return
+    row = next(r for r in read._ERRORS if r[0] is kind)
+    assert (verdict, reason) == (row[2], f"{row[3]}: boom")
     assert verdict is EXPECTED[kind.__name__]
+
+
+# httpcore's failures that the transport turns into httpx's; the rest of
+# httpcore's exceptions cannot come out of one read of an http(s) URL.
+CORE_NOT_RAISED = {
+    "PoolTimeout": "one read at a time never waits for a pool slot",
+    "ProxyError": "no proxy",
+    "UnsupportedProtocol": "every target is http or https, with a host",
+    "ConnectionNotAvailable": "caught inside httpcore's pool (a connection to retry)",
+}
+CORE_GENERIC = {
+    httpcore.NetworkError,
+    httpcore.TimeoutException,
+    httpcore.ProtocolError,
+}
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [c for c in exported_exceptions(httpcore) if c not in CORE_GENERIC],
+    ids=lambda c: c.__name__,
+)
+def test_each_httpcore_failure_is_raised_as_httpx(kind: type[Exception]) -> None:
+    if kind.__name__ in CORE_NOT_RAISED:
+        assert not [row for row in read._ERRORS if row[1] is kind]
+        return
+    row = next(r for r in read._ERRORS if r[1] is kind)
+    assert row[0].__name__ == kind.__name__  # httpx names each as httpcore does
+
+    with pytest.raises(row[0]) as caught, read._as_httpx():
+        raise kind("inner")
+    assert isinstance(caught.value.__cause__, kind)
 
 
 def test_anything_else_is_unknown() -> None:
@@ -490,3 +534,62 @@ def test_localhost_is_never_looked_up(lookup: Callable[..., FakeLookup]) -> None
         reading, _ = timed_read(f"http://localhost:{srv.port}/metrics")
     assert reading.verdict is Verdict.IDLE
     assert fake.asked == []
+
+
+def test_one_clock_times_the_read_and_bounds_it() -> None:
+    # The reader's clock is also its deadline's: a clock that jumps past the
+    # timeout right after the read starts ends it before it connects.
+    looks = iter([0.0, 0.0])
+
+    def clock() -> float:
+        return next(looks, 10.0)
+
+    with Loopback(serve(IDLE)) as srv:
+        reader = Reader(parse_url(srv.url), clock=clock)
+        try:
+            reading = reader.read(1.0)
+        finally:
+            reader.close()
+        assert srv.connections == 0
+    assert reading.verdict is UNKNOWN
+    assert reading.reason == "connect timed out: the read's time ran out"
+    assert reading.read_ms == 10_000.0
+
+
+class RecordingScanner:
+    """A scanner that asks for its own format and counts a fixed verdict."""
+
+    accept = "application/x-drainhook-test"
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def __call__(self, body: typing.Any, *, until: float, clock: Callable[[], float]) -> Scan:
+        self.bodies.append(bytes(body))
+        assert until > clock()  # the scan starts before the read's deadline
+        return Scan(Verdict.BUSY, "test", 7.0)
+
+
+def test_the_scanner_is_handed_in() -> None:
+    heard = Heard()
+    scanner = RecordingScanner()
+    with Loopback(record(heard, response_bytes(b"seven"))) as srv:
+        reader = Reader(parse_url(srv.url), scanner=scanner)
+        try:
+            reading = reader.read(1.0)
+        finally:
+            reader.close()
+    assert (reading.verdict, reading.engine, reading.in_flight) == (Verdict.BUSY, "test", 7.0)
+    assert scanner.bodies == [b"seven"]
+    assert request_headers(heard.heads[0])[1]["accept"] == scanner.accept
+
+
+def test_a_read_cut_by_its_deadline_says_so() -> None:
+    # A server that answers nothing: the socket's wait is clipped to the read's
+    # deadline and runs to it. The reason is the deadline's, whichever of the
+    # socket or the clip noticed first.
+    with Loopback(hang) as srv:
+        reading, took = timed_read(srv.url, 0.2)
+    assert reading.verdict is UNKNOWN
+    assert reading.reason == "read timed out: the read's time ran out"
+    assert took <= 0.2 + SLACK

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from drainhook.exposition import scan
+from drainhook.exposition import MetricsScanner, scan
 from drainhook.read import Reader
 from drainhook.target import parse_url
 from drainhook.verdict import Reading, Scan, Verdict
@@ -44,7 +44,7 @@ def assert_expected(got: Scan | Reading, name: str) -> None:
 def read_once(body: bytes, headers: dict[str, str] | None = None, engine: str = "auto") -> Reading:
     """Serve body on loopback and read it once with the hook's Reader."""
     with Loopback(serve(body, headers=headers)) as srv:
-        reader = Reader(parse_url(srv.url), engine=engine)
+        reader = Reader(parse_url(srv.url), scanner=MetricsScanner(engine))
         try:
             reading = reader.read(1.0)
         finally:

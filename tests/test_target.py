@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.config import ConfigError, Reach
-from drainhook.target import TargetError, build_url, parse_url, read_annotations, ssl_context
+from drainhook.config import Reach
+from drainhook.errors import UsageError
+from drainhook.target import build_url, parse_url, read_annotations, ssl_context
 
 
 @pytest.mark.parametrize(
@@ -34,7 +35,7 @@ def test_loopback_rule(url: str, loopback: bool) -> None:
 
 def test_non_loopback_is_a_usage_error_unless_allowed() -> None:
     target = parse_url("http://10.0.0.1:8000/metrics")
-    with pytest.raises(ConfigError, match="not a loopback"):
+    with pytest.raises(UsageError, match="not a loopback"):
         Reach(target).check()
     Reach(target, allow_remote=True).check()
 
@@ -64,12 +65,12 @@ def test_default_ports_and_paths() -> None:
     ["ftp://127.0.0.1/metrics", "127.0.0.1:8000", "http://:80/", "http://127.0.0.1:99999/"],
 )
 def test_bad_urls_are_usage_errors(url: str) -> None:
-    with pytest.raises(TargetError):
+    with pytest.raises(UsageError):
         parse_url(url)
 
 
 def test_bad_url_message_hides_userinfo() -> None:
-    with pytest.raises(TargetError) as info:
+    with pytest.raises(UsageError) as info:
         parse_url("ftp://admin:hunter2@127.0.0.1/metrics")
     assert "hunter2" not in str(info.value)
 
@@ -94,12 +95,12 @@ def test_annotations_file(tmp_path: Path) -> None:
 def test_annotations_file_is_read_with_a_cap(tmp_path: Path) -> None:
     f = tmp_path / "annotations"
     f.write_bytes(b"x" * (300 * 1024))
-    with pytest.raises(TargetError, match="over"):
+    with pytest.raises(UsageError, match="over"):
         read_annotations(f)
 
 
 def test_missing_annotations_file(tmp_path: Path) -> None:
-    with pytest.raises(TargetError, match="cannot read"):
+    with pytest.raises(UsageError, match="cannot read"):
         read_annotations(tmp_path / "nope")
 
 
@@ -111,5 +112,5 @@ def test_tls_context_rules(tmp_path: Path) -> None:
     assert remote is not None and remote.verify_mode == ssl.CERT_REQUIRED
     insecure = ssl_context(parse_url("https://10.0.0.1/"), None, True)
     assert insecure is not None and insecure.verify_mode == ssl.CERT_NONE
-    with pytest.raises(TargetError, match="--cacert"):
+    with pytest.raises(UsageError, match="--cacert"):
         ssl_context(parse_url("https://127.0.0.1/"), tmp_path / "missing.pem", False)

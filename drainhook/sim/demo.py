@@ -50,7 +50,7 @@ def run_demo() -> int:
             f"demo: drainhook wait --url {url} --grace 10 --settle 1 --exit-reserve 2 "
             "--interval 0.5   (deadline D = 8 s)"
         )
-        from drainhook.cli import run_wait
+        from drainhook.hook import run_wait
 
         code = run_wait(config, time.monotonic())
         for c in clients:

@@ -1,0 +1,42 @@
+"""drainhook's errors: one family, each kind knowing its exit code (CONTRACT §5).
+
+    DrainhookError ...... 70  a bug (EX_SOFTWARE): a code no outcome uses
+     ├─ UsageError ....... 2  flags, environment, annotations, --cacert, --api-key-file
+     ├─ InstallError ..... 1  `install` could not copy the build
+     └─ Malformed ........ -  a body a scanner cannot count; never leaves the
+                               scanner, which turns it into the verdict unknown
+
+The message of each is one line, said as `drainhook: <message>`. What a read
+meets (a refused connection, a body over the cap) is a verdict, never one of
+these: see drainhook.read.
+"""
+
+from __future__ import annotations
+
+EXIT_INSTALL_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h); probe's busy is 1, so a crash must not be
+
+
+class DrainhookError(Exception):
+    """The base: anything drainhook raises on purpose. One that reaches the
+    command line without a kind of its own is a bug."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class UsageError(DrainhookError):
+    """A configuration that cannot run: a flag, a variable, a file it names."""
+
+    exit_code = EXIT_USAGE
+
+
+class InstallError(DrainhookError):
+    """`install` could not put the build in place (a full disk, a read-only folder)."""
+
+    exit_code = EXIT_INSTALL_FAILED
+
+
+class Malformed(DrainhookError):
+    """Input a scanner cannot count (a bad sample line, a rank entry that is not
+    an object); the message is the reason the read shows."""

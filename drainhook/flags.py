@@ -1,0 +1,162 @@
+"""The flags of the commands: names, types, defaults, help, and the
+DRAINHOOK_<FLAG> variable each also reads (CONTRACT §4). Declarations only:
+drainhook.cli turns what they parse into a config.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import typing
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from drainhook.config import (
+    DEFAULT_CONFIRM,
+    DEFAULT_EXIT_RESERVE,
+    DEFAULT_GRACE,
+    DEFAULT_HOST,
+    DEFAULT_INTERVAL,
+    DEFAULT_LINGER,
+    DEFAULT_MAX_BODY,
+    DEFAULT_PATH,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_SCHEME,
+    DEFAULT_SETTLE,
+)
+from drainhook.gauges import ENGINE_NAMES
+
+F = typing.TypeVar("F", bound=Callable[..., typing.Any])
+
+
+class Duration(click.ParamType[float, typing.Any]):
+    """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
+
+    name = "seconds"
+    _UNITS: typing.ClassVar[dict[str, float]] = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0}
+
+    def convert(
+        self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m)?\s*", str(value))
+        if m is None:
+            self.fail(f"{value!r} is not a duration (seconds, e.g. 30, 0.5, 250ms)", param, ctx)
+        seconds = float(m.group(1)) * self._UNITS[m.group(2) or ""]
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite duration", param, ctx)
+        return seconds
+
+
+class ByteSize(click.ParamType[int, typing.Any]):
+    """Bytes: `16777216`, `16MiB`, `512KiB`, `1M`."""
+
+    name = "bytes"
+    _UNITS: typing.ClassVar[dict[str, int]] = {
+        "": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024,
+        "m": 1000**2, "mb": 1000**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+    }  # fmt: skip
+
+    def convert(
+        self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else ""
+        if m is None or unit not in self._UNITS:
+            self.fail(f"{value!r} is not a size in bytes (e.g. 16MiB)", param, ctx)
+        return int(m.group(1)) * self._UNITS[unit]
+
+
+DURATION = Duration()
+BYTES = ByteSize()
+
+
+def env_name(name: str) -> str:
+    """DRAINHOOK_<FLAG>: the variable a flag also reads."""
+    return "DRAINHOOK_" + name.upper().replace("-", "_")
+
+
+def option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
+    """A click option that also reads DRAINHOOK_<FLAG>."""
+    return click.option(flag, *names, envvar=env_name(flag.lstrip("-")), show_envvar=True, **kwargs)
+
+
+def reach_options(f: F) -> F:
+    """The options that say where and how to read: shared by wait and probe."""
+    options = [
+        option("--url", multiple=True,
+                help="Metrics URL (http or https); instead of the four below. Repeat it "
+                "to read several API servers and sum them (env: space-separated)."),
+        option("--scheme", type=click.Choice(["http", "https"]), default=DEFAULT_SCHEME,
+                show_default=True, help="Scheme of the metrics listener."),
+        option("--host", default=DEFAULT_HOST, show_default=True,
+                help="Host of the metrics listener (loopback unless --allow-remote)."),
+        option("--port", type=click.IntRange(1, 65535), multiple=True,
+                help="Port of the metrics listener; repeat it to read several and sum them  "
+                "[default: 8000; 30000 with --engine sglang]"),
+        option("--path", default=DEFAULT_PATH, show_default=True, help="Metrics path."),
+        option("--annotations", type=click.Path(dir_okay=False, path_type=Path),
+                help="Downward-API annotations file; prometheus.io/scheme|port|path name "
+                "the listener. Explicit flags win."),
+        option("--engine", type=click.Choice(["auto", *ENGINE_NAMES]), default="auto",
+                show_default=True, help="Engine whose gauges count; auto recognises it."),
+        option("--read-timeout", type=DURATION, default=DEFAULT_READ_TIMEOUT,
+                show_default=True, help="Bound on one whole read, seconds."),
+        option("--max-body", type=BYTES, default=DEFAULT_MAX_BODY, show_default=True,
+                help="Largest body read (bytes; 16MiB, 512KiB); more reads unknown."),
+        option("--cacert", type=click.Path(dir_okay=False, path_type=Path),
+                help="Verify https against this CA bundle (PEM)."),
+        option("--tls-server-name", help="Name to send (SNI) and verify for https."),
+        option("--insecure", is_flag=True,
+                help="Read a remote https listener without verifying it."),
+        option("--allow-remote", is_flag=True,
+                help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost)."),
+        option("--source", type=click.Choice(["metrics", "loads", "both"]), default="metrics",
+                show_default=True,
+                help="What to read: the engine's /metrics, or SGLang's /v1/loads (JSON, "
+                "live queue counts; default path /v1/loads, engine sglang). `both`: probe only, "
+                "the two side by side."),
+        option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
+                help="Send the key in this file as `Authorization: Bearer` (SGLang's "
+                "--api-key guards /v1/loads)."),
+    ]  # fmt: skip
+    for each in reversed(options):
+        f = each(f)
+    return f
+
+
+def wait_options(f: F) -> F:
+    """The options of wait's timeline and log (plan takes the timeline's too)."""
+    options = [
+        option("--grace", type=DURATION, default=DEFAULT_GRACE, show_default=True,
+               help="G: the Pod's terminationGracePeriodSeconds."),
+        option("--settle", type=DURATION, default=DEFAULT_SETTLE, show_default=True,
+               help="S: keep serving untouched this long while routers drop the Pod."),
+        option("--exit-reserve", type=DURATION, default=DEFAULT_EXIT_RESERVE,
+               show_default=True, help="R: return by G - R, leaving the engine this long to exit."),
+        option("--interval", type=DURATION, default=DEFAULT_INTERVAL, show_default=True,
+               help="I: seconds between reads."),
+        option("--confirm", type=click.IntRange(min=1), default=DEFAULT_CONFIRM,
+               show_default=True, help="Consecutive idle reads that confirm the drain."),
+        option("--linger", type=DURATION, default=DEFAULT_LINGER, show_default=True,
+               help="Hold this long after idle is confirmed (clipped to the deadline)."),
+        option("--max-wait", type=DURATION,
+               help="Cap on the wait from the hook's start: D = min(G - R, max-wait)."),
+        option("--log-format", type=click.Choice(["text", "json"]), default="text",
+               show_default=True, help="Format of the log lines."),
+        # No checks on --log-file: a path that cannot be opened (another user's
+        # file, a directory) is said on stderr and the hook goes on (CONTRACT §5),
+        # never a usage error that would end the hook before the drain.
+        option("--log-file", type=click.Path(dir_okay=True, readable=False, path_type=Path),
+               metavar="FILE", help="Also write the log lines here (/proc/1/fd/1: kubectl logs)."),
+        option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome."),
+        option("--quiet", is_flag=True, help="Only the summary line on stderr."),
+    ]  # fmt: skip
+    for each in reversed(options):
+        f = each(f)
+    return f

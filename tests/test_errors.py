@@ -1,0 +1,106 @@
+"""drainhook's error family (drainhook.errors): each kind's exit code, and the
+command line catching the base: a usage error exits 2, anything else that
+escapes a command is a bug and exits 70, a code no outcome uses (CONTRACT §5)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drainhook import cli, hook, install
+from drainhook.errors import (
+    EXIT_INTERNAL,
+    DrainhookError,
+    InstallError,
+    Malformed,
+    UsageError,
+)
+from drainhook.hook import EXIT_DEADLINE, EXIT_DRAINED, EXIT_UNREACHABLE, PROBE_EXIT
+from tests.conftest import base_env
+
+OUTCOME_CODES = {EXIT_DRAINED, EXIT_DEADLINE, EXIT_UNREACHABLE, 130, 143, *PROBE_EXIT.values()}
+
+
+def test_each_kind_knows_its_exit_code() -> None:
+    assert (DrainhookError.exit_code, UsageError.exit_code, InstallError.exit_code) == (70, 2, 1)
+    for kind in (UsageError, InstallError, Malformed):
+        assert issubclass(kind, DrainhookError)
+    assert Malformed("x").exit_code == EXIT_INTERNAL  # one that escapes a scanner is a bug
+    assert EXIT_INTERNAL not in OUTCOME_CODES
+
+
+def crash(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("a bug")
+
+
+@pytest.mark.parametrize(
+    ("argv", "where"),
+    [
+        (["wait", "--settle", "0", "--grace", "2", "--exit-reserve", "1"], "drain"),
+        (["probe"], "read_once"),
+        (["probe", "--json"], "read_once"),
+    ],
+    ids=["wait", "probe", "probe-json"],
+)
+def test_an_internal_error_exits_70_in_one_line(
+    argv: list[str], where: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 70, not probe's 1 (busy) nor wait's 3 (deadline): a crash reads as a crash.
+    monkeypatch.setattr(hook, where, crash)
+    assert cli.run(argv) == 70
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == ["drainhook: internal error: RuntimeError: a bug"]
+
+
+def test_an_internal_error_in_install_exits_70(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(install, "install", crash)
+    assert cli.run(["install", str(tmp_path / "hook")]) == 70
+    assert capsys.readouterr().err.splitlines() == [
+        "drainhook: internal error: RuntimeError: a bug"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(UsageError("bad flag"), 2), (DrainhookError("no kind of its own"), 70)],
+    ids=["usage", "base"],
+)
+def test_the_command_line_catches_the_base(
+    error: DrainhookError,
+    code: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def raising(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(hook, "read_once", raising)
+    assert cli.run(["probe"]) == code
+    assert capsys.readouterr().err.splitlines() == [f"drainhook: {error}"]
+
+
+def test_a_build_that_cannot_import_its_modules_exits_70() -> None:
+    code = (
+        "import sys; sys.modules['drainhook.hook'] = None\n"
+        "from drainhook.__main__ import main\n"
+        "sys.argv = ['drainhook', 'probe']\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 70, done.stderr
+    assert done.stderr.startswith("drainhook: cannot start: ModuleNotFoundError")
+    assert len(done.stderr.splitlines()) == 1

@@ -1,0 +1,189 @@
+"""The hook's run (drainhook.hook): a config in, an outcome and an exit code
+out; the readers it assembles; and `probe`'s one read. In this process,
+against real loopback servers on a shrunken timeline."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from drainhook.config import Reach, WaitConfig
+from drainhook.drain import Outcome, Result
+from drainhook.exposition import ACCEPT, MetricsScanner
+from drainhook.hook import exit_code, reader_for, run_probe, run_wait, scanner_for
+from drainhook.loads import LoadsScanner
+from drainhook.read import Reader
+from drainhook.rounds import Round
+from drainhook.target import parse_url
+from drainhook.verdict import Verdict
+from tests.loopback import Loopback, route, sample, sequence, serve
+
+D = 0.6  # the deadline of config(): G 2 s - R 1.4 s
+SLACK = 0.3  # the hook's own elapsed past D on a loaded 2-core machine
+IDLE = sample("vllm-single-dp2-idle.txt")
+BUSY = sample("vllm-single-dp2.txt")  # in_flight 6
+SGLANG_IDLE = sample("sglang-mp-dp2-idle.txt")
+LOADS_BUSY = json.dumps({"loads": [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 1}]})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def config(url: str, exit_zero: bool = False) -> WaitConfig:
+    """D = 0.6 s: settle 0.05 s, a read every 0.05 s."""
+    return WaitConfig(
+        reach=Reach(target=parse_url(url), read_timeout=0.3),
+        settle=0.05,
+        interval=0.05,
+        grace=2.0,
+        exit_reserve=1.4,
+        log_format="json",
+        exit_zero=exit_zero,
+    )
+
+
+# -- exit codes (CONTRACT §5) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("outcome", "signum", "code"),
+    [
+        (Outcome.DRAINED, None, 0),
+        (Outcome.DEADLINE, None, 3),
+        (Outcome.UNREACHABLE, None, 4),
+        (Outcome.INTERRUPTED, 15, 143),
+        (Outcome.INTERRUPTED, 2, 130),
+        (Outcome.INTERRUPTED, None, 143),
+    ],
+)
+def test_exit_code_of_each_outcome(outcome: Outcome, signum: int | None, code: int) -> None:
+    result = Result(outcome, 1.0, 2, None, signum)
+    assert exit_code(result) == code
+    assert exit_code(result, exit_zero=True) == 0
+
+
+# -- the readers --------------------------------------------------------------
+
+
+def test_the_scanner_follows_the_source() -> None:
+    target = parse_url("http://127.0.0.1:8000/metrics")
+    assert scanner_for(Reach(target=target, engine="sglang")) == MetricsScanner("sglang")
+    assert scanner_for(Reach(target=target, source="loads", engine="sglang")) == LoadsScanner()
+
+
+def test_one_target_is_one_reader_and_several_a_round() -> None:
+    a, b = parse_url("http://127.0.0.1:8000/metrics"), parse_url("http://127.0.0.1:8001/metrics")
+    one, two = reader_for(Reach(target=a)), reader_for(Reach(target=a, more=(b,)))
+    try:
+        assert isinstance(one, Reader) and isinstance(two, Round)
+    finally:
+        one.close()
+        two.close()
+
+
+@pytest.mark.parametrize(
+    ("source", "body", "accept", "in_flight"),
+    [("metrics", BUSY, ACCEPT, 6), ("loads", LOADS_BUSY.encode(), "application/json", 3)],
+)
+def test_the_reader_asks_for_and_scans_its_source(
+    source: str, body: bytes, accept: str, in_flight: int
+) -> None:
+    heads: list[bytes] = []
+    path = "/v1/loads" if source == "loads" else "/metrics"
+    with Loopback(route({path: body}, heads)) as srv:
+        reach = Reach(target=parse_url(f"http://127.0.0.1:{srv.port}{path}"), source=source)
+        reader = reader_for(reach)
+        try:
+            reading = reader.read(1.0)
+        finally:
+            reader.close()
+    assert (reading.verdict, reading.in_flight) == (Verdict.BUSY, in_flight)
+    assert f"accept: {accept}".encode() in heads[0].lower()
+
+
+# -- wait ---------------------------------------------------------------------
+
+
+def summary(err: str) -> dict[str, object]:
+    found: dict[str, object] = json.loads(err.splitlines()[-1])
+    assert found["event"] == "summary"
+    return found
+
+
+def test_wait_drains_on_the_second_idle_read(capsys: pytest.CaptureFixture[str]) -> None:
+    with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
+        start = time.monotonic()
+        code = run_wait(config(srv.url), start)
+        took = time.monotonic() - start
+    end = summary(capsys.readouterr().err)
+    assert code == 0
+    assert (end["outcome"], end["reads"], end["in_flight"]) == ("drained", 3, 0)
+    assert srv.connections == 3
+    assert took < D  # it returned on the confirmation, not at the deadline
+
+
+def test_wait_runs_to_the_deadline_while_busy(capsys: pytest.CaptureFixture[str]) -> None:
+    with Loopback(serve(BUSY)) as srv:
+        start = time.monotonic()
+        code = run_wait(config(srv.url), start)
+        took = time.monotonic() - start
+    end = summary(capsys.readouterr().err)
+    assert code == 3
+    assert (end["outcome"], end["in_flight"], end["exit"]) == ("deadline", 6, 3)
+    assert D <= end["elapsed"] <= D + SLACK  # type: ignore[operator]
+    assert took >= D
+
+
+def test_wait_ends_at_once_when_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.monotonic()
+    code = run_wait(config(f"http://127.0.0.1:{free_port()}/metrics"), start)
+    end = summary(capsys.readouterr().err)
+    assert code == 4
+    assert (end["outcome"], end["reads"]) == ("unreachable", 1)
+    assert time.monotonic() - start < 0.5
+
+
+def test_exit_zero_maps_the_deadline_to_0(capsys: pytest.CaptureFixture[str]) -> None:
+    with Loopback(serve(BUSY)) as srv:
+        code = run_wait(config(srv.url, exit_zero=True), time.monotonic())
+    end = summary(capsys.readouterr().err)
+    assert (code, end["outcome"], end["exit"]) == (0, "deadline", 0)
+
+
+# -- probe --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("body", "code"), [(IDLE, 0), (BUSY, 1)])
+def test_probe_reads_once(body: bytes, code: int) -> None:
+    with Loopback(serve(body)) as srv:
+        shown, got = run_probe(Reach(target=parse_url(srv.url)), as_json=True)
+        assert srv.connections == 1
+    assert got == code
+    assert json.loads(shown)["verdict"] == ("idle" if code == 0 else "busy")
+
+
+def test_probe_both_reads_each_source_and_exits_by_metrics() -> None:
+    paths = {"/metrics": SGLANG_IDLE, "/v1/loads": LOADS_BUSY.encode()}
+    with Loopback(route(paths)) as srv:
+        reach = Reach(target=parse_url(srv.url), source="both", engine="sglang")
+        shown, code = run_probe(reach, as_json=True)
+    both = json.loads(shown)
+    assert code == 0  # /metrics: idle
+    assert (both["verdict"], both["loads"]["verdict"], both["loads"]["in_flight"]) == (
+        "idle",
+        "busy",
+        3,
+    )
+    assert both["loads"]["target"].endswith("/v1/loads")
+
+
+def test_probe_unreachable_exits_4() -> None:
+    shown, code = run_probe(Reach(target=parse_url(f"http://127.0.0.1:{free_port()}/")), False)
+    assert code == 4
+    assert "unreachable" in shown
