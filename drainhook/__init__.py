@@ -15,7 +15,7 @@ The modules, in reading order:
 - flags, cli: the command line (flags and environment -> config); __main__
 - plan, install: the other commands; histogram, observe: `plan --observe`
   (body -> latency histogram -> G); signals, clock, build_info: the process
-- sim: the simulated engine of `demo`, off the hook's import path
+- sim: the simulated engine of `demo` and the rehearsal, off the hook's import path
 """
 
 __version__ = "0.1.0"
