@@ -14,10 +14,12 @@ The modules, in reading order:
   the reader that searches when every target refused)
 - drain: the loop (reads -> outcome), under an injected clock
 - config: the frozen config; report: log lines and probe output
+- termination: the outcome's one line for the Pod's status
 - hook: the hook's run (config in, outcome and exit code out)
 - flags, cli: the command line (flags and environment -> config); __main__
-- plan, install: the other commands; signals, clock, build_info: the process
-- sim: the simulated engine of `demo`, off the hook's import path
+- plan, install: the other commands; histogram, observe: `plan --observe`
+  (body -> latency histogram -> G); signals, clock, build_info: the process
+- sim: the simulated engine of `demo` and the rehearsal, off the hook's import path
 """
 
 __version__ = "0.1.0"

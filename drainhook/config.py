@@ -13,6 +13,7 @@ from pathlib import Path
 from drainhook.drain import Timeline
 from drainhook.errors import UsageError
 from drainhook.target import Target
+from drainhook.termination import TerminationLog
 
 DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
 DEFAULT_SETTLE = 5.0
@@ -95,6 +96,7 @@ class WaitConfig:
     log_file: Path | None = None
     exit_zero: bool = False
     quiet: bool = False
+    termination_log: TerminationLog | None = None  # the outcome's line for the Pod's status
 
     @property
     def deadline(self) -> float:

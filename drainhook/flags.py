@@ -6,6 +6,7 @@ drainhook.cli turns what they parse into a config.
 from __future__ import annotations
 
 import math
+import os
 import re
 import typing
 from collections.abc import Callable
@@ -87,6 +88,17 @@ def option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
     return click.option(flag, *names, envvar=env_name(flag.lstrip("-")), show_envvar=True, **kwargs)
 
 
+class EmptyIsAValue(click.Option):
+    """An option whose variable, set but empty, is the value '' (click reads it as unset):
+    DRAINHOOK_TERMINATION_LOG= turns the line off, as --termination-log '' does."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        found = super().resolve_envvar_value(ctx)
+        if found is None and isinstance(self.envvar, str) and os.environ.get(self.envvar) == "":
+            return ""
+        return found
+
+
 def reach_options(f: F) -> F:
     """The options that say where and how to read: shared by wait and probe."""
     options = [
@@ -162,6 +174,10 @@ def wait_options(f: F) -> F:
         # never a usage error that would end the hook before the drain.
         option("--log-file", type=click.Path(dir_okay=True, readable=False, path_type=Path),
                metavar="FILE", help="Also write the log lines here (/proc/1/fd/1: kubectl logs)."),
+        option("--termination-log", cls=EmptyIsAValue, metavar="FILE",
+               help="Write the outcome here in one line, for the Pod's status (state."
+               "terminated.message).  [default: /dev/termination-log when it exists; '' "
+               "turns it off]"),
         option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome."),
         option("--quiet", is_flag=True, help="Only the summary line on stderr."),
     ]  # fmt: skip

@@ -15,7 +15,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from drainhook import signals
+from drainhook import signals, termination
 from drainhook.config import LOADS_PATH, Reach, WaitConfig
 from drainhook.discover import Discovering, Search
 from drainhook.drain import Interrupted, Outcome, Result, drain
@@ -131,6 +131,8 @@ def run_wait(config: WaitConfig, t0: float) -> int:
     finally:
         signals.disarm()
     code = exit_code(result, config.exit_zero)
+    if config.termination_log is not None:
+        termination.write(config.termination_log, termination.message(result), log.warning)
     target = reader.name if reader is not None else config.reach.display
     log.summary(result, code, target, config.deadline)
     log.close()

@@ -50,6 +50,9 @@ from drainhook.exposition import MetricsScanner
 from drainhook.target import Target
 from drainhook.verdict import Reading, Scanner, Verdict
 
+T = typing.TypeVar("T")
+Body = mmap.mmap | bytearray
+
 USER_AGENT = "drainhook"
 RAN_OUT = "the read's time ran out"
 
@@ -447,6 +450,26 @@ class Reader:
             verdict, reason = classify(exc)
             ms = self._ms_since(start)
             return Reading.failed(verdict, reason, ms, source=self.source, refused=is_refused(exc))
+        finally:
+            body.close()
+
+    def read_with(self, timeout: float, parse: Callable[[Body, float], T]) -> T | Reading:
+        """One GET like `read`, within `timeout`, whose body goes to `parse(body,
+        until)` instead of the scanner (`until`: the read's deadline on the reader's
+        clock); a read that fails is a failed Reading, as from `read`. The body is
+        valid only inside `parse`; what `parse` raises passes through."""
+        start = self._clock()
+        self._deadline.start(timeout)
+        body = _Body()
+        try:
+            try:
+                self._fetch(timeout, body)
+            except _Failed as exc:
+                return Reading.failed(exc.verdict, exc.reason, self._ms_since(start))
+            except Exception as exc:
+                verdict, reason = classify(exc)
+                return Reading.failed(verdict, reason, self._ms_since(start))
+            return parse(body.contents(), self._deadline.at)
         finally:
             body.close()
 
