@@ -6,7 +6,9 @@ explicit flags (command line or environment) win over `--annotations`.
 from __future__ import annotations
 
 import contextlib
+import os
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -14,7 +16,14 @@ from click.core import ParameterSource
 
 from drainhook import __version__, build_info
 from drainhook.clock import start_time
-from drainhook.config import DEFAULT_PATH, DEFAULT_SCHEME, LOADS_PATH, Reach, WaitConfig
+from drainhook.config import (
+    DEFAULT_PATH,
+    DEFAULT_SCHEME,
+    IN_POD_VARIABLE,
+    LOADS_PATH,
+    Reach,
+    WaitConfig,
+)
 from drainhook.errors import EXIT_INTERNAL, EXIT_USAGE, DrainhookError, UsageError
 from drainhook.flags import DURATION, option, reach_options, wait_options
 from drainhook.gauges import BY_NAME
@@ -60,7 +69,7 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
                 f"annotation prometheus.io/port is not a port: {found['port'][:40]!r}"
             ) from None
     else:
-        engine = "sglang" if params["source"] != "metrics" else params["engine"]
+        engine = "sglang" if params["source"] in ("loads", "both") else params["engine"]
         ports = ((BY_NAME.get(engine) or BY_NAME["vllm"]).default_port,)
     if scheme.lower() not in ("http", "https"):
         raise UsageError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
@@ -70,11 +79,36 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
     return tuple(parse_url(build_url(scheme.lower(), params["host"], port, path)) for port in ports)
 
 
+def _discover(ctx: click.Context, params: Mapping[str, typing.Any]) -> bool:
+    """Listener discovery on or off (CONTRACT §2a): --discover or --no-discover
+    when given (on the command line and in the environment: the command line
+    wins; both at one level: a usage error); else on inside a Pod only."""
+    given = {
+        flag: ctx.get_parameter_source(flag)
+        for flag in ("discover", "no_discover")
+        if params.get(flag) and _explicit(ctx, flag)  # plan --observe has neither
+    }
+    if len(given) == 2:
+        if given["discover"] == given["no_discover"]:
+            raise UsageError("--discover and --no-discover cannot both be given")
+        return given["discover"] == ParameterSource.COMMANDLINE
+    if given:
+        return "discover" in given
+    return in_pod(os.environ)  # the edge: nothing below reads the environment
+
+
+def in_pod(environ: Mapping[str, str]) -> bool:
+    """Whether this runs in a Kubernetes container: Kubernetes sets
+    KUBERNETES_SERVICE_HOST in every one. Elsewhere (a laptop, CI, a plain
+    container) a hook run by hand must not read every port of the machine."""
+    return bool(environ.get(IN_POD_VARIABLE, "").strip())
+
+
 def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
     first, *more = _targets(ctx, params)
     source = params["source"]
     engine = params["engine"]
-    if source != "metrics" and engine == "auto":
+    if source in ("loads", "both") and engine == "auto":
         engine = "sglang"  # /v1/loads is SGLang's
     api_key = None
     if params["api_key_file"] is not None:
@@ -93,6 +127,7 @@ def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
         tls_server_name=params["tls_server_name"],
         insecure=params["insecure"],
         allow_remote=params["allow_remote"],
+        discover=_discover(ctx, params),
     )
     reach.check()
     return reach
@@ -148,7 +183,10 @@ def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
 
     Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.
     """
-    shown, code = run_probe(_reach(ctx, params), as_json)
+    reach = _reach(ctx, params)
+    # --discover asked for (and not overridden): list the Pod's engine listeners
+    # even when the target answers ("where are my engine's metrics?").
+    shown, code = run_probe(reach, as_json, list_all=reach.discover and params["discover"])
     click.echo(shown)
     return code
 

@@ -26,6 +26,7 @@ from drainhook.config import (
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SCHEME,
     DEFAULT_SETTLE,
+    DEFAULT_SOURCE,
 )
 from drainhook.gauges import ENGINE_NAMES
 
@@ -128,14 +129,21 @@ def reach_options(f: F) -> F:
                 help="Read a remote https listener without verifying it."),
         option("--allow-remote", is_flag=True,
                 help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost)."),
-        option("--source", type=click.Choice(["metrics", "loads", "both"]), default="metrics",
-                show_default=True,
-                help="What to read: the engine's /metrics, or SGLang's /v1/loads (JSON, "
-                "live queue counts; default path /v1/loads, engine sglang). `both`: probe only, "
-                "the two side by side."),
+        option("--source", type=click.Choice(["auto", "metrics", "loads", "both"]),
+                default=DEFAULT_SOURCE, show_default=True,
+                help="What to count: auto reads /metrics and, when the body is SGLang's, "
+                "its live /v1/loads beside it (counted when it answers); metrics or loads: "
+                "that one only (loads: default path /v1/loads, engine sglang). `both`: probe "
+                "only, the two side by side."),
         option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
                 help="Send the key in this file as `Authorization: Bearer` (SGLang's "
                 "--api-key guards /v1/loads)."),
+        option("--discover", is_flag=True,
+                help="Look for the engine on the Pod's other listeners when every target "
+                "refuses (on by default where KUBERNETES_SERVICE_HOST is set). probe: list "
+                "them even when the target answers."),
+        option("--no-discover", is_flag=True,
+                help="Never look for the engine elsewhere: a refused target is unreachable."),
     ]  # fmt: skip
     for each in reversed(options):
         f = each(f)

@@ -40,8 +40,8 @@ def crash(*args: object, **kwargs: object) -> None:
     ("argv", "where"),
     [
         (["wait", "--settle", "0", "--grace", "2", "--exit-reserve", "1"], "drain"),
-        (["probe"], "read_once"),
-        (["probe", "--json"], "read_once"),
+        (["probe"], "discovering"),
+        (["probe", "--json"], "discovering"),
     ],
     ids=["wait", "probe", "probe-json"],
 )
@@ -82,7 +82,7 @@ def test_the_command_line_catches_the_base(
     def raising(*args: object, **kwargs: object) -> None:
         raise error
 
-    monkeypatch.setattr(hook, "read_once", raising)
+    monkeypatch.setattr(hook, "discovering", raising)
     assert cli.run(["probe"]) == code
     assert capsys.readouterr().err.splitlines() == [f"drainhook: {error}"]
 

@@ -156,7 +156,8 @@ def test_drained_after_the_confirming_idle_reads(
 def test_sglang_engine_pinned_drains(hook: Hook) -> None:
     busy, idle = sample("sglang-mp-dp2.txt"), sample("sglang-mp-dp2-idle.txt")
     with Loopback(sequence(serve(busy), serve(idle))) as srv:
-        run = wait(hook, srv.url, "--engine", "sglang")
+        # /metrics alone: one connection a read (tests/test_sources.py reads /v1/loads beside it).
+        run = wait(hook, srv.url, "--engine", "sglang", "--source", "metrics")
     assert_drained(run, reads=3)
     assert [(r["verdict"], r["in_flight"]) for r in read_lines(run)] == [
         ("busy", "6"),
