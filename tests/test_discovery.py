@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from drainhook.listeners import MAX_READS
-from tests.conftest import Pod
+from tests.conftest import Pod, hook_lines
 from tests.podns import PodRun, Reply, Server, hanging, sidecar
 
 pytestmark = pytest.mark.slow
@@ -307,7 +307,7 @@ def test_json_log_has_one_discovery_event(pod: Pod) -> None:
     moved = vllm_engine("engine", 8123, vllm("0", 0))
     run = pod([moved], "wait", "--log-format", "json", *TIMELINE, env=IN_POD)
     assert run.code == 0, run.stderr
-    events = [json.loads(line) for line in run.lines]
+    events = [json.loads(line) for line in hook_lines(run.lines)]
     (found,) = [e for e in events if e["event"] == "discovery"]
     assert found["configured"] == [CONFIGURED]
     assert found["found"] == ["http://127.0.0.1:8123/metrics"]

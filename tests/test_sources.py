@@ -21,7 +21,7 @@ import pytest
 
 from drainhook.sources import AutoReader, is_sglang
 from drainhook.verdict import Reading, Series, Verdict
-from tests.conftest import Hook, Run
+from tests.conftest import Hook, Run, hook_lines
 from tests.loopback import Behaviour, Loopback, _read_request, response_bytes
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -241,7 +241,9 @@ def fields(line: str) -> dict[str, str]:
 
 
 def warnings(run: Run) -> list[str]:
-    return [fields(line)["warning"] for line in run.lines if line.startswith("drainhook warning=")]
+    """The warnings about the reads (not the timeline's, which `wait` logs at its start)."""
+    lines = hook_lines(run.lines)
+    return [fields(line)["warning"] for line in lines if line.startswith("drainhook warning=")]
 
 
 def test_stale_metrics_and_live_loads_drain_at_s_plus_i(hook: Hook) -> None:
