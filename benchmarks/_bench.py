@@ -48,8 +48,9 @@ HOOK_HARD_EXIT = [sys.executable, "-c", HARD_EXIT]
 
 
 def clean_env() -> dict[str, str]:
-    """The caller's environment without DRAINHOOK_* or PYTHONWARNINGS."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAINHOOK_")}
+    """The caller's environment without DRAINHOOK_*, KUBERNETES_* (inside a Pod
+    the hook discovers listeners: never this machine's) or PYTHONWARNINGS."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRAINHOOK_", "KUBERNETES_"))}
     env.pop("PYTHONWARNINGS", None)
     return env
 

@@ -6,7 +6,9 @@ explicit flags (command line or environment) win over `--annotations`.
 from __future__ import annotations
 
 import contextlib
+import os
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -14,12 +16,20 @@ from click.core import ParameterSource
 
 from drainhook import __version__, build_info
 from drainhook.clock import start_time
-from drainhook.config import DEFAULT_PATH, DEFAULT_SCHEME, LOADS_PATH, Reach, WaitConfig
+from drainhook.config import (
+    DEFAULT_PATH,
+    DEFAULT_SCHEME,
+    IN_POD_VARIABLE,
+    LOADS_PATH,
+    Reach,
+    WaitConfig,
+)
 from drainhook.errors import EXIT_INTERNAL, EXIT_USAGE, DrainhookError, UsageError
-from drainhook.flags import option, reach_options, wait_options
+from drainhook.flags import DURATION, option, reach_options, wait_options
 from drainhook.gauges import BY_NAME
 from drainhook.hook import run_probe, run_wait
 from drainhook.target import Target, build_url, parse_url, read_annotations
+from drainhook.termination import choose as choose_termination_log
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:
@@ -59,7 +69,7 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
                 f"annotation prometheus.io/port is not a port: {found['port'][:40]!r}"
             ) from None
     else:
-        engine = "sglang" if params["source"] != "metrics" else params["engine"]
+        engine = "sglang" if params["source"] in ("loads", "both") else params["engine"]
         ports = ((BY_NAME.get(engine) or BY_NAME["vllm"]).default_port,)
     if scheme.lower() not in ("http", "https"):
         raise UsageError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
@@ -69,11 +79,36 @@ def _targets(ctx: click.Context, params: dict[str, typing.Any]) -> tuple[Target,
     return tuple(parse_url(build_url(scheme.lower(), params["host"], port, path)) for port in ports)
 
 
+def _discover(ctx: click.Context, params: Mapping[str, typing.Any]) -> bool:
+    """Listener discovery on or off (CONTRACT §2a): --discover or --no-discover
+    when given (on the command line and in the environment: the command line
+    wins; both at one level: a usage error); else on inside a Pod only."""
+    given = {
+        flag: ctx.get_parameter_source(flag)
+        for flag in ("discover", "no_discover")
+        if params.get(flag) and _explicit(ctx, flag)  # plan --observe has neither
+    }
+    if len(given) == 2:
+        if given["discover"] == given["no_discover"]:
+            raise UsageError("--discover and --no-discover cannot both be given")
+        return given["discover"] == ParameterSource.COMMANDLINE
+    if given:
+        return "discover" in given
+    return in_pod(os.environ)  # the edge: nothing below reads the environment
+
+
+def in_pod(environ: Mapping[str, str]) -> bool:
+    """Whether this runs in a Kubernetes container: Kubernetes sets
+    KUBERNETES_SERVICE_HOST in every one. Elsewhere (a laptop, CI, a plain
+    container) a hook run by hand must not read every port of the machine."""
+    return bool(environ.get(IN_POD_VARIABLE, "").strip())
+
+
 def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
     first, *more = _targets(ctx, params)
     source = params["source"]
     engine = params["engine"]
-    if source != "metrics" and engine == "auto":
+    if source in ("loads", "both") and engine == "auto":
         engine = "sglang"  # /v1/loads is SGLang's
     api_key = None
     if params["api_key_file"] is not None:
@@ -92,6 +127,7 @@ def _reach(ctx: click.Context, params: dict[str, typing.Any]) -> Reach:
         tls_server_name=params["tls_server_name"],
         insecure=params["insecure"],
         allow_remote=params["allow_remote"],
+        discover=_discover(ctx, params),
     )
     reach.check()
     return reach
@@ -132,6 +168,7 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
         log_file=params["log_file"],
         exit_zero=params["exit_zero"],
         quiet=params["quiet"],
+        termination_log=choose_termination_log(params["termination_log"]),
     )
     config.check()
     return run_wait(config, t0)
@@ -146,7 +183,10 @@ def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
 
     Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.
     """
-    shown, code = run_probe(_reach(ctx, params), as_json)
+    reach = _reach(ctx, params)
+    # --discover asked for (and not overridden): list the Pod's engine listeners
+    # even when the target answers ("where are my engine's metrics?").
+    shown, code = run_probe(reach, as_json, list_all=reach.discover and params["discover"])
     click.echo(shown)
     return code
 
@@ -173,17 +213,83 @@ def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
     show_default=True,
     help="Where the hook lives in the container (for the preStop command).",
 )
-def plan(role: str, output: str, binary: str, **params: typing.Any) -> int:
+@click.option(
+    "--observe",
+    is_flag=True,
+    help="Recommend G from the engine's end-to-end latency histogram, read from the "
+    "target (the reach flags below) or --from-file.",
+)
+@click.option(
+    "--quantile",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.999,
+    show_default=True,
+    help="With --observe: G covers the upper bound of the bucket holding this quantile.",
+)
+@click.option(
+    "--window",
+    type=DURATION,
+    help="With --observe: read twice, this far apart, and use the difference.",
+)
+@click.option(
+    "--from-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    multiple=True,
+    help="With --observe: a saved scrape instead of a read (repeat it to sum several).",
+)
+@click.pass_context
+def plan(
+    ctx: click.Context,
+    /,
+    role: str,
+    output: str,
+    binary: str,
+    observe: bool,
+    quantile: float,
+    window: float | None,
+    from_file: tuple[Path, ...],
+    **params: typing.Any,
+) -> int:
     """The timeline of `wait` for these values, with warnings; or its Pod-spec fragment.
 
-    Warns, with the reason, when G is outside 15..3600, when D - S leaves no room
-    for the confirming reads, when the settle is under 5 s or the exit reserve
-    under 2 s, for an SGLang prefill/decode server (R >= 20, G about 45), a vLLM
-    prefill (--linger) and vLLM's --shutdown-timeout. Exit: 0, or 2 usage.
+    Warns, with the reason, when G is outside 15..3600, when the settle lasts to
+    the deadline (no read) or D - S leaves no room for the confirming reads, when
+    the settle is under 5 s or the exit reserve under 2 s (`wait` logs these at
+    its start too), for an SGLang prefill/decode server (R >= 20, G >= 45), a vLLM
+    prefill (--linger) and vLLM's --shutdown-timeout.
+
+    --output yaml applies the advice that names a value (an SGLang prefill/decode
+    server's R and G; the recommended G with --observe), over values given too,
+    and names each change in a comment; text and json show the same changes.
+
+    --observe reads vLLM's or SGLang's e2e_request_latency_seconds histogram
+    (every series and target summed) and recommends G = ceil(S + latency + R),
+    latency being the upper bound of the bucket holding --quantile; it shows
+    p50/p99/p99.9 and the share of requests longer than D - S for the G given.
+    Exit: 0, 2 usage or no histogram, 3 unreadable or malformed histogram, 4
+    unreachable.
     """
     from drainhook import plan as planning
 
+    reach_params = {name: params.pop(name) for name in _OBSERVE_REACH}
     config = planning.wait_config(**params)
+    if observe or from_file:
+        from drainhook.observe import run_observe
+
+        reach = None
+        if not from_file:
+            shared = {key: params[key] for key in ("engine", "read_timeout")}
+            reach = _reach(
+                ctx, {**reach_params, **shared, "source": "metrics", "api_key_file": None}
+            )
+        max_body = reach_params["max_body"]
+        return run_observe(
+            config, role, binary, output, reach, from_file, quantile, window, max_body
+        )
+    flags = (*_OBSERVE_REACH, "quantile", "window")
+    given = [n for n in flags if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
+    if given:
+        raise UsageError(f"{', '.join('--' + n.replace('_', '-') for n in given)} need --observe")
     click.echo(planning.render(planning.make_plan(config, role, binary), output), nl=False)
     return 0
 
@@ -194,6 +300,10 @@ _PLAN_SHARED = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "
 plan.params[:0] = sorted(
     (p for p in wait.params if p.name in _PLAN_SHARED), key=lambda p: _PLAN_SHARED.index(p.name)
 )
+# --observe reads as probe does: the same reach flags, sizes and TLS, from the same variables.
+_OBSERVE_REACH = ("url", "scheme", "host", "port", "path", "annotations", "max_body", "cacert",
+                  "tls_server_name", "insecure", "allow_remote")  # fmt: skip
+plan.params += [p for p in wait.params if p.name in _OBSERVE_REACH]
 
 
 @cli.command()

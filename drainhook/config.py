@@ -13,6 +13,7 @@ from pathlib import Path
 from drainhook.drain import Timeline
 from drainhook.errors import UsageError
 from drainhook.target import Target
+from drainhook.termination import TerminationLog
 
 DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
 DEFAULT_SETTLE = 5.0
@@ -25,7 +26,11 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_SCHEME = "http"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/metrics"
-LOADS_PATH = "/v1/loads"  # SGLang's per-DP-rank load report (--source loads)
+LOADS_PATH = "/v1/loads"  # SGLang's per-DP-rank load report (--source loads, auto)
+DEFAULT_SOURCE = "auto"
+# Set by Kubernetes in every container: where it is, listener discovery is on
+# by default (CONTRACT §2a). Read by the CLI, the edge; nothing below it.
+IN_POD_VARIABLE = "KUBERNETES_SERVICE_HOST"
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,12 @@ class Reach:
     target: Target
     engine: str = "auto"
     more: tuple[Target, ...] = ()  # further targets, read and summed with the first
-    source: str = "metrics"  # or "loads": SGLang's GET /v1/loads (JSON)
+    # "auto": /metrics, and SGLang's GET /v1/loads beside it when the body is
+    # SGLang's (drainhook.sources); "metrics" or "loads": that one only.
+    source: str = DEFAULT_SOURCE
+    # Listener discovery (CONTRACT §2a) when every target refuses: on by
+    # default inside a Pod only (the CLI decides; off for a config built in code).
+    discover: bool = False
     api_key: str | None = field(default=None, repr=False)  # never shown
     max_body: int = DEFAULT_MAX_BODY
     read_timeout: float = DEFAULT_READ_TIMEOUT
@@ -86,6 +96,7 @@ class WaitConfig:
     log_file: Path | None = None
     exit_zero: bool = False
     quiet: bool = False
+    termination_log: TerminationLog | None = None  # the outcome's line for the Pod's status
 
     @property
     def deadline(self) -> float:

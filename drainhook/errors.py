@@ -3,6 +3,10 @@
     DrainhookError ...... 70  a bug (EX_SOFTWARE): a code no outcome uses
      ├─ UsageError ....... 2  flags, environment, annotations, --cacert, --api-key-file
      ├─ InstallError ..... 1  `install` could not copy the build
+     ├─ ObserveError ..... 3  `plan --observe`: the body could not be read, or its
+     │   │                     latency histogram cannot be right
+     │   ├─ NoHistogram .. 2  no latency histogram (or both engines'): usage-level
+     │   └─ Unreachable .. 4  the target refused, or answered non-2xx
      └─ Malformed ........ -  a body a scanner cannot count; never leaves the
                                scanner, which turns it into the verdict unknown
 
@@ -35,6 +39,25 @@ class InstallError(DrainhookError):
     """`install` could not put the build in place (a full disk, a read-only folder)."""
 
     exit_code = EXIT_INSTALL_FAILED
+
+
+class ObserveError(DrainhookError):
+    """`plan --observe` has no evidence to plan from: a read that failed, a histogram
+    that cannot be right (a count that goes down, NaN, a `_count` other than +Inf)."""
+
+    exit_code = 3
+
+
+class NoHistogram(ObserveError):
+    """The body has no latency histogram, or both engines': a usage-level error."""
+
+    exit_code = EXIT_USAGE
+
+
+class Unreachable(ObserveError):
+    """A target refused the connection or answered non-2xx (as `probe`'s exit 4)."""
+
+    exit_code = 4
 
 
 class Malformed(DrainhookError):

@@ -251,6 +251,7 @@ class MetricsScanner:
 
     engine: str = "auto"
     accept: str = ACCEPT
+    source: str = "metrics"
 
     def __call__(
         self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]

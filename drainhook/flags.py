@@ -6,6 +6,7 @@ drainhook.cli turns what they parse into a config.
 from __future__ import annotations
 
 import math
+import os
 import re
 import typing
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from drainhook.config import (
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SCHEME,
     DEFAULT_SETTLE,
+    DEFAULT_SOURCE,
 )
 from drainhook.gauges import ENGINE_NAMES
 
@@ -86,6 +88,17 @@ def option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
     return click.option(flag, *names, envvar=env_name(flag.lstrip("-")), show_envvar=True, **kwargs)
 
 
+class EmptyIsAValue(click.Option):
+    """An option whose variable, set but empty, is the value '' (click reads it as unset):
+    DRAINHOOK_TERMINATION_LOG= turns the line off, as --termination-log '' does."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        found = super().resolve_envvar_value(ctx)
+        if found is None and isinstance(self.envvar, str) and os.environ.get(self.envvar) == "":
+            return ""
+        return found
+
+
 def reach_options(f: F) -> F:
     """The options that say where and how to read: shared by wait and probe."""
     options = [
@@ -116,14 +129,21 @@ def reach_options(f: F) -> F:
                 help="Read a remote https listener without verifying it."),
         option("--allow-remote", is_flag=True,
                 help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost)."),
-        option("--source", type=click.Choice(["metrics", "loads", "both"]), default="metrics",
-                show_default=True,
-                help="What to read: the engine's /metrics, or SGLang's /v1/loads (JSON, "
-                "live queue counts; default path /v1/loads, engine sglang). `both`: probe only, "
-                "the two side by side."),
+        option("--source", type=click.Choice(["auto", "metrics", "loads", "both"]),
+                default=DEFAULT_SOURCE, show_default=True,
+                help="What to count: auto reads /metrics and, when the body is SGLang's, "
+                "its live /v1/loads beside it (counted when it answers); metrics or loads: "
+                "that one only (loads: default path /v1/loads, engine sglang). `both`: probe "
+                "only, the two side by side."),
         option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
                 help="Send the key in this file as `Authorization: Bearer` (SGLang's "
                 "--api-key guards /v1/loads)."),
+        option("--discover", is_flag=True,
+                help="Look for the engine on the Pod's other listeners when every target "
+                "refuses (on by default where KUBERNETES_SERVICE_HOST is set). probe: list "
+                "them even when the target answers."),
+        option("--no-discover", is_flag=True,
+                help="Never look for the engine elsewhere: a refused target is unreachable."),
     ]  # fmt: skip
     for each in reversed(options):
         f = each(f)
@@ -154,6 +174,10 @@ def wait_options(f: F) -> F:
         # never a usage error that would end the hook before the drain.
         option("--log-file", type=click.Path(dir_okay=True, readable=False, path_type=Path),
                metavar="FILE", help="Also write the log lines here (/proc/1/fd/1: kubectl logs)."),
+        option("--termination-log", cls=EmptyIsAValue, metavar="FILE",
+               help="Write the outcome here in one line, for the Pod's status (state."
+               "terminated.message).  [default: /dev/termination-log when it exists; '' "
+               "turns it off]"),
         option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome."),
         option("--quiet", is_flag=True, help="Only the summary line on stderr."),
     ]  # fmt: skip

@@ -156,6 +156,7 @@ class LoadsScanner:
     """`scan_loads` as a Reader's scanner: a /v1/loads body (JSON)."""
 
     accept: str = "application/json"
+    source: str = "loads"
 
     def __call__(
         self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]

@@ -4,14 +4,21 @@ as text, JSON or the Pod-spec fragment that runs it (CONTRACT §4).
 Pure: a `WaitConfig` (the same value `wait` runs on, so the deadline is the
 hook's own) plus a role and a binary path in, a `Plan` and its renderings out.
 YAML is written by hand so that the hook never needs a YAML library.
+
+Layout: `Plan` and `make_plan`; the warnings as a table of rules (`RULES`:
+`TIMELINE_RULES`, about the run's own instants, which `wait` logs at its
+start, then `ADVICE_RULES`, advice for the Pod spec and the engine's flags);
+`apply_advice`, the one place that decides the values `--output yaml`
+carries; the three renderings.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from drainhook.config import (
@@ -55,12 +62,22 @@ VLLM_SHUTDOWN_TIMEOUT_SINCE = "0.18"
 
 
 @dataclass(frozen=True)
+class Fix:
+    """A value a warning's advice names, which `--output yaml` applies."""
+
+    field: str  # a WaitConfig field: "grace" or "exit_reserve"
+    value: float
+    because: str
+
+
+@dataclass(frozen=True)
 class PlanWarning:
     """One thing the plan's numbers get wrong, and why it matters."""
 
     code: str
     message: str
     reason: str
+    fixes: tuple[Fix, ...] = ()  # the values its advice names, if it names any
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,7 @@ class Plan:
     idle_return: float  # when an idle engine's hook returns (reads take no time)
     idle_drains: bool  # whether that return is `drained` (else the deadline comes first)
     reads_max: int  # reads that fit before D when each takes no time
+    known_engine: str | None = None  # the engine when known otherwise (plan --observe)
 
     @property
     def warnings(self) -> tuple[PlanWarning, ...]:
@@ -82,7 +100,9 @@ class Plan:
 
     @property
     def engine(self) -> str:
-        return self.config.reach.engine
+        """The engine the rules advise for: --engine, or the one the evidence showed.
+        The preStop command keeps --engine as given."""
+        return self.known_engine or self.config.reach.engine
 
     @property
     def grace(self) -> float:
@@ -138,8 +158,14 @@ def wait_config(
     )
 
 
-def make_plan(config: WaitConfig, role: str = "unified", binary: str = DEFAULT_BINARY) -> Plan:
-    """The timeline `wait` runs for config, and what is wrong with it."""
+def make_plan(
+    config: WaitConfig,
+    role: str = "unified",
+    binary: str = DEFAULT_BINARY,
+    known_engine: str | None = None,
+) -> Plan:
+    """The timeline `wait` runs for config, and what is wrong with it. known_engine:
+    the engine when something other than --engine showed it (a latency histogram)."""
     if role not in ROLES:
         raise UsageError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
     config.check()
@@ -149,13 +175,14 @@ def make_plan(config: WaitConfig, role: str = "unified", binary: str = DEFAULT_B
     drains = confirmed < d
     idle_return = min(confirmed + config.linger, d) if drains else d
     reads_max = math.ceil((d - s) / i - 1e-9) if d > s else 0
-    return Plan(config, role, binary, first_read, idle_return, drains, reads_max)
+    return Plan(config, role, binary, first_read, idle_return, drains, reads_max, known_engine)
 
 
 # The warnings: one rule each, `(plan) -> PlanWarning | None`, checked in the
 # order of RULES (the order `plan` prints them). A new warning is one function
-# and one entry there. They read only the plan, so any WaitConfig's plan has
-# them: `make_plan(config).warnings`.
+# and one entry in TIMELINE_RULES or ADVICE_RULES. They read only the plan, so
+# any WaitConfig's plan has them: `make_plan(config).warnings`. A rule whose
+# advice names values (`fixes`) has them applied by `apply_advice`.
 Rule = Callable[[Plan], PlanWarning | None]
 
 
@@ -187,11 +214,23 @@ def _grace_fraction(plan: Plan) -> PlanWarning | None:
     )
 
 
+def _settle_past_deadline(plan: Plan) -> PlanWarning | None:
+    if plan.first_read is not None:
+        return None
+    s, d = plan.config.settle, plan.deadline
+    return PlanWarning(
+        "settle-past-deadline",
+        f"the settle S = {_s(s)} lasts to the deadline D = {_s(d)} or past it: not a single read",
+        "the hook returns at D with `deadline` without knowing whether the engine "
+        "is idle; raise G, or lower --settle or --exit-reserve",
+    )
+
+
 def _no_room(plan: Plan) -> PlanWarning | None:
     c = plan.config
     need = (c.confirm - 1) * c.interval + c.reach.read_timeout
-    if c.settle + need <= plan.deadline:
-        return None
+    if c.settle + need <= plan.deadline or plan.first_read is None:
+        return None  # (no read at all is settle-past-deadline's)
     return PlanWarning(
         "no-room",
         f"D - S = {_s(plan.deadline - c.settle)} leaves no room for the {c.confirm} confirming "
@@ -233,13 +272,28 @@ def _sglang_pd_exit(plan: Plan) -> PlanWarning | None:
         return None
     if r >= SGLANG_PD_EXIT and g >= SGLANG_PD_GRACE:
         return None
+    # R rises to 20 s; G rises by as much, so that the time left to drain (D)
+    # stays what it was, and to 45 s at least.
+    new_r = max(r, SGLANG_PD_EXIT)
+    kept = g + (new_r - r)
+    new_g = max(kept, SGLANG_PD_GRACE)
+    needs = f"an SGLang {role} server needs about {_s(SGLANG_PD_EXIT)} after SIGTERM"
+    fixes = []
+    if new_r != r:
+        fixes.append(Fix("exit_reserve", new_r, needs))
+    if new_g != g:
+        why = (
+            f"G rises with R, so that D stays {_s(plan.deadline)}"
+            if kept >= SGLANG_PD_GRACE and new_r != r
+            else f"an SGLang {role} server needs G >= {_s(SGLANG_PD_GRACE)}"
+        )
+        fixes.append(Fix("grace", new_g, why))
     return PlanWarning(
         "sglang-pd-exit",
-        f"an SGLang {role} server needs about {_s(SGLANG_PD_EXIT)} after SIGTERM: "
-        f"use --exit-reserve {_n(SGLANG_PD_EXIT)} (now {_s(r)}) and G about "
-        f"{_s(SGLANG_PD_GRACE)} (now {_s(g)})",
-        "with less, the kubelet kills it before it has exited; "
-        "G = 45 leaves 20 s to drain after a 5 s settle",
+        f"{needs}: use --exit-reserve {_n(new_r)} (now {_s(r)}) and G = {_s(new_g)} (now {_s(g)})",
+        "with less, the kubelet kills it before it has exited; G rises with R so "
+        "that the deadline stays, and is at least 45 s: 20 s to drain after a 5 s settle",
+        tuple(fixes),
     )
 
 
@@ -273,16 +327,131 @@ def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
     )
 
 
-RULES: tuple[Rule, ...] = (
+# About the run's own instants, from its own flags: `wait` logs these at its
+# start (timeline_warnings), each once.
+TIMELINE_RULES: tuple[Rule, ...] = (
     _grace_range,
     _grace_fraction,
+    _settle_past_deadline,
     _no_room,
     _settle_short,
     _exit_reserve_short,
+)
+# Advice for the Pod spec and the engine's own flags (a role, an engine option):
+# `plan` only; logging them on every drain would say nothing about that drain.
+ADVICE_RULES: tuple[Rule, ...] = (
     _sglang_pd_exit,
     _vllm_prefill_linger,
     _vllm_shutdown_timeout,
 )
+RULES: tuple[Rule, ...] = TIMELINE_RULES + ADVICE_RULES
+
+
+def timeline_warnings(config: WaitConfig) -> tuple[PlanWarning, ...]:
+    """What TIMELINE_RULES find wrong with the timeline `wait` is about to run.
+
+    Pure arithmetic on the config (microseconds). Never raises: the hook's job is
+    the drain, so a rule that fails (a bug) becomes a warning of its own."""
+    try:
+        plan = make_plan(config)
+        return tuple(w for rule in TIMELINE_RULES if (w := rule(plan)) is not None)
+    except Exception as exc:  # a bug; the drain goes on (CONTRACT §6)
+        return (
+            PlanWarning(
+                "timeline-unchecked",
+                f"the timeline could not be checked: {type(exc).__name__}: {exc}",
+                "a bug in drainhook's rules; the drain itself is not affected",
+            ),
+        )
+
+
+# -- the advice, applied -----------------------------------------------------------
+
+
+# How a changed value is named in a comment: the YAML field for G (--grace equals it).
+LABELS = {"grace": "terminationGracePeriodSeconds", "exit_reserve": "--exit-reserve"}
+APPLIED_FIELDS = ("exit_reserve", "grace")
+
+# G from evidence for a config (its S and R): the value and how it was found, or None.
+Evidence = Callable[[WaitConfig], tuple[float, str] | None]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One value `--output yaml` carries other than the one given, and why."""
+
+    field: str  # a WaitConfig field in APPLIED_FIELDS
+    given: float
+    applied: float
+    because: tuple[str, ...]  # "code: why" each, in the order they acted
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.field]
+
+    def text(self) -> str:
+        return f"{self.label} {_n(self.given)} -> {_n(self.applied)} ({'; '.join(self.because)})"
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The plan as `--output yaml` writes it: its own advice applied."""
+
+    plan: Plan
+    changes: tuple[Change, ...]
+
+
+def apply_advice(plan: Plan, evidence: Evidence | None = None) -> Applied:
+    """The one place that decides the values the fragment carries.
+
+    Every value a warning names (its `fixes`: an SGLang prefill/decode's exit
+    reserve and grace) is applied, over values given explicitly too (each change
+    is named in the fragment); then G from evidence (`plan --observe`) computed
+    with that exit reserve replaces G; then the warnings' values again, as floors
+    under it. Fixes only raise values, so this ends. Advice without a value (a
+    vLLM prefill's --linger, vLLM's --shutdown-timeout, the timeline's warnings)
+    stays a warning."""
+    reasons: dict[str, list[str]] = {f: [] for f in APPLIED_FIELDS}
+    current = _fixed(plan, reasons)
+    if evidence is not None:
+        found = evidence(current.config)
+        if found is not None:
+            grace, how = found
+            if grace != current.grace:
+                reasons["grace"] = [f"observed: {how}"]  # replaces the fixes' G
+                current = _with(current, grace=grace)
+            current = _fixed(current, reasons)
+    changes = tuple(
+        Change(f, getattr(plan.config, f), getattr(current.config, f), tuple(reasons[f]))
+        for f in APPLIED_FIELDS
+        if getattr(plan.config, f) != getattr(current.config, f)
+    )
+    return Applied(current, changes)
+
+
+def _fixed(plan: Plan, reasons: dict[str, list[str]]) -> Plan:
+    """plan with every warning's fixes applied, until none names a new value."""
+    for _ in range(len(RULES) + 1):
+        fixes = [(w.code, f) for w in plan.warnings for f in w.fixes]
+        values = {f.field: f.value for _, f in fixes}
+        if not fixes or all(getattr(plan.config, k) == v for k, v in values.items()):
+            return plan
+        for code, f in fixes:
+            if getattr(plan.config, f.field) != f.value:
+                reasons[f.field].append(f"{code}: {f.because}")
+        plan = _with(plan, **values)
+    return plan
+
+
+def _with(plan: Plan, **values: float) -> Plan:
+    """plan with some of APPLIED_FIELDS set."""
+    c = plan.config
+    config = dataclasses.replace(
+        c,
+        grace=values.get("grace", c.grace),
+        exit_reserve=values.get("exit_reserve", c.exit_reserve),
+    )
+    return make_plan(config, plan.role, plan.binary, plan.known_engine)
 
 
 def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[str, ...]:
@@ -323,7 +492,7 @@ def to_json(plan: Plan) -> dict[str, object]:
     c = plan.config
     return {
         "schema": SCHEMA,
-        "engine": plan.engine,
+        "engine": c.reach.engine,  # as given (the rules may know it otherwise: plan.engine)
         "role": plan.role,
         "grace": _j(c.grace),
         "settle": _j(c.settle),
@@ -347,9 +516,34 @@ def to_json(plan: Plan) -> dict[str, object]:
         "exit_window": _j(plan.kill - plan.sigterm_latest),
         "termination_grace_period_seconds": int(c.grace) if c.grace == int(c.grace) else None,
         "command": list(plan.command),
-        "warnings": [
-            {"code": w.code, "message": w.message, "reason": w.reason} for w in plan.warnings
+        "warnings": warnings_json(plan.warnings),
+        "applied": applied_json(apply_advice(plan)),
+    }
+
+
+def warnings_json(warnings: tuple[PlanWarning, ...]) -> list[dict[str, str]]:
+    return [{"code": w.code, "message": w.message, "reason": w.reason} for w in warnings]
+
+
+def applied_json(applied: Applied) -> dict[str, object]:
+    """What `--output yaml` carries: the values with the advice applied, each change
+    and why, the command, and the warnings that still stand."""
+    c = applied.plan.config
+    return {
+        "grace": _j(c.grace),
+        "exit_reserve": _j(c.exit_reserve),
+        "command": list(applied.plan.command),
+        "changes": [
+            {
+                "field": ch.field,
+                "name": ch.label,
+                "from": _j(ch.given),
+                "to": _j(ch.applied),
+                "because": list(ch.because),
+            }
+            for ch in applied.changes
         ],
+        "warnings": warnings_json(applied.plan.warnings),
     }
 
 
@@ -393,37 +587,63 @@ def to_text(plan: Plan) -> str:
     lines = [head, ""]
     lines += [f"  {when.ljust(width)}  {what}" for when, what in rows]
     lines += ["", "preStop: " + " ".join(plan.command)]
-    if plan.warnings:
-        lines += ["", f"warnings ({len(plan.warnings)}):"]
-        for w in plan.warnings:
-            lines += textwrap.wrap(
-                f"{w.code}: {w.message}", 100, initial_indent="  ", subsequent_indent="    "
-            )
-            lines += textwrap.wrap(
-                f"why: {w.reason}", 100, initial_indent="    ", subsequent_indent="      "
-            )
-    else:
-        lines += ["", "warnings: none"]
+    lines += applied_text(apply_advice(plan))
+    lines += warnings_text(plan.warnings)
     return "\n".join(lines) + "\n"
 
 
-def to_yaml(plan: Plan) -> str:
-    """A Pod-spec fragment: terminationGracePeriodSeconds and the container's preStop.
+def applied_text(applied: Applied) -> list[str]:
+    """The values `--output yaml` changes, each with why, and its preStop; nothing
+    when it changes none."""
+    if not applied.changes:
+        return []
+    lines = ["", f"--output yaml applies the advice ({len(applied.changes)} changed):"]
+    for ch in applied.changes:
+        lines += textwrap.wrap(
+            ch.text(), 100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+        )
+    return [*lines, "  preStop: " + " ".join(applied.plan.command)]
+
+
+def warnings_text(warnings: tuple[PlanWarning, ...]) -> list[str]:
+    if not warnings:
+        return ["", "warnings: none"]
+    lines = ["", f"warnings ({len(warnings)}):"]
+    for w in warnings:
+        lines += textwrap.wrap(
+            f"{w.code}: {w.message}", 100, initial_indent="  ", subsequent_indent="    "
+        )
+        lines += textwrap.wrap(
+            f"why: {w.reason}", 100, initial_indent="    ", subsequent_indent="      "
+        )
+    return lines
+
+
+def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = None) -> str:
+    """A Pod-spec fragment: terminationGracePeriodSeconds and the container's preStop,
+    for the plan with its advice applied (`apply_advice`; `applied` when the caller
+    has applied evidence too), each changed value named in a comment, then the
+    caller's notes, then the warnings that still stand.
 
     Every string is written as a JSON string, which YAML reads as a double-quoted
     scalar, so no value can change meaning (`"30"` stays a string)."""
-    c = plan.config
+    if applied is None:
+        applied = apply_advice(plan)
+    chosen = applied.plan
+    c = chosen.config
     if c.grace != int(c.grace):
         raise UsageError(
             f"--output yaml needs whole seconds for --grace (not {_n(c.grace)}): "
             "terminationGracePeriodSeconds is an integer"
         )
-    name = plan.engine if plan.engine != "auto" else "engine"
+    name = chosen.engine if chosen.engine != "auto" else "engine"
     lines = [
         "# Pod-spec fragment from `drainhook plan`: merge into the Pod template's spec.",
         f"# --grace must equal terminationGracePeriodSeconds. Container name: yours ({name}).",
     ]
-    for w in plan.warnings:
+    lines += [f"# changed: {ch.text()}" for ch in applied.changes]
+    lines += notes
+    for w in chosen.warnings:
         lines.append(f"# warning: {w.code}: {w.message}")
     lines += [
         f"terminationGracePeriodSeconds: {int(c.grace)}",
@@ -434,7 +654,7 @@ def to_yaml(plan: Plan) -> str:
         "        exec:",
         "          command:",
     ]
-    lines += [f"            - {json.dumps(arg)}" for arg in plan.command]
+    lines += [f"            - {json.dumps(arg)}" for arg in chosen.command]
     return "\n".join(lines) + "\n"
 
 

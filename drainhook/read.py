@@ -50,6 +50,9 @@ from drainhook.exposition import MetricsScanner
 from drainhook.target import Target
 from drainhook.verdict import Reading, Scanner, Verdict
 
+T = typing.TypeVar("T")
+Body = mmap.mmap | bytearray
+
 USER_AGENT = "drainhook"
 RAN_OUT = "the read's time ran out"
 
@@ -80,10 +83,11 @@ _ERRORS: tuple[tuple[type[Exception], type[Exception] | None, Verdict, str], ...
 class _Failed(Exception):
     """A read that ended without a body to scan (a status, a cap, an encoding)."""
 
-    def __init__(self, verdict: Verdict, reason: str) -> None:
+    def __init__(self, verdict: Verdict, reason: str, status: int | None = None) -> None:
         super().__init__(reason)
         self.verdict = verdict
         self.reason = reason
+        self.status = status
 
 
 def classify(exc: Exception) -> tuple[Verdict, str]:
@@ -95,13 +99,27 @@ def classify(exc: Exception) -> tuple[Verdict, str]:
     return Verdict.UNKNOWN, f"unexpected {type(exc).__name__}"
 
 
-def _root_cause(exc: BaseException) -> str:
-    """The innermost OS-level cause, in words (refused, TLS alert, lookup failure)."""
+def is_refused(exc: BaseException) -> bool:
+    """Whether a read's failure is a refused connection: nothing listens there
+    (CONTRACT §2a: the one failure that sends the hook looking for the engine)."""
+    return isinstance(exc, httpx.ConnectError) and isinstance(
+        _innermost(exc), ConnectionRefusedError
+    )
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The end of an exception's chain of causes."""
     seen: BaseException = exc
     walked = {id(seen)}
     while (nxt := seen.__cause__ or seen.__context__) is not None and id(nxt) not in walked:
         walked.add(id(nxt))  # a chain can loop (a re-raised exception): stop there
         seen = nxt
+    return seen
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost OS-level cause, in words (refused, TLS alert, lookup failure)."""
+    seen = _innermost(exc)
     if isinstance(seen, ConnectionRefusedError):
         return "connection refused"
     if isinstance(seen, socket.gaierror):
@@ -405,6 +423,11 @@ class Reader:
         """The target as shown: its URL without userinfo."""
         return self.target.display
 
+    @property
+    def source(self) -> str:
+        """What this reader counts: `metrics` or `loads` (its scanner's)."""
+        return self._scanner.source
+
     def close(self) -> None:
         self._client.close()
 
@@ -417,12 +440,36 @@ class Reader:
             self._fetch(timeout, body)
             # The scan is part of the read: it ends by the read's deadline too.
             found = self._scanner(body.contents(), until=self._deadline.at, clock=self._clock)
-            return Reading.from_scan(found, self._ms_since(start))
+            return Reading.from_scan(found, self._ms_since(start), self.source)
         except _Failed as exc:
-            return Reading.failed(exc.verdict, exc.reason, self._ms_since(start))
+            ms = self._ms_since(start)
+            return Reading.failed(
+                exc.verdict, exc.reason, ms, source=self.source, status=exc.status
+            )
         except Exception as exc:
             verdict, reason = classify(exc)
-            return Reading.failed(verdict, reason, self._ms_since(start))
+            ms = self._ms_since(start)
+            return Reading.failed(verdict, reason, ms, source=self.source, refused=is_refused(exc))
+        finally:
+            body.close()
+
+    def read_with(self, timeout: float, parse: Callable[[Body, float], T]) -> T | Reading:
+        """One GET like `read`, within `timeout`, whose body goes to `parse(body,
+        until)` instead of the scanner (`until`: the read's deadline on the reader's
+        clock); a read that fails is a failed Reading, as from `read`. The body is
+        valid only inside `parse`; what `parse` raises passes through."""
+        start = self._clock()
+        self._deadline.start(timeout)
+        body = _Body()
+        try:
+            try:
+                self._fetch(timeout, body)
+            except _Failed as exc:
+                return Reading.failed(exc.verdict, exc.reason, self._ms_since(start))
+            except Exception as exc:
+                verdict, reason = classify(exc)
+                return Reading.failed(verdict, reason, self._ms_since(start))
+            return parse(body.contents(), self._deadline.at)
         finally:
             body.close()
 
@@ -439,7 +486,8 @@ class Reader:
             extensions=self._extensions,
         ) as response:
             if not 200 <= response.status_code < 300:
-                raise _Failed(Verdict.UNREACHABLE, f"HTTP {response.status_code}")
+                status = response.status_code
+                raise _Failed(Verdict.UNREACHABLE, f"HTTP {status}", status)
             self._body(response, body)
 
     def _body(self, response: httpx.Response, body: _Body) -> None:

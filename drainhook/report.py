@@ -16,6 +16,7 @@ import sys
 import typing
 from pathlib import Path
 
+from drainhook.discover import Search
 from drainhook.drain import Result
 from drainhook.verdict import Reading, Series
 
@@ -91,6 +92,7 @@ class Log:
                     "in_flight": reading.in_flight,
                     "read_ms": round(reading.read_ms, 2),
                     "engine": reading.engine,
+                    "source": reading.source if reading.counted else None,
                     "reason": reading.reason,
                 }
             )
@@ -99,6 +101,8 @@ class Log:
                 f"drainhook t={t:.3f} read={n} verdict={reading.verdict.value} "
                 f"in_flight={_number(reading.in_flight)} read_ms={reading.read_ms:.1f}"
             )
+            if reading.counted and reading.source:
+                line += f" source={reading.source}"
             if reading.parts:
                 answering = sum(1 for _, r in reading.parts if r.verdict.value != "unreachable")
                 line += f" targets={len(reading.parts)} answering={answering}"
@@ -110,11 +114,46 @@ class Log:
                 self._warned.add(warning)
                 self.warning(warning)
 
-    def warning(self, text: str) -> None:
+    def discovery(self, t: float, search: Search) -> None:
+        """Listener discovery's one line: the configured targets, what was found,
+        how many listeners were read, and how long it took."""
+        found = search.discovery
+        search_ms = (search.ended - search.started) * 1000.0
+        after = search.found_after
         if self._fmt == "json":
-            line = json.dumps({"event": "warning", "warning": text})
+            line = json.dumps(
+                {
+                    "event": "discovery",
+                    "t": round(t, 3),
+                    "configured": list(search.configured),
+                    "found": list(search.found),
+                    "tried": len(found.tried),
+                    "search_ms": round(search_ms, 2),
+                    "found_ms": None if after is None else round(after * 1000.0, 2),
+                    "listeners": found.describe(),
+                }
+            )
+        else:
+            line = (
+                f"drainhook t={t:.3f} discovery configured={','.join(search.configured)} "
+                f"found={','.join(search.found) or '-'} tried={len(found.tried)} "
+                f"search_ms={search_ms:.1f}"
+            )
+            if after is not None:
+                line += f" found_ms={after * 1000.0:.1f}"
+            if not search.found:
+                line += f" listeners={_quote(found.describe())}"
+        self._emit(line, summary=False)
+
+    def warning(self, text: str, *, code: str | None = None, reason: str | None = None) -> None:
+        """One warning line; a plan rule's (`wait` at its start) also has its code and why."""
+        if self._fmt == "json":
+            more = {} if code is None else {"code": code, "reason": reason}
+            line = json.dumps({"event": "warning", "warning": text, **more})
         else:
             line = f"drainhook warning={_quote(text)}"
+            if code is not None:
+                line += f" code={code} why={_quote(reason)}"
         self._emit(line, summary=False)
 
     def summary(self, result: Result, exit_code: int, target: str, deadline: float) -> None:
@@ -159,9 +198,17 @@ class Log:
             pass  # stderr closed
 
 
-def probe_json(reading: Reading, target: str) -> str:
-    """The stable `probe --json` object (schema 1)."""
-    counted = reading.verdict.value in ("idle", "busy")
+def probe_json(reading: Reading, target: str, search: Search | None = None) -> str:
+    """The stable `probe --json` object (schema 1). Beyond the contract's fields:
+    `source` (what was counted: metrics, loads, mixed; null when nothing was),
+    `warnings`, `targets` (each target's own read, with several) and
+    `discovered` (the engine listeners a search found, when one ran)."""
+    counted = reading.counted
+    discovered = {}
+    if search is not None:
+        discovered["discovered"] = [
+            _part_json(t.url, t.reading) for t in search.discovery.found if t.reading is not None
+        ]
     return json.dumps(
         {
             "schema": SCHEMA,
@@ -174,32 +221,37 @@ def probe_json(reading: Reading, target: str) -> str:
                 {"name": s.name, "labels": dict(s.labels), "value": s.value} for s in reading.series
             ],
             "read_ms": round(reading.read_ms, 3),
+            "source": reading.source if counted else None,
             "warnings": list(reading.warnings),
             **({"targets": [_part_json(n, r) for n, r in reading.parts]} if reading.parts else {}),
+            **discovered,
         }
     )
 
 
 def _part_json(name: str, reading: Reading) -> dict[str, object]:
-    counted = reading.verdict.value in ("idle", "busy")
+    counted = reading.counted
     return {
         "target": name,
         "engine": reading.engine,
         "verdict": reading.verdict.value,
         "reason": None if counted else reading.reason,
         "in_flight": reading.in_flight if counted else None,
+        "source": reading.source if counted else None,
         "read_ms": round(reading.read_ms, 3),
     }
 
 
-def probe_text(reading: Reading, target: str) -> str:
-    """`probe` for people: a key/value block, then every counted series."""
+def probe_text(reading: Reading, target: str, search: Search | None = None) -> str:
+    """`probe` for people: a key/value block, then every counted series, each
+    target's read (with several), the engine listeners found (when a search ran)."""
     rows = [
         ("target", target),
         ("engine", reading.engine or "-"),
         ("verdict", reading.verdict.value),
         ("reason", reading.reason or "-"),
         ("in_flight", _number(reading.in_flight)),
+        ("source", (reading.source if reading.counted else None) or "-"),
         ("read_ms", f"{reading.read_ms:.1f}"),
         ("series", str(len(reading.series))),
     ]
@@ -213,6 +265,18 @@ def probe_text(reading: Reading, target: str) -> str:
                 f"  {name}  {part.verdict.value}  in_flight={_number(part.in_flight)}"
                 f"  read_ms={part.read_ms:.1f}  reason={_quote(part.reason)}"
             )
+    if search is not None:
+        found = [t for t in search.discovery.found if t.reading is not None]
+        lines.append(f"discovered {len(found)}")
+        for t in found:
+            r = t.reading
+            assert r is not None
+            lines.append(
+                f"  {t.url}  {r.engine}  {r.verdict.value}  in_flight={_number(r.in_flight)}"
+                f"  source={(r.source if r.counted else None) or '-'}"
+            )
+        if not found:
+            lines.append(f"  none: {search.discovery.describe()}")
     lines += [f"warning    {w}" for w in reading.warnings]
     return "\n".join(lines)
 

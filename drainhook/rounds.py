@@ -12,15 +12,25 @@ every target each round and sums them. A round's verdict:
   It may be an engine that is gone, or a port typed wrong; the hook cannot
   tell, and a typo must not silently shrink the drain to the other targets.
   The read line and `probe` name it;
+- a target that refused from the start and that listener discovery stands in
+  for (`replaced`, CONTRACT §2a): 0 while it refuses; counted if it answers;
 - otherwise the total of the answering targets: `busy` or `idle`.
+
+The total is over the answering targets' series merged (drainhook.merge):
+a series identical in name and labels on two targets (a proxy re-exporting
+the engine's metrics) counts once, at its largest; different series add up.
+Counts are never negative, so the verdict is the one a plain sum would give:
+the merge only keeps the total shown from counting a copy twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
+from drainhook.merge import merge_series
 from drainhook.verdict import Reading, Verdict, count
 
 
@@ -36,14 +46,34 @@ class TargetReader(Protocol):
 
 
 class Round:
-    """Reads every target once per `read`, within one shared timeout."""
+    """Reads every target once per `read`, within one shared timeout.
+
+    `answered`: targets known to have answered already (listener discovery's
+    finds); `replaced`: targets that refused from the start, which discovery
+    stands in for (see `combine`).
+    """
 
     def __init__(
-        self, readers: Sequence[TargetReader], clock: Callable[[], float] = time.monotonic
+        self,
+        readers: Sequence[TargetReader],
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        answered: Collection[str] = (),
+        replaced: Collection[str] = (),
     ) -> None:
         self._readers = list(readers)
         self._clock = clock
-        self._answered: set[str] = set()
+        self._answered: set[str] = set(answered)
+        self._replaced = frozenset(replaced)
+
+    @property
+    def readers(self) -> tuple[TargetReader, ...]:
+        return tuple(self._readers)
+
+    @property
+    def name(self) -> str:
+        """The targets as shown, comma-separated."""
+        return ",".join(r.name for r in self._readers)
 
     def read(self, timeout: float) -> Reading:
         start = self._clock()
@@ -53,57 +83,61 @@ class Round:
             # Every target ends by the same instant: the round is one read.
             left = max(until - self._clock(), 1e-6)
             parts.append((reader.name, reader.read(left)))
-        combined = combine(parts, self._answered)
+        combined = combine(parts, self._answered, self._replaced)
         self._answered.update(n for n, r in parts if r.verdict is not Verdict.UNREACHABLE)
-        return _with_ms(combined, (self._clock() - start) * 1000.0)
+        return dataclasses.replace(combined, read_ms=(self._clock() - start) * 1000.0)
 
     def close(self) -> None:
         for reader in self._readers:
             reader.close()
 
 
-def _with_ms(reading: Reading, read_ms: float) -> Reading:
-    return Reading(
-        reading.verdict,
-        reading.engine,
-        reading.in_flight,
-        reading.series,
-        reading.reason,
-        read_ms,
-        reading.warnings,
-        reading.parts,
-    )
-
-
-def combine(parts: Sequence[tuple[str, Reading]], answered: set[str]) -> Reading:
-    """One reading from each target's (pure); `answered`: targets that answered before."""
+def combine(
+    parts: Sequence[tuple[str, Reading]],
+    answered: Collection[str],
+    replaced: Collection[str] = (),
+) -> Reading:
+    """One reading from each target's (pure); `answered`: targets that answered
+    before; `replaced`: targets that refused from the start, stood in for by
+    the listeners discovery found (they count as 0 while they refuse)."""
     parts = tuple(parts)
     read_ms = sum(r.read_ms for _, r in parts)
     warnings = tuple(f"{n}: {w}" for n, r in parts for w in r.warnings)
     gone = [(n, r) for n, r in parts if r.verdict is Verdict.UNREACHABLE]
     answering = [(n, r) for n, r in parts if r.verdict is not Verdict.UNREACHABLE]
-    series = tuple(s for _, r in answering for s in r.series)
+    series = merge_series([r.series for _, r in answering])
     engines = {r.engine for _, r in answering if r.engine}
     engine = next(iter(engines)) if len(engines) == 1 else None
+    sources = {r.source for _, r in answering if r.source}
+    source = (next(iter(sources)) if len(sources) == 1 else "mixed") if sources else None
 
-    def unknown(reason: str) -> Reading:
-        return Reading(Verdict.UNKNOWN, engine, None, series, reason, read_ms, warnings, parts)
+    def reading(verdict: Verdict, total: float | None, reason: str | None) -> Reading:
+        return Reading(
+            verdict, engine, total, series, reason, read_ms, warnings, parts, source=source
+        )
 
     if not answering:
         n, r = gone[0]
         why = f"all {len(parts)} targets unreachable; {n}: {r.reason}"
-        return Reading(Verdict.UNREACHABLE, None, None, (), why, read_ms, warnings, parts)
+        refused = all(r.refused for _, r in parts)
+        return Reading(
+            Verdict.UNREACHABLE, None, None, (), why, read_ms, warnings, parts, refused=refused
+        )
     for n, r in answering:
         if r.verdict is Verdict.UNKNOWN:
-            return unknown(f"{n}: {r.reason}")
-    never = [(n, r) for n, r in gone if n not in answered]
+            return reading(Verdict.UNKNOWN, None, f"{n}: {r.reason}")
+    never = [(n, r) for n, r in gone if n not in answered and n not in replaced]
     if never:
         n, r = never[0]
-        return unknown(f"{n} unreachable and has not answered yet ({r.reason})")
+        return reading(
+            Verdict.UNKNOWN, None, f"{n} unreachable and has not answered yet ({r.reason})"
+        )
     if len(engines) > 1:
-        return unknown(f"targets disagree on the engine ({', '.join(sorted(engines))})")
-    verdict, total, note = count(r.in_flight or 0.0 for _, r in answering)
-    if gone and total is not None:
-        names = ", ".join(n for n, _ in gone)
-        note = f"{names} unreachable after answering: counted as 0 (its engine exited)"
-    return Reading(verdict, engine, total, series, note, read_ms, warnings, parts)
+        return reading(
+            Verdict.UNKNOWN, None, f"targets disagree on the engine ({', '.join(sorted(engines))})"
+        )
+    verdict, total, note = count(s.value for s in series)
+    exited = [n for n, _ in gone if n not in replaced or n in answered]
+    if exited and total is not None:
+        note = f"{', '.join(exited)} unreachable after answering: counted as 0 (its engine exited)"
+    return reading(verdict, total, note)

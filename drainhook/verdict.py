@@ -79,9 +79,16 @@ class Reading:
     warnings: tuple[str, ...] = ()
     # With several targets: each target's own reading, by its display URL.
     parts: tuple[tuple[str, Reading], ...] = ()
+    # What was counted: "metrics" (/metrics) or "loads" (SGLang's /v1/loads);
+    # with several targets that counted different ones, "mixed".
+    source: str | None = None
+    # Unreachable because the connection was refused (every target's, for a round):
+    # the one failure that sends the hook looking for the engine (CONTRACT §2a).
+    refused: bool = False
+    status: int | None = None  # the HTTP status of a non-2xx answer
 
     @classmethod
-    def from_scan(cls, scan: Scan, read_ms: float) -> Reading:
+    def from_scan(cls, scan: Scan, read_ms: float, source: str | None = None) -> Reading:
         return cls(
             scan.verdict,
             scan.engine,
@@ -90,19 +97,40 @@ class Reading:
             scan.reason,
             read_ms,
             scan.warnings,
+            source=source,
         )
 
     @classmethod
-    def failed(cls, verdict: Verdict, reason: str, read_ms: float) -> Reading:
-        return cls(verdict, None, None, (), reason, read_ms)
+    def failed(
+        cls,
+        verdict: Verdict,
+        reason: str,
+        read_ms: float,
+        *,
+        source: str | None = None,
+        refused: bool = False,
+        status: int | None = None,
+    ) -> Reading:
+        return cls(
+            verdict, None, None, (), reason, read_ms, source=source, refused=refused, status=status
+        )
+
+    @property
+    def counted(self) -> bool:
+        """Whether the read gave a count (idle or busy)."""
+        return self.verdict is Verdict.IDLE or self.verdict is Verdict.BUSY
 
 
 class Scanner(Protocol):
-    """What a Reader needs of a scanner: the Accept header of its format, and a
-    2xx body to its Scan, ending by `until` on `clock`'s scale."""
+    """What a Reader needs of a scanner: the Accept header of its format, the
+    source it reads (`metrics`, `loads`), and a 2xx body to its Scan, ending by
+    `until` on `clock`'s scale."""
 
     @property
     def accept(self) -> str: ...
+
+    @property
+    def source(self) -> str: ...
 
     def __call__(
         self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]

@@ -1,6 +1,6 @@
 """The kubelet emulator: a Pod deletion, in the kubelet's order.
 
-    t=0   the grace clock starts (deletionTimestamp) and the preStop hook runs
+    t=0   the grace clock G (the recipe's) starts (deletionTimestamp) and the preStop hook runs
           (an exec command, the kubelet's sleep action, or nothing)
     ...   SIGTERM to the container's main process as soon as the hook returns,
           or at G if it has not
@@ -8,8 +8,10 @@
           minimum grace once the hook has eaten the period)
 
 The hook's process group dies with the container (when the engine exits or is
-killed). Process exits are watched through pidfds, so a hook's return is seen
-at once and SIGTERM follows it by well under a millisecond.
+killed). The hook runs with what a Pod's containers find in their environment
+(KUBERNETES_SERVICE_HOST and _PORT). Process exits are watched through pidfds,
+so a hook's return is seen at once and SIGTERM follows it by well under a
+millisecond.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rehearsal.strategies import HookTarget, Strategy
-from rehearsal.timeline import GRACE, KILL_AFTER_TERM
+from rehearsal.strategies import HookTarget, Plan, Strategy
+from rehearsal.timeline import KILL_AFTER_TERM, POD_ENV
 
 
 @dataclass(frozen=True)
@@ -62,13 +64,14 @@ def delete_pod(
     target: HookTarget,
     delete_at: float,
     hook_log: Path,
+    plan: Plan | None = None,
 ) -> Signals:
     """Delete the Pod at monotonic `delete_at` and carry it to its end."""
     f = target.scale
     engine_fd = os.pidfd_open(engine.pid)
     sleep_until(delete_at)
     delete = time.monotonic()
-    grace_end = delete + f(GRACE)
+    grace_end = delete + f(strategy.grace)
     hook: subprocess.Popen[bytes] | None = None
     hook_returned: float | None = None
     hook_exit: int | None = None
@@ -76,7 +79,7 @@ def delete_pod(
         if strategy.kind == "exec":
             with open(hook_log, "wb") as log:
                 hook = subprocess.Popen(
-                    strategy.command(target),
+                    strategy.command(target, plan),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -115,7 +118,7 @@ def delete_pod(
 
 
 def _hook_env() -> dict[str, str]:
-    """The runner's environment without DRAINHOOK_* (the hooks get flags only)."""
+    """The runner's environment without DRAINHOOK_* (the hooks get flags only), as in a Pod."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAINHOOK_")}
     env.pop("PYTHONWARNINGS", None)
-    return env
+    return {**env, **POD_ENV}

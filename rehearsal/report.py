@@ -1,107 +1,56 @@
-"""benchmarks/rehearsal.md: the table, drainhook's numbers checked, and where others do better.
-
-Everything in the report is computed from the cells of the run that writes it;
-the only prose kept here is the mechanism behind each case where another
-strategy beats drainhook on a column, printed only when the run shows it.
+"""benchmarks/rehearsal.md and its pictures: the setup, the tables, drainhook's claims
+(claims.py) and where others do better, all computed from one run (run.py).
 """
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from rehearsal import scenarios as scenario_table
 from rehearsal import strategies as strategy_table
 from rehearsal import svg
-from rehearsal.matrix import Cell
+from rehearsal.claims import HELD_MARGIN, better, claims
+from rehearsal.run import DRAINHOOKS, Run
+from rehearsal.strategies import Plan
 from rehearsal.timeline import (
     DEADLINE,
+    EXIT_RESERVE,
+    FLEETS,
     GRACE,
     INTERVAL,
     KILL_AFTER_TERM,
-    ROUTER_LAG,
+    REPLICA_START,
+    ROLLOUT_REPLICAS,
     SETTLE,
     SGLANG_NOTICE,
-    SGLANG_PD_EXIT,
     VLLM_EXIT,
     WARMUP,
-    Scale,
 )
 
 PICTURE_SCENARIO = "long"
-IDLE_SLACK = 0.1  # the issue's "+ 100 ms" on an idle replica's hold
-HELD_MARGIN = 0.25  # real seconds: a smaller difference in held_s is not "better"
-
-# Why other strategies beat drainhook on a column, scenario by scenario: the
-# mechanism, printed only where the run shows such a case. Fields: lag, notice,
-# pd, slot (G - pd), term (drainhook's SIGTERM, real s).
-WHY: dict[str, str] = {
-    "idle": "drainhook holds an idle engine for S + I: the settle, then a second, confirming "
-    "read. No hook and the two loops have no settle (the curl loop ends on its first idle "
-    "read, at once; the poll script on its second, 1 s later), and sleep 5 has no confirming "
-    "read. Here nothing reaches the engine after the delete, so the settle protects nothing; "
-    "in `short`, the router's last {lag:g} s of traffic is what it protects (no hook refuses "
-    "it).",
-    "short": "The work is over by about 4 s. drainhook reads at S and confirms at S + I; "
-    "sleep 5 returns at S, the curl loop on its single idle read at 5 s, the poll script on "
-    "its second idle read (its 1 s grid runs from its own start). The difference is "
-    "drainhook's confirming read: about I.",
-    "long": "The poll script's 1 s read grid runs from its own start, drainhook's from S; the "
-    "last stream ended just before one of the script's reads. A phase difference of at most "
-    "one interval, not a better method.",
-    "dp-one-busy": "The poll script sums both DP engines, as drainhook does; its 1 s read grid "
-    "runs from its own start, drainhook's from S. A phase difference of at most one interval.",
-    "outlive": "The curl loop has no deadline: it holds until G, so the streams that end "
-    "between D and G complete. drainhook keeps R = G - D for the engine's own exit. vLLM needs 1 s "
-    "here, inside the kubelet's 2 s minimum after SIGTERM, so this run did not need the "
-    "reserve; an engine that needs longer (`sglang-pd`) is SIGKILLed when a hook holds to G.",
-    "moved": "drainhook's reads are refused (nothing listens on the port it was given): "
-    "`unreachable`, which ends its wait right after the settle (CONTRACT §2: nothing to "
-    "measure), and SIGTERM at S cuts the streams of an engine that is alive on its other "
-    "port. sleep 15 holds longer whatever happens; the curl loop and the poll script do not "
-    "tell a refused read from a busy one, so they wait (until G, and until G - 5) and the "
-    "streams finish. No hook cuts one stream fewer than drainhook because it refuses, "
-    "rather than cuts, the one sent during the router's lag.",
-    "sglang-lag": "SGLang drains by itself after SIGTERM, with no bound, and keeps serving "
-    "meanwhile, so an early SIGTERM cuts nothing here. drainhook reads the lagging gauges as "
-    "busy until D, so it holds an engine idle since about 4 s until D, and then until "
-    "SGLang's next look at its SIGTERM flag (every {notice:g} s). The poll script returns at "
-    "about 1 s because it finds no vLLM gauge and takes that as idle: right here, for the "
-    "wrong reason.",
-    "sglang-pd": "The decode server needs about {pd:g} s after SIGTERM to exit. drainhook with "
-    "its defaults (R = 5) sends SIGTERM once the work is done, here at {term:.1f} s; the "
-    "teardown fits only if SIGTERM comes by G - {pd:g} = {slot:g} s, else SIGKILL cuts it "
-    "short (no request was running by then). An earlier SIGTERM lets SGLang's own unbounded "
-    "drain finish the work and the teardown complete; the poll script sees no vLLM gauge and "
-    "returns at once. `drainhook plan --role decode` says as much: R >= 20, G about 45.",
-}
 
 
-def _cell(cells: Sequence[Cell], strategy: str, scenario: str) -> Cell | None:
-    for c in cells:
-        if c.strategy == strategy and c.scenario == scenario:
-            return c
-    return None
+def _label(key: str) -> str:
+    return strategy_table.BY_KEY[key].label
 
 
-def _s(scale: Scale, measured: float | None) -> str:
-    return "-" if measured is None else f"{scale.real(measured):.2f}"
+def _s(run: Run, measured: float | None) -> str:
+    return "-" if measured is None else f"{run.real(measured):.2f}"
 
 
-def table(cells: Sequence[Cell], scale: Scale) -> list[str]:
+# --- the tables ------------------------------------------------------------------------
+
+
+def table(run: Run) -> list[str]:
     out = [
-        "| scenario | strategy | completed | cut | refused | SIGTERM at (s) | held (s) "
+        "| scenario | recipe | G (s) | completed | cut | refused | SIGTERM at (s) | held (s) "
         "| engine exit | hook exit |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for sc in scenario_table.SCENARIOS:
         first = True
         for st in strategy_table.STRATEGIES:
-            c = _cell(cells, st.key, sc.key)
+            c = run.cell(st.key, sc.key)
             if c is None:
                 continue
             name = f"**{sc.key}**" if first else ""
@@ -109,220 +58,210 @@ def table(cells: Sequence[Cell], scale: Scale) -> list[str]:
             hook = "-" if c.hook_exit is None else str(c.hook_exit)
             if st.kind == "exec" and c.hook_returned_s is None:
                 hook = "still running at G"
+            st_flag = f" ({c.shutdown_timeout:g})" if c.shutdown_timeout else ""
             out.append(
-                f"| {name} | {st.label} | {c.completed} | {c.cut} | {c.refused} "
-                f"| {_s(scale, c.sigterm_at_s)} | {_s(scale, c.held_s)} "
+                f"| {name} | {st.label}{st_flag} | {c.grace:g} | {c.completed} | {c.cut} "
+                f"| {c.refused} | {_s(run, c.sigterm_at_s)} | {_s(run, c.held_s)} "
                 f"| {'SIGKILL' if c.sigkill else 'clean'} | {hook} |"
             )
     return out
 
 
-def checks(cells: Sequence[Cell], scale: Scale) -> list[str]:
-    """The issue's numbers for drainhook, each with its verdict and the measurement."""
-    mine = {c.scenario: c for c in cells if c.strategy == "drainhook"}
-    out: list[str] = []
-
-    def verdict(ok: bool) -> str:
-        return "**holds**" if ok else "**does not hold**"
-
-    lag = next(iter(mine.values())).router_lag if mine else ROUTER_LAG
-    before = [(k, c) for k, c in mine.items() if scenario_table.BY_KEY[k].ends_before_deadline(lag)]
-    if before:
-        cut = [f"`{k}` {c.cut}" for k, c in before]
-        ok = all(c.cut == 0 for _, c in before)
+def rollout_table(run: Run) -> list[str]:
+    out = [
+        "| recipe | G (s) | replicas | hold per replica (s) | held total (accelerator-s) "
+        "| rollout (s) | completed | cut | refused |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for st in strategy_table.STRATEGIES:
+        r = run.rollout(st.key)
+        if r is None:
+            continue
+        holds = r.holds()
+        completed, cut, refused = r.counts()
+        spread = f"{min(holds):.1f}-{max(holds):.1f}"
         out.append(
-            f"1. Cuts 0 requests in every scenario whose work ends before D: {verdict(ok)}. "
-            f"Cut per scenario: {', '.join(cut)}."
-        )
-    if "idle" in mine:
-        c = mine["idle"]
-        base = scale(SETTLE + INTERVAL)
-        over_ms = (c.sigterm_at_s - base) * 1000.0
-        own = c.hook_elapsed()
-        own_ms = "?" if own is None else f"{(own - base) * 1000.0:.0f}"
-        ok_abs = c.sigterm_at_s <= base + IDLE_SLACK
-        ok_scaled = c.sigterm_at_s <= scale(SETTLE + INTERVAL + IDLE_SLACK)
-        out.append(
-            f"2. Holds an idle replica no longer than S + I + 100 ms: SIGTERM came "
-            f"{c.sigterm_at_s:.3f} s after the delete, {over_ms:.0f} ms past (S + I) x F = "
-            f"{base:.3f} s; drainhook's own summary says {own_ms} ms past. With 100 ms "
-            f"unscaled: {verdict(ok_abs)}; with 100 ms x F = {scale(IDLE_SLACK) * 1000:.0f} ms: "
-            f"{verdict(ok_scaled)}. The gap between its summary line and the kubelet seeing it "
-            "exit is the interpreter's own exit, which does not shrink with the scale."
-        )
-    if mine:
-        d = scale(DEADLINE)
-        worst = max(mine.values(), key=lambda c: c.sigterm_at_s)
-        returns = [e for c in mine.values() if (e := c.hook_elapsed()) is not None]
-        own_max = max(returns, default=None)
-        ok = worst.sigterm_at_s <= d
-        own_text = "?" if own_max is None else f"{(own_max - d) * 1000.0:+.0f} ms"
-        out.append(
-            f"3. Never holds past D: {verdict(ok)} as the kubelet sees it. Latest SIGTERM: "
-            f"`{worst.scenario}`, {(worst.sigterm_at_s - d) * 1000.0:+.0f} ms from D = {d:g} s; "
-            f"drainhook's own latest return: {own_text} from D. The rest is the process's exit "
-            "after its summary line."
-        )
-    worse = []
-    for key, c in mine.items():
-        others = [o for o in cells if o.scenario == key and o.strategy != "drainhook"]
-        fewer = [o for o in others if o.cut < c.cut]
-        if fewer:
-            best = min(fewer, key=lambda o: o.cut)
-            worse.append(
-                f"`{key}` (drainhook {c.cut}, {strategy_table.BY_KEY[best.strategy].label} "
-                f"{best.cut})"
-            )
-    if mine:
-        tail = f" Cut more in: {', '.join(worse)}." if worse else ""
-        out.append(
-            f"4. In no scenario cuts more requests than any other strategy: "
-            f"{verdict(not worse)}.{tail}"
+            f"| {st.label} | {r.cells[0].grace:g} | {len(holds)} | {spread} "
+            f"| {sum(holds):.1f} | {r.steps()[-1].ready:.0f} | {completed} | {cut} | {refused} |"
         )
     return out
 
 
-def _wins(mine: Cell, other: Cell, scale: Scale) -> list[str]:
-    """The columns on which `other` beats drainhook's cell, with both numbers."""
-    wins = []
-    if other.completed > mine.completed:
-        wins.append(f"completed {other.completed} vs {mine.completed}")
-    if other.cut < mine.cut:
-        wins.append(f"cut {other.cut} vs {mine.cut}")
-    if other.refused < mine.refused:
-        wins.append(f"refused {other.refused} vs {mine.refused}")
-    if scale.real(mine.held_s) - scale.real(other.held_s) > HELD_MARGIN:
-        wins.append(f"held {scale.real(other.held_s):.2f} s vs {scale.real(mine.held_s):.2f} s")
-    if mine.sigkill and not other.sigkill:
-        wins.append("engine exit clean vs SIGKILL")
-    return wins
-
-
-def better(cells: Sequence[Cell], scale: Scale) -> list[str]:
-    """Per scenario, each strategy that beats drainhook on a column, the numbers, and why.
-
-    A strategy that only holds the engine less, and loses more requests doing so,
-    goes on a line of its own per scenario: its shorter hold is bought with them.
-    """
-    out = []
-    for sc in scenario_table.SCENARIOS:
-        mine = _cell(cells, "drainhook", sc.key)
-        if mine is None:
+def fleet_table(run: Run) -> list[str]:
+    sizes = (ROLLOUT_REPLICAS, *FLEETS)
+    head = "| recipe | " + " | ".join(
+        f"{n}: held (h) | {n}: rollout (h) | {n}: cut + refused" for n in sizes
+    )
+    out = [head + " |", "|---|" + "---:|" * (3 * len(sizes))]
+    for st in strategy_table.STRATEGIES:
+        r = run.rollout(st.key)
+        if r is None:
             continue
-        wins, trades = [], []
-        for st in strategy_table.STRATEGIES:
-            other = _cell(cells, st.key, sc.key)
-            if other is None or st.key == "drainhook":
-                continue
-            columns = _wins(mine, other, scale)
-            lost = other.cut + other.refused - mine.cut - mine.refused
-            if lost > 0 and all(w.startswith(("held", "engine exit")) for w in columns):
-                trades.append(
-                    f"{st.label} ({scale.real(other.held_s):.2f} s; cut {other.cut}, "
-                    f"refused {other.refused})"
-                )
-            elif columns:
-                wins.append(f"{st.label} ({'; '.join(columns)})")
-        if wins:
-            why = WHY.get(sc.key, "").format(
-                lag=mine.router_lag,
-                notice=SGLANG_NOTICE,
-                pd=SGLANG_PD_EXIT,
-                slot=GRACE - SGLANG_PD_EXIT,
-                term=scale.real(mine.sigterm_at_s),
+        parts = []
+        for n in sizes:
+            p = r.projection(n)
+            parts.append(
+                f"{p.held_total / 3600:.2f} | {p.rollout / 3600:.2f} | {p.cut + p.refused:.0f}"
             )
-            out.append(f"- **{sc.key}**: {', '.join(wins)}. {why}".rstrip())
-        if trades:
-            out.append(
-                f"- **{sc.key}**, shorter holds bought with requests: {', '.join(trades)}, "
-                f"against drainhook's {scale.real(mine.held_s):.2f} s with cut {mine.cut}, "
-                f"refused {mine.refused}: they send SIGTERM while work is in flight."
-            )
-    return out or ["- None: drainhook is best or tied on every column of every scenario."]
+        out.append(f"| {st.label} | " + " | ".join(parts) + " |")
+    return out
 
 
-def _setup(router_lag: float) -> list[str]:
+# --- the whole report ------------------------------------------------------------------------
+
+
+def _setup(run: Run) -> list[str]:
+    plan = run.plan
     out = [
-        "| strategy | what the kubelet runs |",
-        "|---|---|",
-        *(f"| {s.label} | {s.what} |" for s in strategy_table.STRATEGIES),
+        "| recipe | what the kubelet runs | G (s) | vLLM `--shutdown-timeout` |",
+        "|---|---|---:|---:|",
+    ]
+    for s in strategy_table.STRATEGIES:
+        if not run.ran(s.key):
+            continue
+        r = s.resolved(plan) if (plan is not None or not s.from_plan) else s
+        st = f"{r.shutdown_timeout:g}" if r.shutdown_timeout else "0 (default)"
+        out.append(f"| {s.label} | {s.what} | {r.grace:g} | {st} |")
+    deadlines = [(k, t[2]) for k in DRAINHOOKS if run.ran(k) and (t := run.timeline(k))]
+    heads = " | ".join(f"work ends before D = {d:g} s ({_label(k)})" for k, d in deadlines)
+    out += [
         "",
-        "| scenario | traffic and twist | work ends before D |",
-        "|---|---|---|",
+        f"| scenario | traffic and twist | {heads} |",
+        "|---|---|" + "---|" * len(deadlines),
     ]
     for sc in scenario_table.SCENARIOS:
-        ends = "yes" if sc.ends_before_deadline(router_lag) else "no"
+        ran = any(c.scenario == sc.key for c in run.cells) or (sc.replicas > 1 and run.rollouts)
+        if not ran:
+            continue
+        ends = " | ".join(
+            "yes" if sc.ends_before_deadline(run.lag(), d) else "no" for _, d in deadlines
+        )
         out.append(f"| `{sc.key}` | {sc.what} | {ends} |")
     return out
 
 
-def write(path: Path, cells: Sequence[Cell], scale: Scale, wall: float, picture: str) -> None:
-    """Write the report to path and the timeline picture beside it."""
+def _plan_line(plan: Plan | None) -> str:
+    if plan is None:
+        return ""
+    return (
+        f" `drainhook plan --grace {plan.grace:g} --engine vllm`, asked at the start of this "
+        f"run, gave S = {plan.settle:g}, I = {plan.interval:g}, R = {plan.exit_reserve:g} "
+        f"(D = {plan.deadline:g} s) and `--shutdown-timeout {plan.shutdown_timeout:g}`: the "
+        "values of `drainhook+st`."
+    )
+
+
+def write(path: Path, run: Run, picture: str) -> None:
+    """Write the report to path and its pictures beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     picture_cells = [
-        c for st in strategy_table.STRATEGIES if (c := _cell(cells, st.key, picture)) is not None
+        c for st in strategy_table.STRATEGIES if (c := run.cell(st.key, picture)) is not None
     ]
-    lag = cells[0].router_lag if cells else ROUTER_LAG
     svg_path = path.with_name(path.stem + "-timeline.svg")
+    rollout_svg = path.with_name(path.stem + "-rollout.svg")
     if picture_cells:
         scenario = scenario_table.BY_KEY[picture]
-        svg_path.write_text(svg.render(scenario, picture_cells, scale))
+        svg_path.write_text(svg.render(scenario, picture_cells, run.scale))
+    if run.rollouts:
+        rollout_svg.write_text(svg.render_rollout(run.rollouts, REPLICA_START))
     curl = "bash + curl" if strategy_table.CURL else "its urllib equivalent (no curl here)"
-    today = datetime.date.today().isoformat()
-    f = scale.factor
+    f = run.scale.factor
+    count = len(run.cells) + sum(len(r.cells) for r in run.rollouts)
+    every = [*run.cells, *(c for r in run.rollouts for c in r.cells)]
+    late = max((c.late_s for c in every), default=0.0)
+    lag = run.lag()
     lines = [
-        "# Rehearsal: drain strategies under live traffic",
+        "# Rehearsal: drain recipes under live traffic",
         "",
         "<!-- written by scripts/rehearse; rerun it to refresh -->",
         "",
-        f"`scripts/rehearse` ran {len(cells)} cells at `--scale {f:g}` in {wall:.0f} s "
-        f"({today}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
-        f"2 cells at a time, 5-minute load average {os.getloadavg()[1]:.1f} at the end). "
-        "Every part is a real process on loopback: the simulated engine, "
-        f"the load generator, and each strategy's hook, started by a kubelet emulator; the "
-        f"curl loop ran under {curl}. Times below are real seconds: measured / {f:g}. Fixed "
-        f"costs that do not scale (a process's start and exit, ~50 ms) are multiplied by "
-        f"{1 / f:g} in them; the checks give those in measured milliseconds.",
+        f"`scripts/rehearse` ran {count} cells at `--scale {f:g}` in {run.wall:.0f} s "
+        f"({run.date}, Python {run.python}, {run.cpus} CPUs, "
+        f"{run.parallel} cells at a time and {run.rollout_parallel} rollout replicas at a time, "
+        f"5-minute load average {run.load:.1f} at the end). Every part is a real "
+        "process on loopback: the simulated engine, the load generator, and each recipe's "
+        "hook, started by a kubelet emulator; each cell in a network namespace of its own, "
+        f"its hook run as inside a Pod. The curl loop ran under {curl}. Times below are real "
+        f"seconds: measured / {f:g}. Fixed costs that do not scale (a process's start and "
+        f"exit, ~50 ms) are multiplied by {1 / f:g} in them; the claims give those in measured "
+        f"milliseconds. The kubelet emulator deleted each Pod at most {late * 1000:.0f} ms "
+        "(measured) after the moment its traffic was planned around.",
         "",
-        "## The rollout",
+        "## The deletion",
         "",
-        f"At t=0 the Pod is deleted: the grace clock G = {GRACE:g} s starts and the kubelet runs "
-        f"the preStop hook; SIGTERM when it returns (or at G), SIGKILL at G but never sooner "
-        f"than {KILL_AFTER_TERM:g} s after SIGTERM. Traffic runs from {WARMUP:g} s before the "
-        f"delete until the router stops sending, {lag:g} s after it. vLLM (2 DP "
-        f"engines, `--shutdown-timeout 0`) aborts every running and waiting request on "
-        f"SIGTERM, stops listening and exits {VLLM_EXIT:g} s later. SGLang looks at its SIGTERM "
-        f"flag every {SGLANG_NOTICE:g} s, then drains with no bound and keeps serving. drainhook "
-        f"runs with its defaults: S = {SETTLE:g}, I = {INTERVAL:g}, R = {GRACE - DEADLINE:g}, "
-        f"so D = {DEADLINE:g} s (passed as flags times {f:g}).",
+        "At t=0 the Pod is deleted: the recipe's grace clock G starts and the kubelet runs the "
+        f"preStop hook; SIGTERM when it returns (or at G), SIGKILL at G but never sooner than "
+        f"{KILL_AFTER_TERM:g} s after SIGTERM. Traffic runs from {WARMUP:g} s before the delete "
+        f"until the router stops sending, {lag:g} s after it (`router-lag-20`: 20 s). vLLM "
+        f"(2 DP engines) without `--shutdown-timeout` ends every running and waiting request "
+        f"on SIGTERM with an abort, stops listening and exits {VLLM_EXIT:g} s later; with "
+        "`--shutdown-timeout N` it answers each new request at once with an empty completion "
+        "(HTTP 200, finish_reason `abort`), lets running and waiting requests finish, exits as "
+        "soon as none is left and is killed at N; with several API servers each drops its "
+        "engine connection at once (streams cut, new requests HTTP 500; inferred from the "
+        f"code). SGLang looks at its SIGTERM flag every {SGLANG_NOTICE:g} s, then drains with "
+        f"no bound and keeps serving. drainhook runs with its defaults: S = {SETTLE:g}, "
+        f"I = {INTERVAL:g}, R = {EXIT_RESERVE:g}, so D = {DEADLINE:g} s at G = {GRACE:g} s "
+        f"(flags times {f:g}).{_plan_line(run.plan)}",
         "",
-        *_setup(lag),
+        *_setup(run),
         "",
         "## Results",
         "",
-        "completed: the final `data: [DONE]` arrived; cut: the stream ended early or the "
-        "connection was reset; refused: connection refused or HTTP 503. SIGTERM at and held "
-        "(delete to the engine's exit) in real seconds. Hook exit: the hook's status, if it "
-        "returned before G.",
+        "completed: the final `data: [DONE]` arrived after a normal finish; cut: the stream "
+        "ended early, the connection was reset, or it was aborted after tokens; refused: "
+        "connection refused, a non-2xx answer, or an empty completion with finish_reason "
+        "`abort`. The recipe's vLLM `--shutdown-timeout` in brackets; G per recipe. SIGTERM at "
+        "and held (delete to the engine's exit) in real seconds. Hook exit: the hook's status, "
+        "if it returned before G. vLLM recipes (kserve, llm-d, drainhook+st) are not run on "
+        "SGLang.",
         "",
-        *table(cells, scale),
+        *table(run),
         "",
-        "## drainhook's numbers",
+    ]
+    if run.rollouts:
+        n = len(run.rollouts[0].cells)
+        lines += [
+            f"## The rollout: {n} replicas, and the fleet",
+            "",
+            f"A rolling update replaces {n} replicas one at a time on a GPU-bound cluster: a "
+            "replacement can start only once its predecessor has exited and freed its "
+            f"accelerators, and then takes {REPLICA_START:g} s (the same for every recipe, "
+            "accounted, not waited) before it serves; the next replica is deleted then. Each "
+            "departing replica's hold (delete to exit) is played for real, as a cell of the "
+            "`rollout` scenario; the router spreads the traffic over the replicas that are up, "
+            "each carrying the same rate, so the requests at stake are the ones sent to a "
+            "departing replica. held total: the accelerator-seconds spent holding departing "
+            "replicas (per accelerator of a replica); rollout: every hold and every start.",
+            "",
+            *rollout_table(run),
+            "",
+            f"The same model for larger fleets, not run: the mean replica of this run, "
+            f"{' and '.join(str(x) for x in FLEETS)} times (hours).",
+            "",
+            *fleet_table(run),
+            "",
+            f"![the {n}-replica rollout, recipe by recipe]({rollout_svg.name})",
+            "",
+        ]
+    lines += [
+        "## drainhook's claims",
         "",
-        *checks(cells, scale),
+        *claims(run),
         "",
-        "## Where another strategy does better",
+        "## Where another recipe does better",
         "",
-        "Every column where another strategy beats drainhook in this run (held: by more than "
-        f"{HELD_MARGIN:g} s), and why.",
+        "Every column where another recipe beats a drainhook recipe in this run (held: by "
+        f"more than {HELD_MARGIN:g} s), and why; G in brackets where it differs.",
         "",
-        *better(cells, scale),
+        *better(run),
         "",
     ]
     if picture_cells:
         lines += [
             "## Timeline",
             "",
-            f"`{picture}`, every strategy: requests, the /metrics reads the engine answered, "
+            f"`{picture}`, every recipe: requests, the /metrics reads the engine answered, "
             "SIGTERM and the engine's exit.",
             "",
             f"![timeline of the {picture} scenario]({svg_path.name})",
@@ -331,9 +270,19 @@ def write(path: Path, cells: Sequence[Cell], scale: Scale, wall: float, picture:
     lines += [
         "## How it is modelled",
         "",
+        "- The engine is drainhook's own simulated engine (`drainhook/sim/`, the one "
+        "`drainhook demo` runs), as a process. Its SIGTERM paths were read in vLLM's code: "
+        "0.24's EngineCore (`_handle_shutdown`, `_reject_add_in_shutdown`: a request added "
+        "while shutting down gets an abort output at once) and the API server's launcher "
+        "(`engine_client.shutdown(timeout)` before uvicorn stops, so /health and /metrics keep "
+        "serving); the several-API-server path as the issue reads it in 0.33, not confirmed "
+        "against stored code here: inferred.",
         "- Each request's duration is drawn from the scenario's distribution by its id, so "
-        "every strategy of a scenario serves the same requests; the load generator records "
+        "every recipe of a scenario serves the same requests; the load generator records "
         "each one's outcome as it ends.",
+        "- Each cell runs under `unshare -rn` with its loopback up: its engine is the only "
+        "listener its hook can see. The hooks run with KUBERNETES_SERVICE_HOST set, as in a "
+        "Pod.",
         "- The curl loop keeps the first sample of each gauge (`grep -m1`), as written against "
         'one engine: with 2 DP engines it reads `engine="0"` only. `dp-one-busy` puts the '
         "work on engine 1.",
@@ -341,13 +290,13 @@ def write(path: Path, cells: Sequence[Cell], scale: Scale, wall: float, picture:
         "script finds none (idle), the loop never matches (holds to G).",
         f"- SGLang's watchdog looks at its SIGTERM flag every {SGLANG_NOTICE:g} s from the "
         "engine's start; the rehearsal pins those looks to 2.5 s after the delete + k x 5 s "
-        "(the mean phase), the same for every strategy. `sglang-lag` uses the worst case of "
-        "the lag (30 s).",
-        "- The router's lag and the load are the same for every strategy; a request the "
+        "(the mean phase), the same for every recipe. `sglang-lag` uses the worst case of "
+        "the lag (30 s); its /v1/loads is live.",
+        "- The router's lag and the load are the same for every recipe; a request the "
         "router sends to a stopped vLLM is refused (a real router would retry it elsewhere).",
         "",
         f"Rerun: `scripts/rehearse` (add `--scale 1` for real time; `--json` prints one object "
-        f"per cell). Command line of this run: `{' '.join(sys.argv[1:]) or '(defaults)'}`.",
+        f"per cell). Command line of this run: `{run.argv or '(defaults)'}`.",
         "",
     ]
     path.write_text("\n".join(lines))

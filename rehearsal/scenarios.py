@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from rehearsal.timeline import (
     DEADLINE,
+    LONG_ROUTER_LAG,
+    ROLLOUT_REPLICAS,
     ROUTER_LAG,
     SGLANG_IDLE_LAG,
     SGLANG_PD_EXIT,
@@ -48,7 +50,8 @@ class EngineSpec:
     dp: int = 2
     max_running: int = 4  # per DP engine
     route: str = "rr"  # rr, or the one DP rank every request goes to
-    shutdown_timeout: float = 0.0  # vLLM --shutdown-timeout
+    api_servers: int = 1  # vLLM API server processes on the one port
+    shutdown_timeout: float = 0.0  # vLLM --shutdown-timeout (a recipe may set its own)
     idle_lag: float = 0.0  # SGLang: seconds the gauges keep showing work once idle
     exit_after_sigterm: float = 0.0  # SGLang PD: no exit sooner than this after SIGTERM
     metrics_hang: bool = False
@@ -65,6 +68,8 @@ class EngineSpec:
             str(self.max_running),
             "--route",
             self.route,
+            "--api-servers",
+            str(self.api_servers),
             "--shutdown-timeout",
             f"{self.shutdown_timeout:g}",
             "--idle-lag",
@@ -83,17 +88,26 @@ class Scenario:
     engine: EngineSpec = field(default_factory=EngineSpec)
     load: Load | None = None
     hook_port_moved: bool = False  # the hook reads a port where nothing listens
+    router_lag: float | None = None  # the scenario's own router lag (None: the run's)
+    replicas: int = 1  # more than one: a rollout, one replica at a time
 
-    def ends_before_deadline(self, router_lag: float = ROUTER_LAG) -> bool:
+    def lag(self, router_lag: float = ROUTER_LAG) -> float:
+        """How long the router keeps sending after the delete, in this scenario."""
+        return router_lag if self.router_lag is None else self.router_lag
+
+    def ends_before_deadline(
+        self, router_lag: float = ROUTER_LAG, deadline: float = DEADLINE
+    ) -> bool:
         """Whether all the work ends before D (queueing aside): a hook that waits for it
         cuts nothing."""
-        return (router_lag + self.load.high if self.load else 0.0) < DEADLINE
+        return (self.lag(router_lag) + self.load.high if self.load else 0.0) < deadline
 
 
 SHORT = Load(rate=6.0, low=0.2, high=2.0)
 LONG = Load(rate=1.0, low=6.0, high=18.0)  # 7 streams, all ended by 20 s < D
 OUTLIVE = Load(rate=1.0, low=20.0, high=40.0)
 MEDIUM = Load(rate=1.0, low=2.0, high=10.0)  # 7 streams, the last ends at 10.7 s
+LAGGING = Load(rate=2.0, low=0.5, high=4.0)  # 49 streams until 20 s, all ended by 24 s
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("idle", "Idle", "vLLM, 2 DP engines, no traffic at all."),
@@ -152,6 +166,30 @@ SCENARIOS: tuple[Scenario, ...] = (
             kind="sglang", role="decode", dp=1, max_running=8, exit_after_sigterm=SGLANG_PD_EXIT
         ),
         load=MEDIUM,
+    ),
+    Scenario(
+        "router-lag-20",
+        "Router lag 20 s",
+        f"vLLM, 2 req/s of 0.5-4 s streams until {LONG_ROUTER_LAG:g} s after the delete "
+        "(a slow informer or gateway).",
+        load=LAGGING,
+        router_lag=LONG_ROUTER_LAG,
+    ),
+    Scenario(
+        "dp-api-servers",
+        "2 DP engines, 2 API servers",
+        "As `long`, vLLM with 2 DP engines behind 2 API servers on one port: on SIGTERM each "
+        "API server drops its engine connection (inferred from vLLM's code).",
+        engine=EngineSpec(api_servers=2),
+        load=LONG,
+    ),
+    Scenario(
+        "rollout",
+        "Rolling update, 8 replicas",
+        f"vLLM, {ROLLOUT_REPLICAS} replicas replaced one at a time; each departing replica "
+        "carries 1 req/s of 2-10 s streams until the router stops sending to it.",
+        load=MEDIUM,
+        replicas=ROLLOUT_REPLICAS,
     ),
 )
 

@@ -1,21 +1,37 @@
-"""The drain strategies compared: what the kubelet runs as the container's preStop.
+"""The recipes compared: what the kubelet runs as the container's preStop, the engine's
+flags, and G.
 
-Each is either nothing, the kubelet's own sleep action (no process), or an
-exec hook: a real command the kubelet emulator starts in its own process group.
+Each hook is nothing, the kubelet's own sleep action (no process), or an exec
+hook: a real command the kubelet emulator starts in its own process group.
+A recipe may set vLLM's `--shutdown-timeout` (on vLLM scenarios only) and its
+own G. `drainhook+st` takes its values from `drainhook plan --grace 60
+--engine vllm`, asked once per run (`ask_plan`), the recipe drainhook's docs
+recommend.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 import shutil
+import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rehearsal.timeline import (
     EXIT_RESERVE,
     GRACE,
     INTERVAL,
+    KSERVE_GRACE,
+    LLMD_GRACE,
+    PLAN_GRACE,
     READ_TIMEOUT,
+    RECIPE_SHUTDOWN_TIMEOUT,
+    RECIPE_SLEEP,
     SETTLE,
     Scale,
 )
@@ -23,6 +39,7 @@ from rehearsal.timeline import (
 HOOKS = Path(__file__).resolve().parent / "hooks"
 LOOP_PERIOD = 5.0  # the shell loop's sleep
 CURL = shutil.which("curl")
+TIMING_FLAGS = ("--grace", "--settle", "--exit-reserve", "--interval", "--read-timeout")
 
 
 @dataclass(frozen=True)
@@ -34,18 +51,88 @@ class HookTarget:
 
 
 @dataclass(frozen=True)
+class Plan:
+    """What `drainhook plan --grace G --engine vllm --output json` recommends (real seconds)."""
+
+    grace: float
+    settle: float
+    exit_reserve: float
+    interval: float
+    read_timeout: float
+    arguments: tuple[str, ...]  # the preStop command's arguments after `wait`
+    shutdown_timeout: float  # its `--shutdown-timeout` advice for vLLM (0: none)
+
+    @property
+    def deadline(self) -> float:
+        return self.grace - self.exit_reserve
+
+
+ADVICE = re.compile(r"suggest --shutdown-timeout (\d+(?:\.\d+)?)")
+
+
+def parse_plan(document: Mapping[str, Any]) -> Plan:
+    """The values of a `drainhook plan --output json` document."""
+    command = [str(a) for a in document["command"]]
+    advice = 0.0
+    for warning in document.get("warnings", []):
+        if warning.get("code") == "vllm-shutdown-timeout":
+            found = ADVICE.search(str(warning.get("message", "")))
+            if found is None:
+                raise ValueError(f"no --shutdown-timeout value in {warning!r}")
+            advice = float(found.group(1))
+    return Plan(
+        grace=float(document["grace"]),
+        settle=float(document["settle"]),
+        exit_reserve=float(document["exit_reserve"]),
+        interval=float(document["interval"]),
+        read_timeout=float(document["read_timeout"]),
+        arguments=tuple(command[command.index("wait") + 1 :]),
+        shutdown_timeout=advice,
+    )
+
+
+def ask_plan(grace: float = PLAN_GRACE) -> Plan:
+    """Ask the CLI, as a real process, what it recommends for vLLM at this G."""
+    argv = [sys.executable, "-m", "drainhook", "plan", "--grace", f"{grace:g}", "--engine", "vllm"]
+    done = subprocess.run(
+        [*argv, "--output", "json"], capture_output=True, text=True, timeout=60, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"drainhook plan failed ({done.returncode}): {done.stderr.strip()}")
+    return parse_plan(json.loads(done.stdout))
+
+
+@dataclass(frozen=True)
 class Strategy:
     key: str
     label: str
     what: str
     kind: str  # none | sleep | exec
     sleep: float = 0.0  # real seconds, for the kubelet's sleep action
+    grace: float = GRACE  # G: terminationGracePeriodSeconds
+    shutdown_timeout: float = 0.0  # vLLM --shutdown-timeout this recipe sets (0: vLLM's default)
+    from_plan: bool = False  # drainhook with `drainhook plan`'s values
+    vllm_only: bool = False  # a vLLM recipe: not run on SGLang scenarios
 
-    def command(self, target: HookTarget) -> list[str]:
+    def resolved(self, plan: Plan | None) -> Strategy:
+        """The recipe with `drainhook plan`'s G and --shutdown-timeout filled in."""
+        if not self.from_plan:
+            return self
+        if plan is None:
+            raise ValueError(f"{self.key} needs `drainhook plan`'s values")
+        return dataclasses.replace(self, grace=plan.grace, shutdown_timeout=plan.shutdown_timeout)
+
+    def deadline(self, plan: Plan | None) -> float | None:
+        """D for drainhook's recipes, None for the others."""
+        if self.from_plan and plan is not None:
+            return plan.deadline
+        return GRACE - EXIT_RESERVE if self.key == "drainhook" else None
+
+    def command(self, target: HookTarget, plan: Plan | None = None) -> list[str]:
         """The exec hook's argv (empty for none and sleep)."""
         f = target.scale
-        if self.key == "sleep-15":
-            return ["sleep", f.flag(15.0)]
+        if self.key in ("sleep-15", "kserve", "llm-d"):
+            return ["sleep", f.flag(self.sleep)]
         if self.key == "curl-loop":
             if CURL:
                 return ["bash", str(HOOKS / "curl_loop.sh"), target.url, f.flag(LOOP_PERIOD)]
@@ -53,8 +140,11 @@ class Strategy:
         if self.key == "poll-script":
             timing = [GRACE, EXIT_RESERVE, INTERVAL, READ_TIMEOUT]
             return [sys.executable, str(HOOKS / "poll.py"), target.url, *map(f.flag, timing)]
+        hook = [sys.executable, "-m", "drainhook", "wait", "--url", target.url]
         if self.key == "drainhook":
-            return [sys.executable, "-m", "drainhook", "wait", "--url", target.url, *_timing(f)]
+            return [*hook, *_timing(f)]
+        if self.from_plan and plan is not None:
+            return [*hook, *_plan_arguments(plan, f)]
         return []
 
 
@@ -62,14 +152,24 @@ def _timing(f: Scale) -> list[str]:
     """drainhook's timeline flags, scaled; none at all at --scale 1 (its real defaults)."""
     if f.factor == 1.0:
         return []
-    flags = {
-        "--grace": GRACE,
-        "--settle": SETTLE,
-        "--exit-reserve": EXIT_RESERVE,
-        "--interval": INTERVAL,
-        "--read-timeout": READ_TIMEOUT,
-    }
-    return [arg for name, value in flags.items() for arg in (name, f.flag(value))]
+    values = (GRACE, SETTLE, EXIT_RESERVE, INTERVAL, READ_TIMEOUT)
+    pairs = zip(TIMING_FLAGS, values, strict=True)
+    return [arg for name, value in pairs for arg in (name, f.flag(value))]
+
+
+def _plan_arguments(plan: Plan, f: Scale) -> list[str]:
+    """The plan's preStop arguments, its timeline given explicitly and scaled."""
+    rest, skip = [], False
+    for arg in plan.arguments:
+        if skip:
+            skip = False
+        elif arg in TIMING_FLAGS:
+            skip = True
+        else:
+            rest.append(arg)
+    values = (plan.grace, plan.settle, plan.exit_reserve, plan.interval, plan.read_timeout)
+    pairs = zip(TIMING_FLAGS, values, strict=True)
+    return [*rest, *(arg for name, value in pairs for arg in (name, f.flag(value)))]
 
 
 STRATEGIES: tuple[Strategy, ...] = (
@@ -81,7 +181,7 @@ STRATEGIES: tuple[Strategy, ...] = (
         "sleep",
         sleep=5.0,
     ),
-    Strategy("sleep-15", "sleep 15", "exec `sleep 15`.", "exec"),
+    Strategy("sleep-15", "sleep 15", "exec `sleep 15`.", "exec", sleep=15.0),
     Strategy(
         "curl-loop",
         "curl loop",
@@ -97,7 +197,38 @@ STRATEGIES: tuple[Strategy, ...] = (
         "exec",
     ),
     Strategy(
+        "kserve",
+        "kserve",
+        "KServe 0.19's vLLM presets: exec `sleep 15`, vLLM `--shutdown-timeout 45` (G - 15), "
+        "G = 60.",
+        "exec",
+        sleep=RECIPE_SLEEP,
+        grace=KSERVE_GRACE,
+        shutdown_timeout=RECIPE_SHUTDOWN_TIMEOUT,
+        vllm_only=True,
+    ),
+    Strategy(
+        "llm-d",
+        "llm-d",
+        "The llm-d guides: exec `sleep 15`, vLLM `--shutdown-timeout 45`, G = 75.",
+        "exec",
+        sleep=RECIPE_SLEEP,
+        grace=LLMD_GRACE,
+        shutdown_timeout=RECIPE_SHUTDOWN_TIMEOUT,
+        vllm_only=True,
+    ),
+    Strategy(
         "drainhook", "drainhook", "`drainhook wait` with its defaults (S 5, I 1, R 5).", "exec"
+    ),
+    Strategy(
+        "drainhook+st",
+        "drainhook+st",
+        f"`drainhook wait` with what `drainhook plan --grace {PLAN_GRACE:g} --engine vllm` "
+        "gives, and its vLLM `--shutdown-timeout` advice; G as planned.",
+        "exec",
+        grace=PLAN_GRACE,
+        from_plan=True,
+        vllm_only=True,
     ),
 )
 

@@ -1,4 +1,5 @@
-"""The timeline picture of one scenario: a lane per strategy, drawn as plain SVG.
+"""The pictures, drawn as plain SVG: one scenario's timeline, a lane per recipe (`render`),
+and the rollouts on one time axis (`render_rollout`).
 
 Each lane shows the scenario's requests (a bar from sent to end: green when
 completed, red when cut; a grey cross when refused), the /metrics reads the
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from xml.sax.saxutils import escape
 
-from rehearsal.matrix import Cell, Request
+from rehearsal.record import Cell, Request
+from rehearsal.rollout import Rollout
 from rehearsal.scenarios import Scenario
 from rehearsal.strategies import BY_KEY as STRATEGIES
 from rehearsal.timeline import DEADLINE, GRACE, ROUTER_LAG, SETTLE, WARMUP, Scale
@@ -218,4 +220,96 @@ def _legend(y: float) -> list[str]:
             )
         out.append(f'<text x="{px + 20:.1f}" y="{y:.1f}" fill="{INK}">{escape(text)}</text>')
         px += 24 + 6.6 * len(text)
+    return out
+
+
+ROLLOUT_COLORS = {"clean": "#1c4e80", "cut": "#e03131", "refused": "#f08c00", "start": "#dee2e6"}
+
+
+def render_rollout(rollouts: Sequence[Rollout], start: float) -> str:
+    """The rollouts on one time axis (real seconds): a lane per recipe, each replica's hold
+    (delete to exit: blue, red when it cut, orange when it only refused) followed by its
+    replacement's start (grey)."""
+    if not rollouts:
+        raise ValueError("no rollout to draw")
+    end = max(r.steps()[-1].ready for r in rollouts) * 1.02
+    lane = 46
+
+    def x(t: float) -> float:
+        return LEFT + t / end * (RIGHT - LEFT)
+
+    height = TOP + lane * len(rollouts) + 90
+    n = len(rollouts[0].cells)
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" {FONT} font-size="12">',
+        f'<rect width="{WIDTH}" height="{height}" fill="#ffffff"/>',
+        f'<text x="{LEFT}" y="22" font-size="15" font-weight="bold" fill="{INK}">'
+        f"Rolling update of {n} replicas, one at a time: each replica's hold, recipe by recipe"
+        "</text>",
+        f'<text x="{LEFT}" y="40" fill="{GREY}">A replacement starts when its predecessor has '
+        f"exited and serves {start:g} s later; then the next replica is deleted. Run at "
+        f"--scale {rollouts[0].scale:g}; real seconds.</text>",
+    ]
+    for i, r in enumerate(rollouts):
+        top = TOP + i * lane
+        _, cut, refused = r.counts()
+        label = STRATEGIES[r.strategy].label
+        out += [
+            f'<line x1="{LEFT}" y1="{top:.1f}" x2="{RIGHT}" y2="{top:.1f}" stroke="#e4e7eb"/>',
+            f'<text x="{LEFT - 10}" y="{top + 18:.1f}" text-anchor="end" font-weight="bold" '
+            f'fill="{INK}">{escape(label)}</text>',
+            f'<text x="{LEFT - 10}" y="{top + 33:.1f}" text-anchor="end" fill="{GREY}" '
+            f'font-size="10">held {sum(r.holds()):.0f} s, cut {cut}, refused {refused}</text>',
+        ]
+        for step, cell in zip(r.steps(), r.cells, strict=True):
+            color = "clean" if cell.cut + cell.refused == 0 else "cut" if cell.cut else "refused"
+            out.append(
+                f'<rect x="{x(step.exit):.1f}" y="{top + 12:.1f}" '
+                f'width="{max(0.5, x(step.ready) - x(step.exit)):.1f}" height="16" '
+                f'fill="{ROLLOUT_COLORS["start"]}"/>'
+            )
+            out.append(
+                f'<rect x="{x(step.delete):.1f}" y="{top + 8:.1f}" '
+                f'width="{max(1.0, x(step.exit) - x(step.delete)):.1f}" height="24" '
+                f'fill="{ROLLOUT_COLORS[color]}"/>'
+            )
+        last = r.steps()[-1].ready
+        out.append(
+            f'<text x="{x(last) + 4:.1f}" y="{top + 25:.1f}" fill="{INK}" font-size="10">'
+            f"{last:.0f} s</text>"
+        )
+    bottom = TOP + lane * len(rollouts)
+    out += _axis_every(end, bottom, x)
+    items = [
+        ("clean", "hold, nothing lost"),
+        ("cut", "hold that cut requests"),
+        ("refused", "hold that refused requests"),
+        ("start", f"replacement starting ({start:g} s)"),
+    ]
+    px, y = float(LEFT), bottom + 50
+    for key, text in items:
+        out.append(
+            f'<rect x="{px:.1f}" y="{y - 10:.1f}" width="14" height="12" '
+            f'fill="{ROLLOUT_COLORS[key]}"/>'
+        )
+        out.append(f'<text x="{px + 20:.1f}" y="{y:.1f}" fill="{INK}">{escape(text)}</text>')
+        px += 30 + 6.6 * len(text)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _axis_every(end: float, y: float, x: Callable[[float], float]) -> list[str]:
+    """An axis from 0 to end with a tick every 60 s."""
+    out = [f'<line x1="{LEFT}" y1="{y:.1f}" x2="{RIGHT}" y2="{y:.1f}" stroke="{INK}"/>']
+    t = 0
+    while t <= end:
+        out.append(
+            f'<line x1="{x(t):.1f}" y1="{y:.1f}" x2="{x(t):.1f}" y2="{y + 5:.1f}" stroke="{INK}"/>'
+        )
+        out.append(
+            f'<text x="{x(t):.1f}" y="{y + 18:.1f}" text-anchor="middle" fill="{INK}">'
+            f"{t:g} s</text>"
+        )
+        t += 60
     return out

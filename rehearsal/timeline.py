@@ -28,6 +28,26 @@ SGLANG_PD_EXIT = 20.0  # an SGLang prefill/decode server exits about 20 s after 
 SGLANG_IDLE_LAG = 30.0  # worst case of "SGLang's idle gauges lag up to 30 s"
 SGLANG_LOG_INTERVAL = 1.0  # SGLang refreshes its gauges about once a second while busy
 
+# The recipes platform teams deploy instead (2026): a preStop sleep, vLLM's own
+# drain (`--shutdown-timeout`), and G to cover both.
+RECIPE_SLEEP = 15.0  # KServe 0.19 (every vLLM preset) and the llm-d guides: preStop sleep 15
+RECIPE_SHUTDOWN_TIMEOUT = 45.0  # KServe: G - 15; llm-d: 45
+KSERVE_GRACE = 60.0
+LLMD_GRACE = 75.0
+PLAN_GRACE = 60.0  # drainhook+st: `drainhook plan --grace 60 --engine vllm`
+
+LONG_ROUTER_LAG = 20.0  # router-lag-20: a slow informer or gateway keeps sending this long
+
+# The rollout: replicas replaced one at a time on a GPU-bound cluster, a
+# replacement starting only once its predecessor exited, then taking
+# REPLICA_START to serve (accounted, not waited). FLEETS: the same model, not run.
+ROLLOUT_REPLICAS = 8
+REPLICA_START = 60.0
+FLEETS = (64, 512)
+
+# What a Pod's containers find in their environment (the hooks run as in a Pod).
+POD_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+
 DEFAULT_SCALE = 0.5
 
 

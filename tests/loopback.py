@@ -189,12 +189,17 @@ class Loopback:
         tls: ssl.SSLContext | None = None,
         host: str = "127.0.0.1",
         path: str = "/metrics",
+        sock: socket.socket | None = None,
     ) -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, 0))
-        self._sock.listen(64)
+        if sock is not None:  # a listening socket made by the caller (tests/podns.py)
+            host = str(sock.getsockname()[0])
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, 0))
+            sock.listen(64)
+        self._sock = sock
         self._behaviour = behaviour
         self._tls = tls
         self._host = host

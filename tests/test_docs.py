@@ -111,12 +111,14 @@ def test_every_plan_warning_is_documented() -> None:
         ("unified", {"grace": 30.5}),
         ("prefill", {"grace": 4000.0}),
         ("prefill", {"engine": "vllm"}),
+        ("unified", {"grace": 8.0, "settle": 6.0}),
     ):
         plan = planning.make_plan(planning.wait_config(**flags), role)
         seen |= {w.code for w in plan.warnings}
     expected = {
         "grace-range",
         "grace-fraction",
+        "settle-past-deadline",
         "no-room",
         "settle-short",
         "exit-reserve-short",
@@ -128,6 +130,36 @@ def test_every_plan_warning_is_documented() -> None:
     text = OPERATIONS.read_text()
     for code in expected:
         assert f"`{code}`" in text, f"docs/operations.md does not explain {code}"
+    assert expected == {rule(p).code for rule, p in _firing()}  # every rule of the table
+
+
+def _firing() -> list[tuple[planning.Rule, planning.Plan]]:
+    """One plan each rule fires on."""
+    plans = [
+        planning.make_plan(planning.wait_config(**flags), role)  # type: ignore[arg-type]
+        for role, flags in (
+            ("unified", {"grace": 6.0, "settle": 4.0, "exit_reserve": 1.0}),
+            ("unified", {"grace": 30.5}),
+            ("unified", {"grace": 8.0, "settle": 6.0}),
+            ("prefill", {"engine": "vllm"}),
+            ("decode", {"engine": "sglang"}),
+        )
+    ]
+    return [(rule, next(p for p in plans if rule(p) is not None)) for rule in planning.RULES]
+
+
+def test_which_warnings_wait_logs_is_documented() -> None:
+    """The operations guide's table says, per warning, whether `wait` logs it: the
+    TIMELINE_RULES, and no other."""
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(
+            r"^\| `([a-z-]+)` \|(?:[^|]*\|){2} ([^|]*) \|", OPERATIONS.read_text(), re.M
+        )
+    }
+    timeline = {rule(p).code for rule, p in _firing() if rule in planning.TIMELINE_RULES}
+    for code in (rule(p).code for rule, p in _firing()):
+        assert rows[code].strip() == ("logged" if code in timeline else "—"), code
 
 
 # -- links ------------------------------------------------------------------------------

@@ -23,10 +23,16 @@ import yaml
 from drainhook import plan as planning
 from drainhook.cli import cli
 from drainhook.config import DEFAULT_GRACE
-from tests.conftest import ROOT, Hook
+from tests.conftest import ROOT, Hook, Pod
 from tests.loopback import Loopback, sample, serve
+from tests.podns import Reply, Server
 
 EXAMPLES = ROOT / "examples"
+# Bodies from tests/samples (expected.json): vLLM busy with 7 in flight, vLLM idle.
+BUSY_SAMPLE = "vllm-api-server-count-3.txt"
+IDLE_SAMPLE = "vllm-external-lb-rank3-idle.txt"
+# Kubernetes sets this in every container: listener discovery is then on (CONTRACT §2a).
+IN_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
 MANIFESTS = sorted(EXAMPLES.glob("*.yaml"))
 
 # The kinds the examples use, by (apiVersion, kind), and the client model of each.
@@ -232,6 +238,7 @@ def test_the_examples_are_there() -> None:
         "lws-vllm.yaml",
         "install-init-container.yaml",
         "downward-api-annotations.yaml",
+        "decode-routing-proxy.yaml",
     } <= names
 
 
@@ -295,37 +302,188 @@ def test_sglang_examples_turn_metrics_on() -> None:
             assert "--enable-metrics" in [*(c.command or []), *(c.args or [])], where
 
 
-def test_lws_workers_return_after_the_settle_quietly() -> None:
-    """LWS workers serve no /metrics: their hook is expected to end at the first
-    (refused) read, and --exit-zero keeps that from raising FailedPreStopHook."""
+def _lws() -> tuple[k8s.V1PodSpec, k8s.V1Container, k8s.V1PodSpec, k8s.V1Container]:
     pods = load_manifest(EXAMPLES / "lws-vllm.yaml")
-    workers = [p for p in pods if p.where.endswith("workerTemplate")]
-    leaders = [p for p in pods if p.where.endswith("leaderTemplate")]
-    assert len(workers) == len(leaders) == 1
-    (worker,) = workers[0].spec.containers
-    (leader,) = leaders[0].spec.containers
-    _, wparams, _ = parse_hook(worker.lifecycle.pre_stop._exec.command)
-    _, lparams, _ = parse_hook(leader.lifecycle.pre_stop._exec.command)
-    assert wparams["exit_zero"] is True
-    assert lparams["exit_zero"] is False
-    assert not worker.ports  # nothing to read in a worker
+    (leader_pod,) = [p.spec for p in pods if p.where.endswith("leaderTemplate")]
+    (worker_pod,) = [p.spec for p in pods if p.where.endswith("workerTemplate")]
+    return leader_pod, leader_pod.containers[0], worker_pod, worker_pod.containers[0]
+
+
+def container_env(c: k8s.V1Container, given: dict[str, str]) -> dict[str, str]:
+    """The container's env as the kubelet expands it: `$(NAME)` is an earlier
+    entry's value, or one of `given` (what the platform put first)."""
+    env = dict(given)
+    for var in c.env or []:
+        env[var.name] = re.sub(
+            r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)], var.value
+        )
+    return env
+
+
+def hook_params(
+    c: k8s.V1Container, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, typing.Any]:
+    """The hook's parameters as its CLI reads them in that environment."""
+    for name, value in env.items():
+        if name.startswith("DRAINHOOK_"):
+            monkeypatch.setenv(name, value)
+    _, params, _ = parse_hook(c.lifecycle.pre_stop._exec.command)
+    return params
+
+
+def target_ports(params: dict[str, typing.Any]) -> tuple[int, ...]:
+    """The ports a hook reads (--port repeats; none given: vLLM's 8000)."""
+    return tuple(params["port"]) or (8000,)
+
+
+def test_lws_workers_wait_on_the_leader_they_hold_part_of_the_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model is split over the nodes: each worker's hook reads the leader's
+    /metrics (LWS_LEADER_ADDRESS) and its deadline falls after the leader's kill."""
+    leader_pod, leader, _, worker = _lws()
+    serve_words = " ".join(leader.command or []).split()
+    assert int(serve_words[serve_words.index("--pipeline-parallel-size") + 1]) > 1
+    lparams = hook_params(leader, {}, monkeypatch)
+    address = "vllm-0.vllm.default"  # what LWS puts in LWS_LEADER_ADDRESS
+    wparams = hook_params(
+        worker, container_env(worker, {"LWS_LEADER_ADDRESS": address}), monkeypatch
+    )
+    assert wparams["host"] == address and wparams["allow_remote"] is True
+    (leader_port,) = [p.container_port for p in leader.ports]
+    assert target_ports(wparams) == (leader_port,) == target_ports(lparams)
+    assert wparams["exit_zero"] is True and lparams["exit_zero"] is False
+    worker_deadline = wparams["grace"] - wparams["exit_reserve"]
+    assert worker_deadline >= leader_pod.termination_grace_period_seconds
+    assert not worker.ports  # nothing of its own to read
+
+
+def test_lws_worker_hook_end_to_end(pod: Pod) -> None:
+    """The worker's hook as the manifest writes it, the leader on loopback in a new
+    network namespace (127.0.0.2 stands in for LWS_LEADER_ADDRESS), inside a Pod
+    (listener discovery on): it holds while the leader is busy, returns on its
+    second idle read, and returns at once when the leader's engine has gone,
+    never reading the worker's own listener (a Ray agent's metrics port here)."""
+    _, leader, _, worker = _lws()
+    # 127.0.0.2: a worker reading its own 127.0.0.1 instead would be refused.
+    env = {**IN_POD, **container_env(worker, {"LWS_LEADER_ADDRESS": "127.0.0.2"})}
+    args = [*worker.lifecycle.pre_stop._exec.command[1:], "--settle", "0.1", "--interval", "0.1"]
+    busy, idle = Reply(sample=BUSY_SAMPLE), Reply(sample=IDLE_SAMPLE)
+    port = leader.ports[0].container_port
+    own = Server("ray-metrics", "0.0.0.0", 8080, other=Reply(body="ray_node_cpu_count 8\n"))
+    drains = Server("leader", "127.0.0.2", port, {"/metrics": [busy, busy, idle]})
+    run = pod([drains, own], *args, env=env)
+    assert run.code == 0, run.stderr
+    assert "outcome=drained" in run.summary and "reads=4" in run.summary
+    assert run.servers["leader"].paths == ["/metrics"] * 4
+    gone = Server("leader", "127.0.0.2", port, {"/metrics": [busy]}, stop_after=0.6)
+    run = pod([gone, own], *args, env=env)
+    assert run.code == 0, run.stderr  # --exit-zero: the expected end is not a failed hook
+    assert "outcome=unreachable" in run.summary
+    assert run.elapsed < 10  # at the leader's exit, not at the worker's D (65 s)
+    # The leader answered before it went: its refusal is its exit, not a moved engine.
+    assert run.servers["ray-metrics"].requests == ()
+    assert " discovery " not in run.stderr
+
+
+def _proxy() -> tuple[PodSpec, k8s.V1Container, k8s.V1Container]:
+    (spec,) = load_manifest(EXAMPLES / "decode-routing-proxy.yaml")
+    (proxy,) = [c for c in spec.spec.containers if c.name == "routing-proxy"]
+    (decoder,) = [c for c in spec.spec.containers if c.name == "vllm-decode"]
+    return spec, proxy, decoder
+
+
+def test_routing_proxy_waits_on_the_decoder_past_its_drain(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, proxy, decoder = _proxy()
+    pparams = hook_params(proxy, {}, monkeypatch)
+    dparams = hook_params(decoder, {}, monkeypatch)
+    (decoder_port,) = [p.container_port for p in decoder.ports]
+    (proxy_port,) = [p.container_port for p in proxy.ports]
+    words = decoder.args or []
+    assert (
+        (int(words[words.index("--port") + 1]),)
+        == (decoder_port,)
+        == target_ports(pparams)
+        == target_ports(dparams)
+    )
+    assert pparams["host"] == "127.0.0.1" and pparams["allow_remote"] is False
+    assert proxy_port != decoder_port
+    assert pparams["exit_zero"] is True
+    # The decoder returns by its D and finishes under --shutdown-timeout before
+    # the proxy's D: the proxy relays the last stream to its end.
+    shutdown = float(words[words.index("--shutdown-timeout") + 1])
+    decoder_done = dparams["grace"] - dparams["exit_reserve"] + shutdown
+    assert decoder_done < pparams["grace"] - pparams["exit_reserve"] <= pparams["grace"]
+    # No native sidecar here (that form needs no hook), and no shell in the proxy.
+    assert all(c.restart_policy != "Always" for c in spec.spec.init_containers)
+    assert proxy.command is None
+    assert_installed_by_init_container(spec, proxy)
+    assert_installed_by_init_container(spec, decoder)
+
+
+def test_routing_proxy_hook_end_to_end(pod: Pod) -> None:
+    """The proxy's hook as the manifest writes it, in a new network namespace with
+    the decoder on its port and the proxy's own listener beside it, inside a Pod
+    (listener discovery on): it reads the decoder only, drains with it, and
+    returns at once when the decoder has exited, without a search that would
+    read the proxy's own listener."""
+    _, proxy, decoder = _proxy()
+    args = [*proxy.lifecycle.pre_stop._exec.command[1:], "--settle", "0.1", "--interval", "0.1"]
+    busy, idle = Reply(sample=BUSY_SAMPLE), Reply(sample=IDLE_SAMPLE)
+    dport, pport = decoder.ports[0].container_port, proxy.ports[0].container_port
+    mine = Server("proxy", "0.0.0.0", pport)  # 404 for any path
+    decoding = Server("decoder", "0.0.0.0", dport, {"/metrics": [busy, idle]})
+    run = pod([decoding, mine], *args, env=IN_POD)
+    assert run.code == 0, run.stderr
+    assert "outcome=drained" in run.summary and "reads=3" in run.summary
+    assert run.servers["decoder"].paths == ["/metrics"] * 3
+    assert run.servers["proxy"].requests == ()
+    gone = Server("decoder", "0.0.0.0", dport, {"/metrics": [busy]}, stop_after=0.6)
+    run = pod([gone, mine], *args, env=IN_POD)
+    assert run.code == 0, run.stderr
+    assert "outcome=unreachable" in run.summary
+    assert run.elapsed < 10  # at the decoder's exit, not at the proxy's D (58 s)
+    assert run.servers["proxy"].requests == ()
+    assert " discovery " not in run.stderr
+
+
+def test_routing_proxy_hook_finds_a_decoder_on_another_port(pod: Pod) -> None:
+    """The decoder's --port changed and the proxy's hook was not told: in a Pod the
+    hook finds it and waits on it (the proxy's own 404 listener read once)."""
+    _, proxy, decoder = _proxy()
+    args = [*proxy.lifecycle.pre_stop._exec.command[1:], "--settle", "0.1", "--interval", "0.1"]
+    busy, idle = Reply(sample=BUSY_SAMPLE), Reply(sample=IDLE_SAMPLE)
+    pport = proxy.ports[0].container_port
+    assert decoder.ports[0].container_port != 8765
+    moved = Server("decoder", "0.0.0.0", 8765, {"/metrics": [busy, idle]})
+    run = pod([moved, Server("proxy", "0.0.0.0", pport)], *args, env=IN_POD)
+    assert run.code == 0, run.stderr
+    assert "outcome=drained" in run.summary and "reads=3" in run.summary
+    assert run.servers["decoder"].paths == ["/metrics"] * 3
+    assert run.servers["proxy"].paths == ["/metrics"]
+    assert "found=http://127.0.0.1:8765/metrics" in run.stderr
+
+
+def assert_installed_by_init_container(pod: PodSpec, c: k8s.V1Container) -> None:
+    """c's hook is the binary an initContainer's `drainhook install DIR` put in an
+    emptyDir that c mounts read-only at the same path."""
+    installs = [i for i in pod.spec.init_containers or [] if parse_hook(i.command)[0] == "install"]
+    (init,) = installs
+    directory = Path(parse_hook(init.command)[1]["directory"])
+    hook = Path(c.lifecycle.pre_stop._exec.command[0])
+    # the path `install` prints: DIR/drainhook (single file) or DIR/drainhook/drainhook
+    assert hook in (directory / "drainhook", directory / "drainhook" / "drainhook")
+    init_mount = {m.name: m.mount_path for m in init.volume_mounts}
+    mounts = {m.name: (m.mount_path, m.read_only) for m in c.volume_mounts}
+    (volume,) = [v for v in pod.spec.volumes if v.empty_dir is not None]
+    assert init_mount[volume.name] == str(directory)
+    assert mounts[volume.name] == (str(directory), True)
 
 
 def test_install_example_fills_the_hook_volume_first() -> None:
     (pod,) = load_manifest(EXAMPLES / "install-init-container.yaml")
-    (init,) = pod.spec.init_containers
-    name, params, _ = parse_hook(init.command)
-    assert name == "install"
-    directory = Path(params["directory"])
     (engine,) = pod.spec.containers
-    hook = Path(engine.lifecycle.pre_stop._exec.command[0])
-    # the path `install` prints: DIR/drainhook (single file) or DIR/drainhook/drainhook
-    assert hook in (directory / "drainhook", directory / "drainhook" / "drainhook")
-    init_mount = {m.name: m.mount_path for m in init.volume_mounts}
-    engine_mount = {m.name: (m.mount_path, m.read_only) for m in engine.volume_mounts}
-    (volume,) = [v for v in pod.spec.volumes if v.empty_dir is not None]
-    assert init_mount[volume.name] == str(directory)
-    assert engine_mount[volume.name] == (str(directory), True)
+    assert_installed_by_init_container(pod, engine)
 
 
 # The downward API writes one `key="value"` line per annotation, keys sorted,

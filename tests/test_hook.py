@@ -17,6 +17,7 @@ from drainhook.hook import exit_code, reader_for, run_probe, run_wait, scanner_f
 from drainhook.loads import LoadsScanner
 from drainhook.read import Reader
 from drainhook.rounds import Round
+from drainhook.sources import AutoReader
 from drainhook.target import parse_url
 from drainhook.verdict import Verdict
 from tests.loopback import Loopback, route, sample, sequence, serve
@@ -79,12 +80,23 @@ def test_the_scanner_follows_the_source() -> None:
 
 def test_one_target_is_one_reader_and_several_a_round() -> None:
     a, b = parse_url("http://127.0.0.1:8000/metrics"), parse_url("http://127.0.0.1:8001/metrics")
-    one, two = reader_for(Reach(target=a)), reader_for(Reach(target=a, more=(b,)))
+    readers = [
+        reader_for(Reach(target=a, source="metrics")),
+        reader_for(Reach(target=a)),  # --source auto: /v1/loads beside /metrics for SGLang
+        reader_for(Reach(target=a, engine="vllm")),  # vLLM serves no /v1/loads
+        reader_for(Reach(target=a, more=(b,))),
+    ]
     try:
-        assert isinstance(one, Reader) and isinstance(two, Round)
+        assert [type(r) for r in readers] == [Reader, AutoReader, Reader, Round]
+        assert [r.name for r in readers] == [
+            a.display,
+            a.display,
+            a.display,
+            f"{a.display},{b.display}",
+        ]
     finally:
-        one.close()
-        two.close()
+        for r in readers:
+            r.close()
 
 
 @pytest.mark.parametrize(

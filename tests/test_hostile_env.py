@@ -32,7 +32,7 @@ import pytest
 from drainhook.config import Reach, WaitConfig
 from drainhook.hook import run_wait
 from drainhook.target import parse_url
-from tests.conftest import base_env
+from tests.conftest import base_env, hook_lines
 from tests.loopback import Behaviour, Heard, Loopback, record, response_bytes, sample, serve
 from tests.test_hostile_servers import PEAK_RSS_LIMIT, Measured, fields, spawn_measured
 
@@ -206,7 +206,7 @@ def test_log_file_on_a_full_device_loses_lines_not_the_drain(entry: list[str]) -
         run = spawn_measured([*entry, "wait", "--url", srv.url, *FAST, "--log-file", "/dev/full"])
     assert_drained(run)
     assert srv.connections == 2
-    assert len(run.lines) == 3  # two reads and the summary, on stderr as ever
+    assert len(hook_lines(run.lines)) == 3  # two reads and the summary, on stderr as ever
 
 
 NAMESPACE_SCRIPT = """
@@ -255,7 +255,7 @@ def test_log_file_on_a_full_tmpfs(entry: list[str], tmp_path: Path) -> None:
     result = json.loads(done.stdout)
     assert result["filled"] == os.strerror(errno.ENOSPC)
     assert result["code"] == 0, result["stderr"]
-    lines = result["stderr"].splitlines()
+    lines = hook_lines(result["stderr"].splitlines())
     assert fields(lines[-1])["outcome"] == "drained"
     assert len(lines) == 3
     assert srv.connections == 2
@@ -345,7 +345,7 @@ def test_wait_with_stdout_and_stderr_closed(entry: list[str], tmp_path: Path, en
             argv += ["--max-wait", "0.6"]
         run = spawn_measured([sys.executable, "-c", CLOSED, *argv])
     assert (run.stdout, run.stderr) == ("", "")
-    lines = log.read_text().splitlines()
+    lines = hook_lines(log.read_text().splitlines())
     summary = fields(lines[-1])
     assert summary["outcome"] == ending
     if ending == "drained":

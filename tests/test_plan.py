@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import typing
 
 import pytest
 import yaml
@@ -19,7 +20,7 @@ from drainhook.drain import Outcome, drain
 from drainhook.errors import UsageError
 from drainhook.target import parse_url
 from drainhook.verdict import Reading, Verdict
-from tests.conftest import Hook, base_env
+from tests.conftest import Hook, Run, base_env
 from tests.test_examples import (
     _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
     load_model,
@@ -68,7 +69,25 @@ def test_a_settle_past_the_deadline_means_no_read() -> None:
     assert p.settle_end == 5  # clipped to D
     assert p.reads_max == 0
     assert not p.idle_drains and p.idle_return == 5
-    assert "no-room" in codes(p)
+    assert codes(p) == {"grace-range", "settle-past-deadline"}  # not no-room: no read at all
+    (w,) = [w for w in p.warnings if w.code == "settle-past-deadline"]
+    assert "S = 6s" in w.message and "D = 5s" in w.message and "not a single read" in w.message
+
+
+@pytest.mark.parametrize(
+    ("flags", "fires"),
+    [
+        ({"grace": 30.0, "settle": 25.0}, True),  # S = D: the settle ends at the deadline
+        ({"grace": 30.0, "settle": 24.5}, False),  # one read at 24.5 (no-room's case)
+        ({"grace": 5.0}, True),  # D = 0
+        ({"grace": 300.0, "max_wait": 5.0}, True),  # D = max-wait = S
+    ],
+)
+def test_settle_past_deadline_is_no_first_read(flags: dict[str, float], fires: bool) -> None:
+    p = make(**flags)
+    assert (p.first_read is None) is fires
+    assert ("settle-past-deadline" in codes(p)) is fires
+    assert "no-room" not in codes(p) if fires else "no-room" in codes(p)
 
 
 def test_an_exit_reserve_under_two_seconds_moves_the_kill() -> None:
@@ -193,8 +212,8 @@ def test_each_rule_owns_one_code_and_fires_alone() -> None:
     owned: dict[str, str] = {}
     cases = [
         make(grace=10.0), make(grace=30.5), make(settle=1.0), make(exit_reserve=1.0),
-        make(grace=17.0, exit_reserve=10.5), make("decode", engine="sglang"),
-        make("prefill", engine="vllm"),
+        make(grace=17.0, exit_reserve=10.5), make(grace=8.0, settle=6.0),
+        make("decode", engine="sglang"), make("prefill", engine="vllm"),
     ]  # fmt: skip
     for plan in cases:
         for rule in planning.RULES:
@@ -225,7 +244,118 @@ def test_warnings_name_the_numbers() -> None:
     (w,) = make(grace=17.0, exit_reserve=10.5).warnings
     assert "D - S = 1.5s" in w.message and "2 confirming reads" in w.message
     (w,) = make("decode", engine="sglang", grace=45.0, exit_reserve=5.0).warnings
-    assert "--exit-reserve 20 (now 5s)" in w.message and "(now 45s)" in w.message
+    # G rises with R (D stays 40 s): the numbers the fragment will carry.
+    assert "--exit-reserve 20 (now 5s) and G = 60s (now 45s)" in w.message
+
+
+def test_timeline_rules_and_advice_rules_split_the_table() -> None:
+    """`wait` logs TIMELINE_RULES only: every rule is in exactly one of the two, and
+    the engine and role advice (about the Pod spec, not the run) is not logged."""
+    assert planning.RULES == planning.TIMELINE_RULES + planning.ADVICE_RULES
+    assert len(set(planning.RULES)) == len(planning.RULES)
+    everything = planning.wait_config(grace=7.0, settle=6.0, exit_reserve=1.0, engine="vllm")
+    assert {w.code for w in planning.timeline_warnings(everything)} == {
+        "grace-range",
+        "settle-past-deadline",
+        "exit-reserve-short",
+    }
+    assert "vllm-shutdown-timeout" in codes(planning.make_plan(everything))
+    config = planning.wait_config(grace=17.0, exit_reserve=10.5, settle=4.6, engine="vllm")
+    found = planning.timeline_warnings(config)
+    assert [w.code for w in found] == ["no-room", "settle-short"]  # in RULES' order
+    assert found == tuple(w for w in planning.make_plan(config).warnings if w in found)
+    assert planning.timeline_warnings(planning.wait_config(engine="vllm")) == ()
+    assert planning.timeline_warnings(planning.wait_config(grace=30.5)) == (
+        planning.make_plan(planning.wait_config(grace=30.5)).warnings
+    )
+
+
+def test_timeline_warnings_never_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(plan: planning.Plan) -> planning.PlanWarning | None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(planning, "TIMELINE_RULES", (broken,))
+    (w,) = planning.timeline_warnings(planning.wait_config())
+    assert w.code == "timeline-unchecked" and "ZeroDivisionError: a bug" in w.message
+
+
+# -- the advice, applied ------------------------------------------------------------
+
+
+def applied(role: str = "unified", **flags: object) -> planning.Applied:
+    return planning.apply_advice(make(role, **flags))
+
+
+@pytest.mark.parametrize(
+    ("role", "flags", "grace", "reserve"),
+    [
+        # R rises to 20 and G by as much (D stays), to 45 at least.
+        ("decode", {"engine": "sglang"}, 45, 20),  # 30/5 -> 45/20: D 25 -> 25
+        ("prefill", {"engine": "sglang", "grace": 60.0}, 75, 20),  # D 55 -> 55
+        ("decode", {"engine": "sglang", "exit_reserve": 8.0}, 45, 20),  # D 22 -> 25 (floor)
+        ("decode", {"engine": "sglang", "grace": 40.0, "exit_reserve": 25.0}, 45, 25),
+        ("decode", {"grace": 30.0}, 45, 20),  # auto: the rule speaks for SGLang too
+        # nothing to apply
+        ("decode", {"engine": "sglang", "grace": 45.0, "exit_reserve": 20.0}, 45, 20),
+        ("decode", {"engine": "vllm"}, 30, 5),
+        ("unified", {"engine": "sglang"}, 30, 5),
+        ("prefill", {"engine": "vllm", "grace": 10.0}, 10, 5),  # timeline warnings stay
+    ],
+)
+def test_apply_advice_values(role: str, flags: dict[str, object], grace: int, reserve: int) -> None:
+    given = make(role, **flags)
+    done = planning.apply_advice(given)
+    c = done.plan.config
+    assert (c.grace, c.exit_reserve) == (grace, reserve)
+    assert "sglang-pd-exit" not in codes(done.plan)  # the applied plan follows its advice
+    assert c.deadline >= min(given.deadline, 25)  # the time to drain is never taken
+    changed = {ch.field: (ch.given, ch.applied) for ch in done.changes}
+    expect = {}
+    if grace != given.grace:
+        expect["grace"] = (given.grace, grace)
+    if reserve != given.config.exit_reserve:
+        expect["exit_reserve"] = (given.config.exit_reserve, reserve)
+    assert changed == expect
+    for ch in done.changes:
+        assert ch.because and all(b.startswith("sglang-pd-exit: ") for b in ch.because)
+
+
+def test_apply_advice_leaves_the_other_values_alone() -> None:
+    given = make("prefill", engine="sglang", settle=3.0, interval=0.5, linger=2.0, max_wait=40.0)
+    c = planning.apply_advice(given).plan.config
+    assert (c.settle, c.interval, c.linger, c.max_wait) == (3, 0.5, 2, 40)
+    assert c.reach == given.config.reach
+
+
+def test_evidence_replaces_g_for_the_applied_reserve_then_the_floors_act() -> None:
+    seen: list[float] = []
+
+    def evidence(config: WaitConfig) -> tuple[float, str]:
+        seen.append(config.exit_reserve)
+        return config.settle + 1 + config.exit_reserve, "the evidence"
+
+    done = planning.apply_advice(make("decode", engine="sglang"), evidence)
+    assert seen == [20]  # G from evidence is computed with the R the advice chose
+    assert done.plan.grace == 45  # 5 + 1 + 20 = 26, raised to the SGLang floor
+    (r, g) = done.changes
+    assert (g.field, g.given, g.applied) == ("grace", 30, 45)
+    assert g.because[0] == "observed: the evidence"
+    assert g.because[1].startswith("sglang-pd-exit: ")
+    assert r.text().startswith("--exit-reserve 5 -> 20 (sglang-pd-exit: an SGLang decode")
+
+    lower = planning.apply_advice(make(grace=60.0), lambda c: (40.0, "40 s"))
+    assert [ch.text() for ch in lower.changes] == [
+        "terminationGracePeriodSeconds 60 -> 40 (observed: 40 s)"
+    ]
+    assert planning.apply_advice(make(), lambda c: None).changes == ()
+
+
+def test_vllm_shutdown_timeout_advice_follows_the_applied_reserve() -> None:
+    done = planning.apply_advice(make("decode", grace=30.0))  # auto: the SGLang rule raises R
+    assert done.plan.config.exit_reserve == 20
+    vllm = planning.make_plan(done.plan.config, "decode", known_engine="vllm")
+    (w,) = vllm.warnings
+    assert "--shutdown-timeout 19 (R - 1)" in w.message
 
 
 def test_invalid_values_are_usage_errors() -> None:
@@ -327,7 +457,7 @@ def test_json_output_of_a_plan_with_no_read(hook: Hook) -> None:
     data = json.loads(hook("plan", "--grace", "8", "--settle", "6", "--output", "json").stdout)
     assert data["instants"]["first_read"] is None
     assert data["idle_outcome"] == "deadline"
-    assert {w["code"] for w in data["warnings"]} >= {"no-room", "grace-range"}
+    assert {w["code"] for w in data["warnings"]} == {"settle-past-deadline", "grace-range"}
 
 
 def test_plan_reads_the_same_environment_as_wait(hook: Hook) -> None:
@@ -358,12 +488,108 @@ def test_yaml_output_is_a_pod_spec_fragment(hook: Hook) -> None:
     assert (name, params["grace"]) == ("wait", spec.termination_grace_period_seconds)
 
 
-def test_yaml_output_lists_warnings_as_comments(hook: Hook) -> None:
-    run = hook(
-        "plan", "--grace", "45", "--engine", "sglang", "--role", "prefill", "--output", "yaml"
-    )
-    assert "# warning: sglang-pd-exit:" in run.stdout
-    assert yaml.safe_load(run.stdout)["terminationGracePeriodSeconds"] == 45
+def fragment(run: Run) -> tuple[typing.Any, list[str], dict[str, typing.Any]]:
+    """The checked Pod spec, the preStop command and its parsed flags of a YAML run."""
+    assert run.code == 0, run.stderr
+    spec = load_model(yaml.safe_load(run.stdout), "V1PodSpec", "plan")
+    (container,) = spec.containers
+    command = container.lifecycle.pre_stop._exec.command
+    name, params, _ = parse_hook(command)
+    assert (name, params["grace"]) == ("wait", spec.termination_grace_period_seconds)
+    return spec, command, params
+
+
+def comments(run: Run, kind: str) -> list[str]:
+    return [line for line in run.stdout.splitlines() if line.startswith(f"# {kind}: ")]
+
+
+@pytest.mark.parametrize(
+    ("args", "grace", "reserve", "changed"),
+    [
+        # the issue's case: defaults, an SGLang decode
+        (
+            ("--engine", "sglang", "--role", "decode"),
+            45,
+            20,
+            [
+                "# changed: --exit-reserve 5 -> 20 (sglang-pd-exit: an SGLang decode server "
+                "needs about 20s after SIGTERM)",
+                "# changed: terminationGracePeriodSeconds 30 -> 45 (sglang-pd-exit: G rises "
+                "with R, so that D stays 25s)",
+            ],
+        ),
+        # an explicit --exit-reserve under the advice is raised too, and named
+        (
+            ("--grace", "60", "--exit-reserve", "8", "--engine", "sglang", "--role", "prefill"),
+            72,
+            20,
+            [
+                "# changed: --exit-reserve 8 -> 20 (sglang-pd-exit: an SGLang prefill server "
+                "needs about 20s after SIGTERM)",
+                "# changed: terminationGracePeriodSeconds 60 -> 72 (sglang-pd-exit: G rises "
+                "with R, so that D stays 52s)",
+            ],
+        ),
+        # values that follow the advice stay
+        (("--grace", "45", "--exit-reserve", "20", "--engine", "sglang", "--role", "decode"),
+         45, 20, []),
+    ],
+)  # fmt: skip
+def test_yaml_applies_the_roles_advice(
+    hook: Hook, args: tuple[str, ...], grace: int, reserve: int, changed: list[str]
+) -> None:
+    run = hook("plan", *args, "--output", "yaml")
+    spec, _, params = fragment(run)
+    assert spec.termination_grace_period_seconds == grace
+    assert params["exit_reserve"] == reserve
+    assert comments(run, "changed") == changed
+    assert comments(run, "warning") == []  # the advice applied leaves none standing
+    # text and json say the same
+    data = json.loads(hook("plan", *args, "--output", "json").stdout)
+    assert (data["applied"]["grace"], data["applied"]["exit_reserve"]) == (grace, reserve)
+    assert [f"# changed: {c['name']} {c['from']} -> {c['to']} ({'; '.join(c['because'])})"
+            for c in data["applied"]["changes"]] == changed  # fmt: skip
+    text = hook("plan", *args).stdout
+    for line in changed:
+        assert "  " + line.removeprefix("# changed: ") in text.splitlines()
+    assert ("--output yaml applies the advice" in text) is bool(changed)
+
+
+def test_yaml_comments_the_advice_it_cannot_apply(hook: Hook) -> None:
+    """A vLLM prefill's --linger needs a number only the operator knows (the longest KV
+    pull); vLLM's --shutdown-timeout is the engine's own flag: both stay comments."""
+    run = hook("plan", "--engine", "vllm", "--role", "prefill", "--exit-reserve", "8",
+               "--output", "yaml")  # fmt: skip
+    spec, _, params = fragment(run)
+    assert (spec.termination_grace_period_seconds, params["exit_reserve"]) == (30, 8)
+    assert params["linger"] == 0
+    assert comments(run, "changed") == []
+    (linger, shutdown) = comments(run, "warning")
+    assert linger.startswith("# warning: vllm-prefill-linger: ") and "--linger SECONDS" in linger
+    assert "suggest --shutdown-timeout 7 (R - 1)" in shutdown
+
+
+def test_yaml_shutdown_timeout_advice_matches_the_applied_reserve(hook: Hook) -> None:
+    """With the engine unknown and a decode role, the SGLang advice raises R to 20;
+    the vLLM advice in the same fragment is then R - 1 = 19, not 4."""
+    run = hook("plan", "--role", "decode", "--output", "json")
+    data = json.loads(run.stdout)
+    assert data["applied"]["exit_reserve"] == 20
+    run = hook("plan", "--engine", "vllm", "--grace", "45", "--exit-reserve", "20",
+               "--role", "decode", "--output", "yaml")  # fmt: skip
+    _, _, params = fragment(run)
+    (w,) = comments(run, "warning")
+    assert "--shutdown-timeout 19 (R - 1)" in w and params["exit_reserve"] == 20
+
+
+def test_yaml_keeps_the_timeline_warnings_as_comments(hook: Hook) -> None:
+    run = hook("plan", "--grace", "8", "--settle", "6", "--output", "yaml")
+    spec, _, params = fragment(run)
+    assert (spec.termination_grace_period_seconds, params["settle"]) == (8, 6)  # not changed
+    assert [w.split(":")[1].strip() for w in comments(run, "warning")] == [
+        "grace-range",
+        "settle-past-deadline",
+    ]
 
 
 def test_yaml_needs_whole_seconds(hook: Hook) -> None:

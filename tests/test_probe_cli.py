@@ -11,15 +11,18 @@ from typing import Any
 import pytest
 
 from tests.conftest import Hook, Run
-from tests.loopback import EXPECTED, Loopback, hang, sample, serve
+from tests.loopback import EXPECTED, Loopback, hang, route, sample, serve
 
 pytestmark = pytest.mark.slow
 
 PROBE_EXIT = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
-# CONTRACT §4's fields, and `warnings` (shapes that usually mean trouble; a list,
-# often empty); `targets` is added only when several targets are read.
+# CONTRACT §4's fields, `source` (what was counted: metrics or loads; null unless
+# idle or busy) and `warnings` (shapes that usually mean trouble; a list, often
+# empty); `targets` is added only when several targets are read, `discovered`
+# only when listener discovery ran.
 JSON_KEYS = {
-    "schema", "target", "engine", "verdict", "reason", "in_flight", "series", "read_ms", "warnings",
+    "schema", "target", "engine", "verdict", "reason", "in_flight", "series", "read_ms", "source",
+    "warnings",
 }  # fmt: skip
 COUNTED_PREFIXES = ("vllm:num_requests_", "sglang:num_")
 
@@ -53,14 +56,24 @@ def probe_json(run: Run) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_probe_json_on_each_sample(hook: Hook, name: str) -> None:
+    """Each sample served on /metrics alone (404 elsewhere): an SGLang body is
+    followed by one /v1/loads read (--source auto), whose 404 keeps /metrics in
+    charge and says so; any other body by none."""
     expected = EXPECTED[name]
-    with Loopback(serve(sample(name))) as srv:
+    heads: list[bytes] = []
+    with Loopback(route({"/metrics": sample(name)}, heads)) as srv:
         url = srv.url
         run = hook("probe", "--url", url, "--json")
     obj = probe_json(run)
     assert run.code == PROBE_EXIT[expected["verdict"]], run.stderr
     assert run.stderr == ""
-    assert srv.connections == 1
+    sglang = expected["engine"] == "sglang"
+    paths = [h.split(b" ")[1] for h in heads]
+    assert paths == ([b"/metrics", b"/v1/loads"] if sglang else [b"/metrics"])
+    if obj["verdict"] in ("idle", "busy"):
+        assert obj["source"] == "metrics"
+    loads_404 = [w for w in obj["warnings"] if w.startswith("/v1/loads answered HTTP 404")]
+    assert len(loads_404) == (1 if sglang else 0)
     assert obj["target"] == url
     assert obj["verdict"] == expected["verdict"]
     assert obj["engine"] == expected["engine"]

@@ -560,6 +560,7 @@ class RecordingScanner:
     """A scanner that asks for its own format and counts a fixed verdict."""
 
     accept = "application/x-drainhook-test"
+    source = "test"
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
@@ -580,6 +581,7 @@ def test_the_scanner_is_handed_in() -> None:
         finally:
             reader.close()
     assert (reading.verdict, reading.engine, reading.in_flight) == (Verdict.BUSY, "test", 7.0)
+    assert reading.source == "test"  # the reading says what counted it
     assert scanner.bodies == [b"seven"]
     assert request_headers(heard.heads[0])[1]["accept"] == scanner.accept
 

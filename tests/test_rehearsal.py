@@ -1,7 +1,12 @@
-"""The rehearsal (rehearsal/, scripts/rehearse), smoke-tested on a strong scale.
+"""The rehearsal (rehearsal/, scripts/rehearse): its accounting as pure functions, and a
+few cells on a strong scale.
 
-Four cells at --scale 0.1 (G = 3 s): no hook and drainhook, on an idle vLLM
-engine and under short requests, every part a real process on loopback. The
+The rollout's arithmetic (one replica at a time, the start accounted), the
+projection to 64 and 512 replicas, the recipes built from `drainhook plan`,
+which cells a matrix runs and the claims' rules are checked on made-up
+numbers. Then real cells at --scale 0.1 (G = 3 s): no hook and drainhook on an
+idle vLLM engine and under short requests, and an 8-replica rollout, every
+part a real process on loopback, each cell in its own network namespace. The
 timings themselves are measured in benchmarks/rehearsal.md, not asserted here
 beyond loose bounds.
 """
@@ -9,34 +14,262 @@ beyond loose bounds.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, base_env
+from rehearsal import cell as cell_module
+from rehearsal import claims, kubelet, report, rollout, scenarios, strategies
+from rehearsal import run as runs
+from rehearsal.matrix import jobs
+from rehearsal.record import Cell
+from rehearsal.strategies import HookTarget
+from rehearsal.timeline import POD_ENV, Scale
+from tests.conftest import ROOT, base_env, netns
 
 SCALE = 0.1
 Cells = dict[tuple[str, str], dict[str, Any]]
 FIELDS = {"strategy", "scenario", "completed", "cut", "refused", "sigterm_at_s", "held_s", "scale"}
+PLAN_JSON = {
+    "grace": 60,
+    "settle": 5,
+    "exit_reserve": 5,
+    "interval": 1,
+    "read_timeout": 1,
+    "command": ["/usr/local/bin/drainhook", "wait", "--grace", "60", "--engine", "vllm"],
+    "warnings": [
+        {
+            "code": "vllm-shutdown-timeout",
+            "message": "vLLM >= 0.18: `vllm serve --shutdown-timeout N` lets requests still "
+            "running at D go on for N more seconds; suggest --shutdown-timeout 4 (R - 1)",
+            "reason": "...",
+        }
+    ],
+}
 
 
-@pytest.fixture(scope="module")
-def cells() -> Cells:
+# ---- the rollout's accounting ----------------------------------------------------------------
+
+
+def test_rollout_steps_one_replica_after_another() -> None:
+    steps = rollout.steps([10.0, 20.0, 5.0], start=60.0)
+    assert [(s.delete, s.exit, s.ready) for s in steps] == [
+        (0.0, 10.0, 70.0),
+        (70.0, 90.0, 150.0),
+        (150.0, 155.0, 215.0),
+    ]
+    assert rollout.held_total([10.0, 20.0, 5.0]) == 35.0
+    assert rollout.duration([10.0, 20.0, 5.0], 60.0) == 215.0 == steps[-1].ready
+
+
+def test_fleet_projection_is_the_mean_replica_times_the_fleet() -> None:
+    # 8 replicas held 10 and 14 s alternately (mean 12), 56 requests: 50 completed,
+    # 4 cut, 2 refused.
+    holds = [10.0, 14.0] * 4
+    for replicas in (8, 64, 512):
+        p = rollout.project(holds, (50, 4, 2), replicas, start=60.0)
+        assert p.held_total == pytest.approx(12.0 * replicas)
+        assert p.rollout == pytest.approx(72.0 * replicas)
+        assert (p.completed, p.cut, p.refused) == pytest.approx(
+            (50 * replicas / 8, 4 * replicas / 8, 2 * replicas / 8)
+        )
+    assert rollout.project(holds, (50, 4, 2), 8, 60.0).held_total == rollout.held_total(holds)
+    with pytest.raises(ValueError):
+        rollout.project([], (0, 0, 0), 64, 60.0)
+
+
+def cell(strategy: str = "drainhook", **fields: Any) -> Cell:
+    values: dict[str, Any] = {
+        "strategy": strategy,
+        "scenario": "rollout",
+        "scale": 0.5,
+        "completed": 7,
+        "cut": 0,
+        "refused": 0,
+        "router_lag": 2.0,
+        "sigterm_at_s": 5.0,
+        "held_s": 6.0,
+        "hook_returned_s": 5.0,
+        "hook_exit": 0,
+        "sigkill": False,
+        "reads": 8,
+        "grace": strategies.BY_KEY[strategy].grace,
+    }
+    values.update(fields)
+    return Cell(**values)
+
+
+def test_rollout_row_keeps_the_cell_fields_and_adds_the_rollout() -> None:
+    cells = [cell(replica=i, held_s=5.0 + i, netns=100 + i) for i in range(8)]
+    cells[3] = cell(replica=3, held_s=8.0, cut=2, completed=5, hook_exit=3, sigkill=True)
+    row = rollout.Rollout("drainhook", cells, start=60.0).row()
+    assert set(row) >= FIELDS | {"replicas", "held_total_s", "rollout_s", "engine_exit"}
+    holds_measured = [5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]
+    assert row["replicas"] == 8
+    assert row["held_total_s"] == pytest.approx(sum(holds_measured))  # as measured
+    # Every hold and 8 starts of 60 real seconds, at scale 0.5.
+    assert row["rollout_s"] == pytest.approx(sum(holds_measured) + 8 * 60 * 0.5)
+    assert row["held_s"] == pytest.approx(sum(holds_measured) / 8)
+    assert (row["completed"], row["cut"], row["refused"]) == (54, 2, 0)
+    assert (row["hook_exit"], row["engine_exit"]) == (3, "sigkill")
+    assert row["scenario"] == "rollout"
+
+
+# ---- recipes, and which cells run -------------------------------------------------------------
+
+
+def test_drainhook_st_takes_the_plans_values_scaled() -> None:
+    plan = strategies.parse_plan(PLAN_JSON)
+    assert (plan.grace, plan.deadline, plan.shutdown_timeout) == (60.0, 55.0, 4.0)
+    recipe = strategies.BY_KEY["drainhook+st"].resolved(plan)
+    assert (recipe.grace, recipe.shutdown_timeout) == (60.0, 4.0)
+    argv = recipe.command(HookTarget("http://127.0.0.1:9/metrics", Scale(0.5)), plan)
+    assert argv[:6] == [
+        sys.executable,
+        "-m",
+        "drainhook",
+        "wait",
+        "--url",
+        "http://127.0.0.1:9/metrics",
+    ]
+    flags = dict(zip(argv[6::2], argv[7::2], strict=True))
+    assert flags == {
+        "--engine": "vllm",
+        "--grace": "30",
+        "--settle": "2.5",
+        "--exit-reserve": "2.5",
+        "--interval": "0.5",
+        "--read-timeout": "0.5",
+    }
+    with pytest.raises(ValueError):
+        strategies.BY_KEY["drainhook+st"].resolved(None)
+
+
+def test_a_plan_without_a_number_in_its_advice_is_an_error() -> None:
+    broken = {**PLAN_JSON, "warnings": [{"code": "vllm-shutdown-timeout", "message": "suggest"}]}
+    with pytest.raises(ValueError):
+        strategies.parse_plan(broken)
+
+
+def test_recipes_set_their_g_and_vllm_flag() -> None:
+    by = strategies.BY_KEY
+    assert (by["kserve"].grace, by["kserve"].shutdown_timeout, by["kserve"].sleep) == (60, 45, 15)
+    assert (by["llm-d"].grace, by["llm-d"].shutdown_timeout, by["llm-d"].sleep) == (75, 45, 15)
+    target = HookTarget("http://127.0.0.1:9/metrics", Scale(0.5))
+    assert by["kserve"].command(target) == ["sleep", "7.5"]
+    assert by["none"].grace == by["drainhook"].grace == 30
+
+
+def test_vllm_recipes_skip_sglang_and_a_rollout_is_one_cell_per_replica() -> None:
+    chosen = [strategies.BY_KEY[k] for k in ("none", "kserve")]
+    picked = [scenarios.BY_KEY[k] for k in ("idle", "sglang-lag", "rollout")]
+    got = [(j.strategy.key, j.scenario.key, j.replica) for j in jobs(chosen, picked)]
+    assert got[:3] == [
+        ("none", "idle", None),
+        ("kserve", "idle", None),
+        ("none", "sglang-lag", None),
+    ]
+    assert ("kserve", "sglang-lag", None) not in got
+    assert [r for k, s, r in got if k == "kserve" and s == "rollout"] == list(range(8))
+
+
+def test_sglang_deletes_fall_half_way_between_watchdog_looks() -> None:
+    sglang, vllm = scenarios.BY_KEY["sglang-lag"], scenarios.BY_KEY["idle"]
+    f = Scale(0.5)  # looks every 2.5 s, from origin 100.0
+    assert cell_module.delete_time(103.0, vllm, f, 100.0) == 103.0
+    assert cell_module.delete_time(103.0, sglang, f, 100.0) == pytest.approx(103.75)
+    assert cell_module.delete_time(103.75, sglang, f, 100.0) == pytest.approx(103.75)
+    assert cell_module.delete_time(103.76, sglang, f, 100.0) == pytest.approx(106.25)
+
+
+def test_hooks_run_as_inside_a_pod() -> None:
+    env = kubelet._hook_env()
+    assert {k: env[k] for k in POD_ENV} == POD_ENV
+    assert not [k for k in env if k.startswith("DRAINHOOK_")]
+
+
+def test_the_router_lag_20_scenario_keeps_its_own_lag() -> None:
+    lagging = scenarios.BY_KEY["router-lag-20"]
+    assert lagging.lag(2.0) == 20.0 and scenarios.BY_KEY["long"].lag(2.0) == 2.0
+    # Its work ends by 24 s: before drainhook's D (25 s at G 30) and drainhook+st's (55 s).
+    assert lagging.ends_before_deadline(2.0, 25.0) and not lagging.ends_before_deadline(2.0, 23.0)
+
+
+# ---- the claims, as rules on made-up runs -----------------------------------------------------
+
+
+def made_run(drainhook_hold: float, kserve_hold: float, drainhook_cut: int = 0) -> runs.Run:
+    plan = strategies.parse_plan(PLAN_JSON)
+    mine = [
+        cell("drainhook+st", replica=i, held_s=drainhook_hold, cut=drainhook_cut) for i in range(8)
+    ]
+    base = [cell("kserve", replica=i, held_s=kserve_hold) for i in range(8)]
+    idle = [
+        cell("drainhook+st", scenario="idle", held_s=drainhook_hold, completed=0),
+        cell("kserve", scenario="idle", held_s=kserve_hold, completed=0),
+    ]
+    rollouts = [rollout.Rollout("drainhook+st", mine, 60.0), rollout.Rollout("kserve", base, 60.0)]
+    return runs.Run(idle, rollouts, Scale(0.5), 1.0, plan)
+
+
+@pytest.mark.parametrize(
+    ("mine", "base", "cut", "holds"),
+    [
+        (4.0, 8.0, 0, True),  # exactly half
+        (4.1, 8.0, 0, False),  # a little more than half
+        (2.0, 8.0, 1, False),  # short, but it cut a request kserve did not
+    ],
+)
+def test_rollout_halving_claim(mine: float, base: float, cut: int, holds: bool) -> None:
+    claim = claims._rollout_half(made_run(mine, base, cut), "drainhook+st")
+    assert claim is not None and claim.holds is holds
+    assert "accelerator-seconds" in claim.evidence
+    assert (claim.why == "") is holds
+
+
+def test_idle_halving_claim() -> None:
+    assert claims._idle_half(made_run(3.0, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
+    assert not claims._idle_half(made_run(4.5, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
+    assert claims._idle_half(made_run(3.0, 8.0), "drainhook") is None  # it did not run
+
+
+def test_report_written_again_from_the_kept_data(tmp_path: Any) -> None:
+    run = made_run(4.0, 8.0)
+    runs.save(tmp_path / "run.jsonl", run)
+    again = runs.load(tmp_path / "run.jsonl")
+    assert [c.to_json() for c in again.cells] == [c.to_json() for c in run.cells]
+    assert [r.row() for r in again.rollouts] == [r.row() for r in run.rollouts]
+    assert again.plan == run.plan
+    report.write(tmp_path / "rehearsal.md", again, "long")
+    text = (tmp_path / "rehearsal.md").read_text()
+    assert "| drainhook+st | 60 | 8 |" in text
+    assert (tmp_path / "rehearsal-rollout.svg").read_text().startswith("<svg")
+
+
+# ---- real cells, on a strong scale ------------------------------------------------------------
+
+
+def rehearse(*args: str) -> list[dict[str, Any]]:
+    if netns() is None:
+        pytest.skip("no network namespace can be made here (`unshare -rn`)")
     out = subprocess.run(
-        [
-            *(sys.executable, "-m", "rehearsal", "--scale", str(SCALE), "--json"),
-            *("--strategies", "none,drainhook", "--scenarios", "idle,short"),
-        ],
+        [sys.executable, "-m", "rehearsal", "--scale", str(SCALE), "--json", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=90,
         cwd=ROOT,
         env=base_env(),
     )
     assert out.returncode == 0, out.stderr
-    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def cells() -> Cells:
+    rows = rehearse("--strategies", "none,drainhook", "--scenarios", "idle,short")
     return {(r["strategy"], r["scenario"]): r for r in rows}
 
 
@@ -52,6 +285,15 @@ def test_every_cell_reports_the_fields(cells: Cells) -> None:
         assert set(row) >= FIELDS
         assert row["scale"] == SCALE
         assert row["engine_exit"] == "clean"
+        # Every process was up before the timeline started: the delete came on time.
+        assert 0 <= row["late_s"] < 0.1
+
+
+@pytest.mark.slow
+def test_each_cell_ran_in_a_network_namespace_of_its_own(cells: Cells) -> None:
+    spaces = {row["netns"] for row in cells.values()}
+    assert len(spaces) == len(cells)
+    assert os.stat("/proc/self/ns/net").st_ino not in spaces
 
 
 @pytest.mark.slow
@@ -84,3 +326,32 @@ def test_idle_drainhook_returns_after_two_reads(
     tick = 0.011 / SCALE
     assert 0.6 - tick <= mine["sigterm_at_s"] <= 0.6 + 1.0
     assert mine["held_s"] >= mine["sigterm_at_s"]
+
+
+@pytest.mark.slow
+def test_a_rollout_is_one_row_per_recipe_with_its_totals() -> None:
+    rows = {
+        r["strategy"]: r
+        for r in rehearse("--strategies", "none,drainhook", "--scenarios", "rollout")
+    }
+    assert set(rows) == {"none", "drainhook"}
+    for row in rows.values():
+        assert row["scenario"] == "rollout" and row["replicas"] == 8
+        assert len(row["replica_held_s"]) == 8 and len(row["netns"]) == 8
+        assert row["held_total_s"] == pytest.approx(sum(row["replica_held_s"]), abs=1e-3)
+        assert row["rollout_s"] == pytest.approx(row["held_total_s"] + 8 * 60 * SCALE, abs=1e-3)
+        # 7 requests per departing replica (1/s from 4 s before the delete to 2 s after).
+        assert row["completed"] + row["cut"] + row["refused"] == 56
+    mine, none = rows["drainhook"], rows["none"]
+    assert (mine["completed"], mine["cut"], mine["refused"]) == (56, 0, 0)
+    assert none["cut"] + none["refused"] > 0
+    # No hook: SIGTERM at each delete. drainhook: not before the settle (0.5 s here), and
+    # on average well before D (2.5 s), where a hook that never saw idle would return.
+    assert none["sigterm_at_s"] < 0.1
+    assert min(mine["replica_held_s"]) > 5.0 * SCALE
+    assert mine["sigterm_at_s"] < 25 * SCALE
+
+
+def test_the_report_shows_no_file_names_from_the_command_line() -> None:
+    argv = ["--data", "run.jsonl", "--scale", "0.5", "--report=out.md", "--json"]
+    assert runs.shown_argv(argv) == "--scale 0.5 --json"

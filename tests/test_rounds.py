@@ -15,9 +15,10 @@ from tests.loopback import Loopback, sample, sequence, serve
 A, B = "http://127.0.0.1:8000/metrics", "http://127.0.0.1:8001/metrics"
 
 
-def counted(total: float, engine: str = "vllm") -> Reading:
+def counted(total: float, engine: str = "vllm", rank: str = "0") -> Reading:
+    """A reading of one DP rank's engine (its `engine` label) holding `total`."""
     verdict = Verdict.BUSY if total else Verdict.IDLE
-    series = (Series("vllm:num_requests_running", (("engine", "0"),), total),)
+    series = (Series("vllm:num_requests_running", (("engine", rank),), total),)
     return Reading(verdict, engine, total, series, None, 1.0)
 
 
@@ -26,9 +27,35 @@ def failed(verdict: Verdict, reason: str = "x") -> Reading:
 
 
 def test_answering_targets_are_summed() -> None:
-    r = combine([(A, counted(2)), (B, counted(3))], set())
+    r = combine([(A, counted(2, rank="0")), (B, counted(3, rank="1"))], set())
     assert (r.verdict, r.in_flight, len(r.series), r.engine) == (Verdict.BUSY, 5, 2, "vllm")
     assert [n for n, _ in r.parts] == [A, B]
+
+
+def test_a_series_seen_on_two_targets_counts_once_at_its_max() -> None:
+    # A proxy re-exporting the engine's gauges (B), read a moment after the engine (A).
+    r = combine([(A, counted(3)), (B, counted(2))], set())
+    assert (r.verdict, r.in_flight, len(r.series)) == (Verdict.BUSY, 3, 1)
+    assert combine([(A, counted(0)), (B, counted(0))], set()).verdict is Verdict.IDLE
+
+
+def test_a_refused_target_that_discovery_replaced_counts_as_zero_while_it_refuses() -> None:
+    refused = Reading.failed(Verdict.UNREACHABLE, "cannot connect", 1.0, refused=True)
+    r = combine([(A, refused), (B, counted(0))], {B}, replaced={A})
+    assert (r.verdict, r.in_flight, r.reason) == (Verdict.IDLE, 0, None)
+    # ...and is counted like any target when an engine answers there after all.
+    back = combine([(A, counted(2, rank="1")), (B, counted(1))], {B}, replaced={A})
+    assert (back.verdict, back.in_flight) == (Verdict.BUSY, 3)
+    # Once it has answered, refusing again is an engine that exited: 0, and said.
+    gone = combine([(A, refused), (B, counted(0))], {A, B}, replaced={A})
+    assert gone.verdict is Verdict.IDLE and gone.reason is not None and "exited" in gone.reason
+
+
+def test_every_target_refused_is_a_refused_round() -> None:
+    refused = Reading.failed(Verdict.UNREACHABLE, "cannot connect", 1.0, refused=True)
+    other = Reading.failed(Verdict.UNREACHABLE, "HTTP 404", 1.0, status=404)
+    assert combine([(A, refused), (B, refused)], set()).refused
+    assert not combine([(A, refused), (B, other)], set()).refused
 
 
 def test_idle_only_when_every_target_is_idle() -> None:

@@ -11,7 +11,7 @@ import pytest
 from drainhook.exposition import scan
 from drainhook.loads import scan_loads
 from drainhook.rounds import combine
-from drainhook.verdict import Reading, Verdict, count, value_problem
+from drainhook.verdict import Reading, Series, Verdict, count, value_problem
 
 HUGE = 1e308  # finite; two of them are not
 
@@ -62,8 +62,19 @@ def loads_body(*values: float) -> bytes:
 
 
 def round_of(*values: float) -> Reading:
+    """Several targets, each one DP rank's engine holding one value."""
     parts = [
-        (f"http://127.0.0.1:{8000 + i}/metrics", Reading(Verdict.BUSY, "vllm", v, (), None, 1.0))
+        (
+            f"http://127.0.0.1:{8000 + i}/metrics",
+            Reading(
+                Verdict.BUSY,
+                "vllm",
+                v,
+                (Series("vllm:num_requests_running", (("engine", str(i)),), v),),
+                None,
+                1.0,
+            ),
+        )
         for i, v in enumerate(values)
     ]
     return combine(parts, set())

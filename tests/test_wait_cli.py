@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hook, Run
+from tests.conftest import Hook, Run, hook_lines
 from tests.loopback import (
     Behaviour,
     Loopback,
@@ -163,7 +163,8 @@ def test_drained_after_the_confirming_idle_reads(
 def test_sglang_engine_pinned_drains(hook: Hook) -> None:
     busy, idle = sample("sglang-mp-dp2.txt"), sample("sglang-mp-dp2-idle.txt")
     with Loopback(sequence(serve(busy), serve(idle))) as srv:
-        run = wait(hook, srv.url, "--engine", "sglang")
+        # /metrics alone: one connection a read (tests/test_sources.py reads /v1/loads beside it).
+        run = wait(hook, srv.url, "--engine", "sglang", "--source", "metrics")
     assert_drained(run, reads=3)
     assert [(r["verdict"], r["in_flight"]) for r in read_lines(run)] == [
         ("busy", "6"),
@@ -397,7 +398,8 @@ def test_json_log_format(hook: Hook) -> None:
     with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
         run = wait(hook, srv.url, "--log-format", "json")
     assert run.code == 0, run.stderr
-    events = [json.loads(line) for line in run.lines]  # every line is JSON
+    events = [json.loads(line) for line in hook_lines(run.lines)]
+    assert len(events) < len(run.lines) and all(json.loads(line) for line in run.lines)
     reads = [e for e in events if e["event"] == "read"]
     summaries = [e for e in events if e["event"] == "summary"]
     assert len(reads) + len(summaries) == len(events)
@@ -423,7 +425,7 @@ def test_json_summary_of_a_failure_carries_the_reason(hook: Hook) -> None:
         "wait", "--url", f"http://127.0.0.1:{free_port()}/", *TIMELINE, "--log-format", "json"
     )
     assert run.code == 4
-    events = [json.loads(line) for line in run.lines]
+    events = [json.loads(line) for line in hook_lines(run.lines)]
     assert [e["event"] for e in events] == ["read", "summary"]
     summary = events[-1]
     assert (summary["outcome"], summary["exit"], summary["reads"]) == ("unreachable", 4, 1)
@@ -446,7 +448,7 @@ def test_log_file_gets_the_same_lines(hook: Hook, tmp_path: Path) -> None:
     with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
         run = wait(hook, srv.url, "--log-file", str(log))
     assert run.code == 0
-    assert len(run.lines) == 4  # three reads, one summary
+    assert len(hook_lines(run.lines)) == 4  # three reads, one summary
     assert log.read_text().splitlines() == run.lines
 
 
@@ -461,7 +463,7 @@ def test_an_unwritable_log_file_is_reported_once_and_the_hook_goes_on(
     warnings = [line for line in run.lines if "--log-file" in line]
     assert len(warnings) == 1, run.stderr
     assert str(log) in warnings[0]
-    assert len(run.lines) == 4  # the warning, two reads, the summary
+    assert len(hook_lines(run.lines)) == 4  # the warning, two reads, the summary
     assert not log.parent.exists()
 
 

@@ -1,12 +1,19 @@
-"""Shapes that usually mean trouble: `probe` names them; the verdict stays the contract's."""
+"""Shapes that usually mean trouble: `probe` names them; the verdict stays the contract's.
+And `wait` says, once at its start, what `plan` would say of its timeline.
+"""
 
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 
+import pytest
+
+from drainhook import plan as planning
 from drainhook.exposition import scan
 from drainhook.verdict import Verdict
-from tests.conftest import Hook
+from tests.conftest import Hook, Run
 from tests.loopback import Loopback, sample, serve
 
 TWO_RUNS = b"""\
@@ -61,4 +68,121 @@ def test_wait_logs_each_warning_once(hook: Hook) -> None:
         )  # fmt: skip
     assert run.code == 3
     warned = [line for line in run.lines if line.startswith("drainhook warning=")]
-    assert len(warned) == 1 and int(run.summary.split("reads=")[1].split()[0]) >= 3
+    about_reads = [line for line in warned if " code=" not in line]  # not the timeline's
+    assert len(about_reads) == 1 and int(run.summary.split("reads=")[1].split()[0]) >= 3
+    timeline = [fields(line)["code"] for line in warned if " code=" in line]
+    assert timeline == ["grace-range", "no-room", "settle-short", "exit-reserve-short"]
+
+
+# -- the plan's timeline warnings, logged by `wait` at its start ------------------------
+
+IDLE = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
+BUSY = b"vllm:num_requests_running 3\nvllm:num_requests_waiting 0\n"
+
+
+def fields(line: str) -> dict[str, str]:
+    """The key=value pairs of a text log line (quoted values unquoted)."""
+    return dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
+
+
+def timeline_lines(run: Run) -> list[dict[str, str]]:
+    return [fields(line) for line in run.lines if line.startswith("drainhook warning=")]
+
+
+def codes_of(*flags: str) -> list[str]:
+    """What `plan` says of these flags, in its order: the reference for wait's lines."""
+    values = dict(zip(flags[::2], flags[1::2], strict=True))
+    config = planning.wait_config(
+        **{k.lstrip("-").replace("-", "_"): float(v) for k, v in values.items()}
+    )
+    return [w.code for w in planning.timeline_warnings(config)]
+
+
+def test_grace_5_says_why_it_returns_at_once(hook: Hook) -> None:
+    """`wait --grace 5`: D = G - R = 0, so `deadline` at once; the hook now says why,
+    in `plan`'s words, and the outcome and exit code stay what they were."""
+    with Loopback(serve(IDLE)) as srv:
+        run = hook("wait", "--url", srv.url, "--grace", "5")
+        assert srv.connections == 0  # not a single read, as before
+    assert run.code == 3
+    summary = fields(run.summary)
+    assert (summary["outcome"], summary["reads"], summary["exit"]) == ("deadline", "0", "3")
+    assert float(summary["elapsed"]) < 1.0  # it still returns at once
+    plan = planning.make_plan(planning.wait_config(grace=5.0))
+    expected = [w for w in plan.warnings if w.code in ("grace-range", "settle-past-deadline")]
+    assert [(w.code, w.message, w.reason) for w in expected] == [
+        (f["code"], f["warning"], f["why"]) for f in timeline_lines(run)
+    ]  # the same rules and wording, one line each
+    assert run.lines[-1] == run.summary and len(run.lines) == 3
+
+
+def test_a_settle_past_the_deadline_is_said_before_the_sleep(hook: Hook) -> None:
+    """`wait --settle 40 --grace 30`, shrunk: the hook sleeps to D without a read; the
+    warning comes first, the outcome is the deadline's."""
+    flags = ("--settle", "1.2", "--grace", "1", "--exit-reserve", "0.4")  # S 1.2 > D 0.6
+    with Loopback(serve(IDLE)) as srv:
+        run = hook("wait", "--url", srv.url, *flags, "--log-format", "json")
+        assert srv.connections == 0
+    assert run.code == 3
+    lines = [json.loads(line) for line in run.lines]
+    assert [line["event"] for line in lines] == ["warning"] * 4 + ["summary"]
+    assert [line["code"] for line in lines[:-1]] == codes_of(*flags)
+    (past,) = [line for line in lines if line.get("code") == "settle-past-deadline"]
+    assert "not a single read" in past["warning"] and past["reason"]
+    assert lines[-1]["outcome"] == "deadline" and lines[-1]["reads"] == 0
+    assert lines[-1]["elapsed"] == pytest.approx(0.6, abs=0.3)  # slept to D, not to S
+
+
+def test_the_exact_examples_warn_as_plan_does() -> None:
+    """The two examples with their own numbers (the subprocess runs above are shrunk)."""
+    assert codes_of("--grace", "5") == ["grace-range", "settle-past-deadline"]
+    assert codes_of("--settle", "40", "--grace", "30") == ["settle-past-deadline"]
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_warnings_come_once_before_any_read_and_into_the_log_file(
+    hook: Hook, tmp_path: Path, log_format: str
+) -> None:
+    flags = ("--settle", "0.1", "--interval", "0.1", "--grace", "1", "--exit-reserve", "0.5")
+    log = tmp_path / "hook.log"
+    with Loopback(serve(BUSY)) as srv:
+        run = hook("wait", "--url", srv.url, *flags, "--log-format", log_format,
+                   "--log-file", str(log))  # fmt: skip
+        answered = srv.connections
+    assert run.code == 3  # busy to D, as without the warnings
+    assert run.stderr.splitlines() == log.read_text().splitlines()
+
+    def kind(line: str) -> str:
+        if log_format == "json":
+            got = json.loads(line)
+            return f"{got['event']}:{got.get('code', '')}"
+        return "read:" if " read=" in line else "summary:" if " outcome=" in line else (
+            "warning:" + fields(line).get("code", ""))  # fmt: skip
+
+    kinds = [kind(line) for line in run.lines]
+    warnings = [k.split(":")[1] for k in kinds if k.startswith("warning:")]
+    assert warnings == codes_of(*flags)  # each once, in plan's order
+    first_read = kinds.index("read:")
+    assert all(k.startswith("warning:") for k in kinds[:first_read])
+    assert kinds.count("read:") == answered >= 3 and kinds[-1] == "summary:"
+
+
+def test_quiet_keeps_them_in_the_log_file_only(hook: Hook, tmp_path: Path) -> None:
+    log = tmp_path / "hook.log"
+    run = hook("wait", "--grace", "5", "--quiet", "--log-file", str(log), "--port", "1")
+    assert run.code == 3
+    assert len(run.lines) == 1 and run.lines[0] == run.summary
+    logged = log.read_text().splitlines()
+    assert [fields(line).get("code") for line in logged[:-1]] == codes_of("--grace", "5")
+
+
+@pytest.mark.slow
+def test_good_values_give_no_warning_line(hook: Hook) -> None:
+    """S = 5 s, G = 15 s, R = 2 s: nothing for `plan` to say, so nothing logged."""
+    with Loopback(serve(IDLE)) as srv:
+        run = hook("wait", "--url", srv.url, "--grace", "15", "--exit-reserve", "2",
+                   "--interval", "0.2")  # fmt: skip
+    assert codes_of("--grace", "15", "--exit-reserve", "2", "--interval", "0.2") == []
+    assert run.code == 0, run.stderr
+    assert not [line for line in run.lines if "warning" in line]
+    assert [" read=" in line for line in run.lines] == [True, True, False]

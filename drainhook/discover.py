@@ -1,0 +1,350 @@
+"""Listener discovery (CONTRACT §2a): one read of every candidate, at once,
+never past D; and `Discovering`, the hook's reader that searches when every
+configured target refused its first read.
+
+Pure but for its threads: the read, the clock and the wait are handed in, so
+a test runs 64 candidates, one of which never answers, under a fake clock.
+
+Every read runs in its own daemon thread and gets the read timeout clipped to
+the time left when it starts; the caller waits on the results, never past
+`until`. A read that has not answered by then is abandoned, not joined: a
+daemon thread does not hold the interpreter's exit (a ThreadPoolExecutor's
+workers would, as read.py's name lookup explains), and the hook's reads
+are bounded by their own deadline anyway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from drainhook.listeners import Listener, candidates, read_listeners
+from drainhook.rounds import Round, TargetReader, combine
+from drainhook.target import Target
+from drainhook.verdict import Reading, Verdict
+
+ReadOne = Callable[[str, float], Reading]
+# At most this many reads at once: with discovery's 64 candidates, every read
+# starts at once, and the whole search takes one read timeout at most.
+MAX_PARALLEL = 64
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One candidate read: its URL, its reading (None: no answer by the deadline),
+    and when the reading came, on the search's clock (None: it did not)."""
+
+    url: str
+    reading: Reading | None
+    at: float | None = None
+
+    @property
+    def why(self) -> str:
+        """Why this listener is not the engine's, in a few words."""
+        if self.reading is None:
+            return "no answer in time"
+        if self.reading.verdict is Verdict.UNREACHABLE or self.reading.engine is None:
+            return self.reading.reason or str(self.reading.verdict)
+        return f"{self.reading.engine} {self.reading.verdict}"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What the search found: the engine listeners (in candidate order), every
+    read made, the candidates never read because the time ran out first, and
+    the listeners left out past the cap (listeners.MAX_READS)."""
+
+    found: tuple[Tried, ...]
+    tried: tuple[Tried, ...]
+    not_read: tuple[str, ...]
+    left_out: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """The listeners tried, for an `unreachable` reason or a log line."""
+        if not (self.tried or self.not_read or self.left_out):
+            return "no other listener in the Pod"
+        shown = "; ".join(f"{t.url} ({t.why})" for t in self.tried)
+        text = f"tried {len(self.tried)} listener{'s' if len(self.tried) != 1 else ''}"
+        text = f"{text}: {shown}" if shown else text
+        if self.not_read:
+            text += f"; {len(self.not_read)} not read before the deadline"
+        if self.left_out:
+            cap = len(self.tried) + len(self.not_read)
+            text += f"; {len(self.left_out)} more not read (at most {cap} are)"
+        return text
+
+
+def _daemon(task: Callable[[], None], name: str) -> None:
+    threading.Thread(target=task, name=name, daemon=True).start()
+
+
+def names_engine(reading: Reading, engine: str = "auto") -> bool:
+    """Whether a listener's reading is an engine's, as `--engine` recognises one.
+
+    With `auto` the scanner names an engine only when its gauges are in the
+    body. With a pinned engine it names that engine for any 2xx body (a
+    sidecar's too, as `unknown`), so there a listener is the engine's only
+    when at least one of its counted series was read.
+    """
+    if reading.engine is None:
+        return False
+    if engine == "auto":
+        return True
+    return reading.engine == engine and bool(reading.series)
+
+
+def discover(
+    urls: Sequence[str],
+    read_one: ReadOne,
+    *,
+    read_timeout: float,
+    until: float,
+    clock: Callable[[], float] = time.monotonic,
+    is_engine: Callable[[Reading], bool] = names_engine,
+    max_parallel: int = MAX_PARALLEL,
+    wait: Callable[[threading.Event, float], object] = threading.Event.wait,
+    spawn: Callable[[Callable[[], None], str], None] = _daemon,
+) -> Discovery:
+    """Read every URL once, `max_parallel` at a time, and keep the engines'.
+
+    `read_one(url, timeout)` makes one read that ends within timeout;
+    `until` is the deadline on `clock`'s scale: no read starts at or after it
+    and the call returns by then. `wait(event, timeout)` blocks until the
+    event is set or the timeout passes (a fake clock's wait advances it).
+    `spawn(task, name)` starts a thread; when it cannot (a container's pids
+    limit), fewer reads run at once, and with none running that read fails.
+    """
+    urls = list(urls)
+    readings: dict[int, Reading] = {}
+    landed: dict[int, float] = {}
+    lock = threading.Lock()
+    progress = threading.Event()
+    started = 0
+    max_parallel = max(1, max_parallel)
+
+    def run(index: int, timeout: float) -> None:
+        try:
+            reading = read_one(urls[index], timeout)
+        except Exception as exc:  # a reader that raised: a bug, not a reason to crash the hook
+            reading = Reading.failed(Verdict.UNKNOWN, f"unexpected {type(exc).__name__}", 0.0)
+        with lock:
+            readings[index] = reading
+            landed[index] = clock()
+        progress.set()
+
+    while True:
+        progress.clear()  # before looking, so a result that lands after is not missed
+        with lock:
+            done = len(readings)
+        left = until - clock()
+        if done == len(urls) or left <= 0:
+            break
+        while started < len(urls) and started - done < max_parallel:
+            index, timeout = started, min(read_timeout, left)
+            try:
+                spawn(functools.partial(run, index, timeout), f"drainhook-discover-{index}")
+            except RuntimeError as exc:  # "can't start new thread"
+                if started - done > 0:
+                    max_parallel = started - done  # wait for one to end, then go on
+                    break
+                with lock:
+                    readings[index] = Reading.failed(Verdict.UNKNOWN, f"no thread: {exc}", 0.0)
+                done += 1
+            started += 1
+        if started - done > 0:
+            wait(progress, left)
+
+    with lock:
+        final, when = dict(readings), dict(landed)
+    tried = tuple(Tried(urls[i], final.get(i), when.get(i)) for i in range(started))
+    found = tuple(t for t in tried if t.reading is not None and is_engine(t.reading))
+    return Discovery(found, tried, tuple(urls[started:]))
+
+
+class OneReader(Protocol):
+    """What the search needs of a reader made for one URL (drainhook.read.Reader)."""
+
+    def read(self, timeout: float) -> Reading: ...
+
+    def close(self) -> None: ...
+
+
+def search(
+    reader_for: Callable[[str], OneReader],
+    *,
+    read_timeout: float,
+    until: float,
+    scheme: str = "http",
+    path: str = "/metrics",
+    exclude: Iterable[tuple[str, int]] = (),
+    clock: Callable[[], float] = time.monotonic,
+    is_engine: Callable[[Reading], bool] = names_engine,
+    listeners: Callable[[], Iterable[Listener]] = read_listeners,
+) -> Discovery:
+    """Listener discovery whole: list this namespace's listeners, read each once
+    (but the `exclude`d (host, port) pairs, already tried) and keep the engines'.
+
+    `reader_for(url)` makes the reader of one URL (with the hook's TLS, engine
+    and body cap); each is closed after its read, or abandoned with its thread.
+    """
+    planned = candidates(listeners(), exclude=exclude)
+
+    def read_one(url: str, timeout: float) -> Reading:
+        reader = reader_for(url)
+        try:
+            return reader.read(timeout)
+        finally:
+            reader.close()
+
+    found = discover(
+        planned.urls(scheme, path),
+        read_one,
+        read_timeout=read_timeout,
+        until=until,
+        clock=clock,
+        is_engine=is_engine,
+    )
+    left_out = tuple(e.url(scheme, path) for e in planned.left_out)
+    return Discovery(found.found, found.tried, found.not_read, left_out)
+
+
+@dataclass(frozen=True)
+class Search:
+    """One search as the hook ran it: the configured targets (as shown), what
+    it found, and when it started and ended (on the reader's clock)."""
+
+    configured: tuple[str, ...]
+    discovery: Discovery
+    started: float
+    ended: float
+
+    @property
+    def found(self) -> tuple[str, ...]:
+        return tuple(t.url for t in self.discovery.found)
+
+    @property
+    def found_after(self) -> float | None:
+        """Seconds from the search's start to the first engine's answer."""
+        times = [t.at for t in self.discovery.found if t.at is not None]
+        return min(times) - self.started if times else None
+
+
+class Discovering:
+    """The configured targets' reader, with listener discovery on its first read.
+
+    The first read reads the configured targets. When every one of them
+    refused the connection (nothing listens there) and `on_refused` is set,
+    it searches the Pod's listeners within that read's time left (never past
+    D, which bounds the timeout the loop hands in). Found: from then on every
+    read is a round over the configured targets and the found listeners, and
+    this first read is the round made of the search's own reads of them (no
+    listener is read twice for it). The configured targets refused from the
+    start: they count as 0 while they refuse, and as any other target if an
+    engine answers there later. Found nothing: the read stays `unreachable`,
+    its reason naming every listener tried.
+
+    Only the first read searches: a target that answered and then refuses is
+    an engine that exited (the plain rules apply). `always` (`probe
+    --discover`) searches on the first read whatever it gave, to list what
+    the Pod serves; the reading stays the configured targets' unless they
+    all refused. `last_search` holds the search, if one ran; `on_search` is
+    told of it as it ends.
+    """
+
+    def __init__(
+        self,
+        readers: Sequence[TargetReader],
+        targets: Sequence[Target],
+        make_reader: Callable[[str], TargetReader],
+        *,
+        read_timeout: float,
+        engine: str = "auto",
+        on_refused: bool = True,
+        always: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        listeners: Callable[[], Iterable[Listener]] = read_listeners,
+        on_search: Callable[[Search], None] = lambda _s: None,
+    ) -> None:
+        self._readers = list(readers)
+        self._configured: TargetReader = (
+            self._readers[0] if len(self._readers) == 1 else Round(self._readers, clock)
+        )
+        self._targets = tuple(targets)
+        self._make_reader = make_reader
+        self._read_timeout = read_timeout
+        self._engine = engine
+        self._on_refused = on_refused
+        self._always = always
+        self._clock = clock
+        self._listeners = listeners
+        self._on_search = on_search
+        self._first = True
+        self._round: Round | None = None  # the configured targets and the found listeners
+        self.last_search: Search | None = None
+
+    @property
+    def name(self) -> str:
+        """The targets read, as shown: the configured ones, then the found ones."""
+        return (self._round or self._configured).name
+
+    def close(self) -> None:
+        (self._round or self._configured).close()
+
+    def read(self, timeout: float) -> Reading:
+        if self._round is not None:
+            return self._round.read(timeout)
+        start = self._clock()
+        reading = self._configured.read(timeout)
+        if not self._first:
+            return reading
+        self._first = False
+        refused = reading.verdict is Verdict.UNREACHABLE and reading.refused
+        if not (refused and self._on_refused) and not self._always:
+            return reading
+        found = self._search(until=start + timeout)
+        if not refused:
+            return reading
+        took = (self._clock() - start) * 1000.0
+        if not found.found:
+            reason = f"{reading.reason}; no engine elsewhere in the Pod: {found.describe()}"
+            return dataclasses.replace(reading, reason=reason, read_ms=took)
+        return dataclasses.replace(self._drain_found(reading, found), read_ms=took)
+
+    def _search(self, until: float) -> Discovery:
+        first = self._targets[0]
+        started = self._clock()
+        found = search(
+            self._make_reader,
+            read_timeout=self._read_timeout,
+            until=until,
+            scheme=first.scheme,
+            path=first.path,
+            exclude=[(t.connect_host, t.port) for t in self._targets],
+            clock=self._clock,
+            is_engine=functools.partial(names_engine, engine=self._engine),
+            listeners=self._listeners,
+        )
+        configured = tuple(r.name for r in self._readers)
+        self.last_search = Search(configured, found, started, self._clock())
+        self._on_search(self.last_search)
+        return found
+
+    def _drain_found(self, refused: Reading, found: Discovery) -> Reading:
+        """Make the round of every target from now on; its first reading from the
+        search's reads."""
+        readers = [self._make_reader(t.url) for t in found.found]
+        names = [r.name for r in readers]
+        configured = [r.name for r in self._readers]
+        self._round = Round(
+            [*self._readers, *readers], self._clock, answered=names, replaced=configured
+        )
+        parts = list(refused.parts) or [(configured[0], refused)]
+        parts += [
+            (n, t.reading) for n, t in zip(names, found.found, strict=True) if t.reading is not None
+        ]
+        return combine(parts, names, configured)

@@ -1,0 +1,418 @@
+"""The latency histograms of `plan --observe`: a /metrics body (bytes) to the
+series of a few histogram families, and those series to one summed histogram.
+
+The same discipline as the gauge scanner (drainhook.exposition), whose line
+grammar it shares: only the lines of the wanted families are parsed, found
+with `bytes.find`; every other line is skipped unread. What one body can make
+it hold is bounded (bytes of family lines, bucket samples kept), and so is
+its time when the read's deadline is handed in (past it, `ScanLimit`). A
+family over its bounds, a line of it that does not parse, a NaN or negative
+count, a bucket twice, a cumulative count that goes down or a `_count` that
+disagrees with the `+Inf` bucket make that family's `problem`: a clear reason,
+never a traceback and never a wrong count.
+
+Histogram lines, text 0.0.4 or OpenMetrics 1.0:
+
+    vllm:e2e_request_latency_seconds_bucket{engine="0",le="0.3",model_name="m"} 4.0
+    vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 9.0
+    vllm:e2e_request_latency_seconds_count{engine="0",model_name="m"} 9.0
+    vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 31.5
+
+`_sum` lines are not read (nothing here needs them); `_created` (OpenMetrics,
+and prometheus_client's separate `*_created` gauge) is another family; a
+name written with `_` for `:` (OpenMetrics escaping) is the same family; an
+OpenMetrics exemplar after the value is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+# The sample-line grammar is the gauge scanner's own (names, label sets, values).
+from drainhook.errors import Malformed
+from drainhook.exposition import _BLANKS, _META, _NAME_END, _NUMBER, MAX_LABELS, _parse_rest
+
+Body = bytes | bytearray | mmap.mmap
+Labels = tuple[tuple[str, str], ...]
+
+# Bounds on each family in one body. vLLM writes 23 lines per histogram series
+# (21 bounds, +Inf, _count) and one series per DP engine; SGLang 24 (22 bounds),
+# one series per is_streaming value (and per extra label). A 64-engine vLLM
+# server's e2e family is about 1500 samples and 200 KB; these leave that twenty
+# times over. Past one, that family is a problem; the others are read on.
+MAX_FAMILY_BYTES = 4 * 1024 * 1024  # bytes of one family's lines
+MAX_SAMPLES = 32768  # bucket and _count samples of one family
+_CLOCK_EVERY = 256  # family lines between two looks at the clock
+
+_SUFFIXES = (b"_bucket", b"_count", b"_sum")
+INF = math.inf
+
+
+class ScanLimit(Exception):
+    """The read's time ran out while scanning: nothing can be said of the body."""
+
+
+@dataclass
+class RawSeries:
+    """One series of a histogram family as written: its buckets (upper bound to
+    cumulative count) and its `_count`, if any."""
+
+    buckets: dict[float, float] = field(default_factory=dict)
+    count: float | None = None
+
+
+@dataclass
+class Family:
+    """What one body says of one histogram family."""
+
+    name: str  # canonical, with `:`
+    seen: bool = False  # any sample, or a `# TYPE`/`# HELP` line naming it
+    series: dict[Labels, RawSeries] = field(default_factory=dict)
+    problem: str | None = None  # the first line or sample that makes it unusable
+    read_bytes: int = 0  # of its lines, against MAX_FAMILY_BYTES
+    samples: int = 0  # bucket and _count samples, against MAX_SAMPLES
+
+    def fail(self, why: str) -> None:
+        self.problem = self.problem or f"{self.name}: {why}"
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Series of one family summed: finite upper bounds in increasing order, and
+    the cumulative counts at each, then at +Inf (the total)."""
+
+    name: str
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]  # len(bounds) + 1; the last is the +Inf bucket
+    series: int  # series summed
+    dropped: tuple[float, ...] = ()  # bounds not every series had, left out
+
+    @property
+    def total(self) -> float:
+        return self.cumulative[-1]
+
+    @property
+    def largest_bound(self) -> float | None:
+        return self.bounds[-1] if self.bounds else None
+
+    def quantile(self, q: float) -> float | None:
+        """The upper bound of the bucket holding the q-quantile (INF: the +Inf
+        bucket), or None when nothing was observed.
+
+        That bucket is the first whose cumulative count reaches q x total,
+        compared exactly (q as the decimal it prints as), so that 999 of 1000
+        requests is p99.9 and not one request short of it.
+        """
+        if self.total <= 0:
+            return None
+        qn, qd = exact(q)
+        tn, td = exact(self.total)
+        for bound, cum in zip((*self.bounds, INF), self.cumulative, strict=True):
+            cn, cd = exact(cum)
+            if cn * qd * td >= qn * tn * cd:
+                return bound
+        return INF  # pragma: no cover - the +Inf bucket is the total
+
+    def at_most(self, seconds: float) -> float:
+        """Requests known to have taken at most `seconds`: the cumulative count at
+        the largest bound <= seconds (0 below the smallest bound)."""
+        known = 0.0
+        for bound, cum in zip(self.bounds, self.cumulative, strict=False):
+            if bound > seconds:
+                break
+            known = cum
+        return known
+
+    def buckets(self) -> list[tuple[float, float, float]]:
+        """(lower, upper, requests) of every bucket, the last one up to INF."""
+        rows = []
+        lower, below = 0.0, 0.0
+        for bound, cum in zip((*self.bounds, INF), self.cumulative, strict=True):
+            rows.append((lower, bound, cum - below))
+            lower, below = bound, cum
+        return rows
+
+
+def exact(x: float) -> tuple[int, int]:
+    """x as the decimal it prints as (`repr`, the shortest that reads back), as a
+    fraction (numerator, denominator): 0.999 is 999/1000, not the binary float
+    just below it. Only for finite x."""
+    text = repr(float(x))
+    mantissa, _, exponent = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    negative = whole.startswith("-")
+    digits = int(whole.lstrip("-") + frac)
+    scale = len(frac) - int(exponent or 0)
+    num, den = (digits, 10**scale) if scale >= 0 else (digits * 10**-scale, 1)
+    return (-num if negative else num), den
+
+
+def scan_families(
+    body: Body,
+    names: Sequence[str],
+    *,
+    until: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Family]:
+    """Every series of each named histogram family (canonical names, `prefix:rest`).
+
+    Raises ScanLimit past `until` (on `clock`'s scale). A family over its bounds
+    or whose lines are wrong keeps its first `problem` and is read no further;
+    the scan goes on, so that one broken family never hides another.
+    """
+    families = {name: Family(name) for name in names}
+    needles: list[tuple[bytes, Family]] = []
+    for name in names:
+        prefix, _, rest = name.partition(":")
+        needles += [(name.encode(), families[name]), (f"{prefix}_{rest}".encode(), families[name])]
+    looked = 0
+    for needle, family in needles:
+        plain = _plain_line(needle)
+        at = body.find(needle, 0)  # an mmap searches from its position by default
+        while at >= 0:
+            looked += 1
+            if until is not None and looked % _CLOCK_EVERY == 0 and clock() >= until:
+                raise ScanLimit("read timed out: the read's time ran out scanning the body")
+            start = at if at == 0 or body[at - 1] == 10 else body.rfind(b"\n", 0, at) + 1
+            end = body.find(b"\n", at)
+            end = len(body) if end < 0 else end
+            nxt = body.find(needle, end)
+            here, at = at, nxt
+            if family.problem:
+                continue
+            # The common line in one match; anything else through the full grammar.
+            fast = plain.fullmatch(body, here, end) if here == start else None
+            sample = _fast_sample(fast) if fast is not None else None
+            if sample is None:
+                line = _line(body, needle, family, start, here, end)
+                if line is None:
+                    continue
+                suffix = line[0]
+            else:
+                suffix = sample[0]
+                family.seen = True
+            family.read_bytes += end - start
+            if family.read_bytes > MAX_FAMILY_BYTES:
+                family.fail(f"lines over {MAX_FAMILY_BYTES // 1024 // 1024} MiB")
+                continue
+            if suffix == b"_sum":
+                continue
+            family.samples += 1
+            if family.samples > MAX_SAMPLES:
+                family.fail(f"more than {MAX_SAMPLES} samples")
+                continue
+            if sample is not None:
+                _store(family, *sample)
+            else:
+                assert line is not None
+                _add(family, line[0], line[1])
+    for family in families.values():
+        if family.problem is None:
+            _check(family)
+    return families
+
+
+def _line(
+    body: Body, needle: bytes, family: Family, start: int, at: int, end: int
+) -> tuple[bytes, str] | None:
+    """(suffix, what follows the name) of a sample line of the family at `at`, or
+    None for anything else (a `# TYPE` line then marks the family seen)."""
+    name_end = _NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
+    suffix = bytes(body[at + len(needle) : name_end])
+    if _BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
+        if not suffix and _META.fullmatch(body, start, at):
+            family.seen = True
+        return None  # the name inside another line (a HELP text, a label value)
+    if suffix not in _SUFFIXES:
+        return None  # another family: `_created`, a longer name
+    family.seen = True
+    try:
+        # Text exposition is UTF-8; a line that is not is malformed, as for the gauges.
+        rest = bytes(body[name_end:end]).decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError:
+        family.fail("a line is not UTF-8")
+        return None
+    return suffix, rest
+
+
+# The common line, read in one match: a label set without escapes, a plain value, an
+# optional timestamp. Anything else (escapes, exemplars, a special value) takes the
+# scanner's full grammar, which accepts everything this does, and more.
+_PLAIN_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\\n]*"[ \t]*'
+_PLAIN_SET = rf"\{{((?:{_PLAIN_PAIR},)*(?:{_PLAIN_PAIR})?)\}}"
+_PLAIN = re.compile(rf"[ \t]*{_PLAIN_SET}[ \t]*({_NUMBER})(?:[ \t]+{_NUMBER})?[ \t]*")
+_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"')
+# A bucket's upper bound, as the Prometheus parsers read one (no `1_000`, no blanks).
+_LE = re.compile(rf"{_NUMBER}|[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])")
+
+
+def _parse(rest: str) -> tuple[Labels, float]:
+    """Labels and value; an OpenMetrics exemplar (`... value # {labels} v`) is dropped."""
+    plain = _PLAIN.fullmatch(rest)
+    if plain is not None:
+        pairs = _PAIR.findall(plain.group(1))
+        if len(pairs) <= MAX_LABELS:
+            return tuple(pairs), float(plain.group(2))
+    try:
+        return _parse_rest(rest)
+    except Malformed:
+        cut = rest.rfind(" # {")
+        if cut < 0:
+            raise
+        return _parse_rest(rest[:cut])
+
+
+_PLAIN_TAIL_B = (
+    rf"[ \t]*\{{((?:{_PLAIN_PAIR},)*(?:{_PLAIN_PAIR})?)\}}"
+    rf"[ \t]*({_NUMBER})(?:[ \t]+{_NUMBER})?[ \t]*\r?"
+).encode()
+_PLAIN_LINES: dict[bytes, re.Pattern[bytes]] = {}
+
+
+def _plain_line(needle: bytes) -> re.Pattern[bytes]:
+    """A whole plain sample line of the family `needle` names (bytes): suffix, label
+    set without escapes, value, optional timestamp."""
+    found = _PLAIN_LINES.get(needle)
+    if found is None:
+        found = re.compile(re.escape(needle) + rb"(_bucket|_count|_sum)" + _PLAIN_TAIL_B)
+        _PLAIN_LINES[needle] = found
+    return found
+
+
+def _fast_sample(m: re.Match[bytes]) -> tuple[bytes, Labels, float] | None:
+    """(suffix, labels, value) of a plain line, or None to read it the full way (a
+    label value that is not UTF-8, too many labels)."""
+    try:
+        pairs = _PAIR.findall(m.group(2).decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+    if len(pairs) > MAX_LABELS:
+        return None
+    return m.group(1), tuple(pairs), float(m.group(3))
+
+
+def _add(family: Family, suffix: bytes, rest: str) -> None:
+    try:
+        labels, value = _parse(rest)
+    except Malformed as exc:
+        family.fail(f"malformed line ({exc})")
+        return
+    _store(family, suffix, labels, value)
+
+
+def _store(family: Family, suffix: bytes, labels: Labels, value: float) -> None:
+    le = [v for k, v in labels if k == "le"]
+    key = tuple(sorted(kv for kv in labels if kv[0] != "le")) if le else tuple(sorted(labels))
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        family.fail(f"{_show(key)}: a count of {value:g}")
+        return
+    series = family.series.setdefault(key, RawSeries())
+    if suffix == b"_count":
+        if series.count is not None:
+            family.fail(f"{_show(key)}: _count written twice")
+        series.count = value
+        return
+    if len(le) != 1:
+        family.fail(f"{_show(key)}: a bucket without one le label")
+        return
+    if _LE.fullmatch(le[0]) is None:
+        family.fail(f"{_show(key)}: le={le[0][:40]!r} is not a number")
+        return
+    bound = float(le[0])
+    if math.isnan(bound) or bound == -INF:
+        family.fail(f"{_show(key)}: le={le[0][:40]!r} is not an upper bound")
+        return
+    if bound in series.buckets:
+        family.fail(f"{_show(key)}: bucket le={le[0][:40]!r} written twice")
+        return
+    series.buckets[bound] = value
+
+
+def _check(family: Family) -> None:
+    """Each series cumulative, with its total: the +Inf bucket, or `_count` when the
+    +Inf bucket is missing; both present must agree."""
+    for key, series in family.series.items():
+        shown = _show(key)
+        total = series.buckets.get(INF)
+        if total is None:
+            if series.count is None:
+                family.fail(f"{shown}: neither a +Inf bucket nor _count")
+                return
+            series.buckets[INF] = series.count
+        elif series.count is not None and series.count != total:
+            family.fail(
+                f"{shown}: _count is {series.count:g} but the +Inf bucket {total:g} "
+                "(a scrape torn between two updates?)"
+            )
+            return
+        below, below_bound = 0.0, 0.0
+        for bound in sorted(series.buckets):
+            value = series.buckets[bound]
+            if value < below:
+                family.fail(
+                    f"{shown}: bucket le={_bound(bound)} holds {value:g}, fewer than "
+                    f"le={_bound(below_bound)} ({below:g}): the buckets are not cumulative"
+                )
+                return
+            below, below_bound = value, bound
+
+
+def combine(name: str, series: Iterable[RawSeries]) -> Histogram:
+    """Checked series summed into one histogram.
+
+    Series with different bounds (a target with other `--custom-histogram-buckets`)
+    are summed at the bounds they all share: the cumulative count there is
+    exact for each, so the sum is too; the other bounds are left out (`dropped`).
+    """
+    kept = [s for s in series if s.buckets]
+    if not kept:
+        return Histogram(name, (), (0.0,), 0)
+    every = set.intersection(*(set(s.buckets) for s in kept))
+    shared = sorted(b for b in every if b != INF)
+    union = set.union(*(set(s.buckets) for s in kept))
+    dropped = tuple(sorted(b for b in union - every if b != INF))
+    cumulative = tuple(math.fsum(s.buckets[b] for s in kept) for b in (*shared, INF))
+    return Histogram(name, tuple(shared), cumulative, len(kept), dropped)
+
+
+def difference(
+    before: dict[Labels, RawSeries], after: dict[Labels, RawSeries]
+) -> tuple[list[RawSeries], int]:
+    """The observations between two reads of one target, per series, and how many
+    series were reset (their engine restarted) in between.
+
+    A series whose counts went down, or whose bounds changed, restarted from 0
+    between the reads: all it holds now came after the first read, so it counts
+    whole (what it held before the restart is lost, as Prometheus's `increase`
+    treats a counter reset). A series new in the second read counts whole; a
+    series gone from it (an engine that exited) counts nothing.
+    """
+    out: list[RawSeries] = []
+    resets = 0
+    for key, now in after.items():
+        then = before.get(key)
+        if then is None:
+            out.append(now)
+            continue
+        if set(then.buckets) != set(now.buckets) or any(
+            now.buckets[b] < then.buckets[b] for b in now.buckets
+        ):
+            resets += 1
+            out.append(now)
+            continue
+        out.append(RawSeries({b: now.buckets[b] - then.buckets[b] for b in now.buckets}))
+    return out, resets
+
+
+def _bound(bound: float) -> str:
+    return "+Inf" if bound == INF else f"{bound:g}"
+
+
+def _show(key: Labels) -> str:
+    text = ",".join(f'{k}="{v[:40]}"' for k, v in key)
+    return f"{{{text[:200]}}}"

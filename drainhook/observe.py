@@ -1,0 +1,691 @@
+"""`drainhook plan --observe`: G from evidence (CONTRACT §4).
+
+The engine records every finished request's end-to-end latency in a
+histogram on the same /metrics the hook reads. This reads it (every series
+and every target summed, or saved scrapes with `--from-file`, or the
+difference of two reads `--window` seconds apart), takes the upper bound of
+the bucket holding `--quantile`, and recommends G = ceil(S + latency + R):
+the grace must cover the request, not an estimate of it, so there is no
+interpolation inside a bucket.
+
+Layout: `LATENCY` (the families, per engine), `gather` (the reads: the only
+I/O), `recommend` (pure), `observe_warnings` (the honest edges, as plan
+warnings), and the three renderings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from drainhook import plan as planning
+from drainhook.config import Reach, WaitConfig
+from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
+from drainhook.histogram import (
+    INF,
+    Body,
+    Family,
+    Histogram,
+    Labels,
+    RawSeries,
+    ScanLimit,
+    combine,
+    difference,
+    exact,
+    scan_families,
+)
+from drainhook.plan import GRACE_MAX, GRACE_MIN, Plan, PlanWarning
+from drainhook.verdict import Reading, Verdict
+
+DEFAULT_QUANTILE = 0.999
+SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little
+QUANTILES = (0.5, 0.99, 0.999)  # shown as evidence whatever --quantile is
+
+
+@dataclass(frozen=True)
+class LatencyFamily:
+    """One engine's end-to-end latency histogram, and the flag that sets its buckets."""
+
+    engine: str
+    name: str
+    bucket_flag: str
+    default_bounds: tuple[float, ...]
+
+
+LATENCY: tuple[LatencyFamily, ...] = (
+    # vllm/v1/metrics/buckets.py REQUEST_LATENCY_BUCKETS (0.3 ... 7680 s, unchanged
+    # since V1's first release); `vllm serve --custom-histogram-buckets
+    # '{"request_latency": [...]}'` replaces them (vllm-project/vllm#48867).
+    LatencyFamily(
+        "vllm",
+        "vllm:e2e_request_latency_seconds",
+        "vllm serve --custom-histogram-buckets '{\"request_latency\": [...]}'",
+        (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+         40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+    ),
+    # sglang/srt/metrics/collector.py TokenizerMetricsCollector (0.1 ... 2400 s);
+    # one series per is_streaming value since 0.5; set by --bucket-e2e-request-latency.
+    LatencyFamily(
+        "sglang",
+        "sglang:e2e_request_latency_seconds",
+        "sglang.launch_server --bucket-e2e-request-latency ...",
+        (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0,
+         60.0, 80.0, 100.0, 200.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0),
+    ),
+)  # fmt: skip
+BY_ENGINE = {f.engine: f for f in LATENCY}
+
+# vLLM's other request histograms, for the bound a request cannot pass unless
+# max_tokens grows: TTFT + max_tokens x time per output token. The per-request
+# mean (vLLM >= 0.11) is preferred to the per-token intervals.
+VLLM_MAX_TOKENS = "vllm:request_params_max_tokens"
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_TPOT = (
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:time_per_output_token_seconds",
+)
+
+
+@dataclass(frozen=True)
+class MaxTokensBound:
+    """TTFT + max_tokens x time per output token, each at its bucket bound."""
+
+    max_tokens: float
+    ttft_s: float
+    tpot_s: float
+    tpot_family: str
+
+    @property
+    def latency_s(self) -> float:
+        return self.ttft_s + self.max_tokens * self.tpot_s
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the engine's histogram says: the summed histogram and where it came from."""
+
+    engine: str
+    histogram: Histogram
+    source: str
+    window: float | None = None  # seconds between the two reads, or None: one read
+    resets: int = 0  # series reset (engine restarted) between the two reads
+    bound: MaxTokensBound | None = None
+
+    @property
+    def requests(self) -> float:
+        return self.histogram.total
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The evidence against a plan: the quantile's bound, G, the share cut."""
+
+    quantile: float
+    latency: float | None  # INF: in the +Inf bucket; None: nothing observed
+    quantiles: dict[float, float | None]
+    grace: int | None  # recommended G, or None when latency is not finite
+    raw_grace: int | None  # ceil(S + latency + R) before the 15 s floor
+    window_s: float  # D - S of the plan as given
+    longer: float | None  # requests not known to end within D - S, or None: none observed
+    warnings: tuple[PlanWarning, ...]
+
+
+# -- gathering (the only I/O) -------------------------------------------------------
+
+
+def gather(
+    *,
+    engine: str = "auto",
+    reach: Reach | None = None,
+    files: Sequence[Path] = (),
+    max_body: int = 16 * 1024 * 1024,
+    window: float | None = None,
+    read_file: Callable[[Path, int], bytes] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Observation:
+    """Read the histogram from every target, once or twice `window` apart, or from
+    saved scrapes (`files`, read by `read_file(path, max_body)`)."""
+    if reach is None:
+        assert read_file is not None
+        return from_bodies([(str(p), read_file(p, max_body)) for p in files], engine)
+    first = _read_targets(reach)
+    if window is None:
+        return _observation(first, engine, reach.display)
+    start = clock()
+    while (left := start + window - clock()) > 0:
+        sleep(left)
+    second = _read_targets(reach)
+    return _window_observation(first, second, engine, reach.display, clock() - start)
+
+
+def from_bodies(bodies: Sequence[tuple[str, Body]], engine: str = "auto") -> Observation:
+    """The observation of saved scrapes, (name, body) each, summed (pure)."""
+    parts = [(name, scan_body(body, engine)) for name, body in bodies]
+    return _observation(parts, engine, ", ".join(name for name, _ in bodies))
+
+
+def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, Family]:
+    """The latency families of one body, and vLLM's max_tokens-bound families: of the
+    time-per-output-token ones, only the first the body has (each costs a scan)."""
+    families = [BY_ENGINE[engine]] if engine in BY_ENGINE else list(LATENCY)
+    names = [f.name for f in families]
+    if engine in ("auto", "vllm"):
+        names += [VLLM_MAX_TOKENS, VLLM_TTFT]
+        for name in VLLM_TPOT:
+            prefix, _, rest = name.partition(":")
+            if any(body.find(f"{n}_bucket".encode(), 0) >= 0 for n in (name, f"{prefix}_{rest}")):
+                names.append(name)
+                break
+    return scan_families(body, names, until=until)
+
+
+def _read_targets(reach: Reach) -> list[tuple[str, dict[str, Family]]]:
+    """Each target read once; the scan runs inside the read's time, as for a verdict."""
+    from drainhook.read import Reader
+    from drainhook.target import ssl_context
+
+    found = []
+    for target in reach.targets:
+        reader = Reader(
+            target,
+            max_body=reach.max_body,
+            ssl_context=ssl_context(target, reach.cacert, reach.insecure),
+            tls_server_name=reach.tls_server_name,
+        )
+        try:
+            got = reader.read_with(reach.read_timeout, _scanner(reach.engine))
+        finally:
+            reader.close()
+        if isinstance(got, Reading):
+            what = f"{target.display}: {got.reason}"
+            if got.verdict is Verdict.UNREACHABLE:
+                raise Unreachable(f"cannot read {what}")
+            raise ObserveError(f"cannot read {what}")
+        if isinstance(got, str):
+            raise ObserveError(f"cannot read {target.display}: {got}")
+        found.append((target.display, got))
+    return found
+
+
+def _scanner(engine: str) -> Callable[[Body, float], dict[str, Family] | str]:
+    def scan(body: Body, until: float) -> dict[str, Family] | str:
+        try:
+            return scan_body(body, engine, until)
+        except ScanLimit as exc:
+            return str(exc)
+
+    return scan
+
+
+def _family(parts: list[tuple[str, dict[str, Family]]], pin: str) -> LatencyFamily:
+    """The one latency family the bodies hold; NoHistogram when none or both."""
+    engines: set[str] = set()
+    for where, families in parts:
+        here = {f.engine for f in LATENCY if f.name in families and families[f.name].seen}
+        if len(here) > 1:
+            raise NoHistogram(
+                f"{where} has both vLLM's and SGLang's latency histogram: pin --engine"
+            )
+        if not here:
+            wanted = " or ".join(f.name for f in LATENCY if pin in ("auto", f.engine))
+            hint = "" if pin == "vllm" else " (SGLang writes it only with --enable-metrics)"
+            raise NoHistogram(f"no {wanted} histogram in {where}{hint}")
+        engines |= here
+    if len(engines) > 1:
+        raise NoHistogram("the targets disagree on the engine (vLLM and SGLang): pin --engine")
+    return BY_ENGINE[engines.pop()]
+
+
+def _series(where: str, families: dict[str, Family], name: str) -> dict[Labels, RawSeries]:
+    family = families[name]
+    if family.problem is not None:
+        raise ObserveError(f"{where}: {family.problem}")
+    return family.series
+
+
+def _observation(parts: list[tuple[str, dict[str, Family]]], pin: str, source: str) -> Observation:
+    latency = _family(parts, pin)
+    series = [s for where, fams in parts for s in _series(where, fams, latency.name).values()]
+    return Observation(
+        latency.engine,
+        combine(latency.name, series),
+        source,
+        bound=_max_tokens_bound([fams for _, fams in parts]),
+    )
+
+
+def _window_observation(
+    first: list[tuple[str, dict[str, Family]]],
+    second: list[tuple[str, dict[str, Family]]],
+    pin: str,
+    source: str,
+    took: float,
+) -> Observation:
+    latency = _family(first + second, pin)
+    series: list[RawSeries] = []
+    resets = 0
+    for (where, before), (_, after) in zip(first, second, strict=True):
+        got, reset = difference(
+            _series(where, before, latency.name), _series(where, after, latency.name)
+        )
+        series += got
+        resets += reset
+    return Observation(
+        latency.engine, combine(latency.name, series), source, window=took, resets=resets
+    )
+
+
+def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
+    """vLLM's TTFT + max_tokens x time per output token, where every family is there
+    and usable; None otherwise (it is evidence beside the quantile, never a reason
+    to fail)."""
+
+    def usable(name: str) -> Histogram | None:
+        if any(name not in fams or fams[name].problem or not fams[name].seen for fams in parts):
+            return None
+        h = combine(name, [s for fams in parts for s in fams[name].series.values()])
+        return h if h.total > 0 else None
+
+    max_tokens = usable(VLLM_MAX_TOKENS)
+    ttft = usable(VLLM_TTFT)
+    tpot = next((h for h in map(usable, VLLM_TPOT) if h is not None), None)
+    if max_tokens is None or ttft is None or tpot is None:
+        return None
+    largest = max_tokens.quantile(1.0)
+    ttft_q = ttft.quantile(DEFAULT_QUANTILE)
+    tpot_q = tpot.quantile(DEFAULT_QUANTILE)
+    if None in (largest, ttft_q, tpot_q) or INF in (largest, ttft_q, tpot_q):
+        return None
+    assert largest is not None and ttft_q is not None and tpot_q is not None
+    return MaxTokensBound(largest, ttft_q, tpot_q, tpot.name)
+
+
+# -- the recommendation (pure) ---------------------------------------------------------
+
+
+def ceil_sum(*values: float) -> int:
+    """ceil of the exact decimal sum: 5 + 0.3 + 5 is 10.3, never 10.299999..."""
+    num, den = 0, 1
+    for value in values:
+        n, d = exact(value)
+        num, den = num * d + n * den, den * d
+    return -(-num // den)
+
+
+def recommend(config: WaitConfig, observed: Observation, quantile: float) -> Recommendation:
+    """G for the observed latency, and the share of requests the given G would cut."""
+    h = observed.histogram
+    latency = h.quantile(quantile)
+    quantiles = {q: h.quantile(q) for q in QUANTILES}
+    raw = None
+    if latency is not None and latency != INF:
+        raw = ceil_sum(config.settle, latency, config.exit_reserve)
+    grace = None if raw is None else max(raw, int(GRACE_MIN))
+    window = config.deadline - config.settle
+    longer = None
+    if h.total > 0:
+        longer = (h.total - (h.at_most(window) if window > 0 else 0.0)) / h.total
+    draft = Recommendation(quantile, latency, quantiles, grace, raw, window, longer, ())
+    return dataclasses.replace(draft, warnings=observe_warnings(config, observed, draft))
+
+
+def observe_warnings(
+    config: WaitConfig, observed: Observation, rec: Recommendation
+) -> tuple[PlanWarning, ...]:
+    """The honest edges of the evidence, as plan warnings (codes `observe-*`)."""
+    h = observed.histogram
+    found: list[PlanWarning] = []
+    n = h.total
+    label = _q(rec.quantile)
+    if n < SMALL_SAMPLE:
+        found.append(
+            PlanWarning(
+                "observe-small-sample",
+                f"{_count(n)} observed" + ("" if n else ": no recommendation"),
+                f"under {SMALL_SAMPLE} requests a {label} says little about the long "
+                "requests a drain leaves; observe longer, or under real traffic",
+            )
+        )
+    if rec.latency == INF:
+        largest = h.largest_bound
+        shown = "no finite bucket" if largest is None else f"the largest bound, {_s(largest)}"
+        flag = BY_ENGINE[observed.engine].bucket_flag
+        found.append(
+            PlanWarning(
+                "observe-inf",
+                f"the {label} is in the +Inf bucket, above {shown}: no G can be read from it",
+                f"the requests there may take any time; give the engine larger buckets ({flag})",
+            )
+        )
+    if rec.raw_grace is not None and rec.grace is not None and rec.raw_grace < rec.grace:
+        found.append(
+            PlanWarning(
+                "observe-floor",
+                f"ceil(S + {label} + R) = {rec.raw_grace}s, raised to {_s(GRACE_MIN)}",
+                "under 15 s there is no room to settle, read and let the engine exit",
+            )
+        )
+    if rec.grace is not None and rec.grace > GRACE_MAX:
+        found.append(
+            PlanWarning(
+                "observe-grace-range",
+                f"the recommended G = {rec.grace}s is over {_s(GRACE_MAX)}",
+                "the evidence asks for it, but a drain that long outlasts node drains "
+                "and holds every rollout as long; consider capping requests (max_tokens, "
+                "a request timeout) instead",
+            )
+        )
+    if rec.longer is not None and rec.longer > 1 - rec.quantile + 1e-12:
+        found.append(
+            PlanWarning(
+                "observe-cuts",
+                f"with G = {_s(config.grace)} now, at most {_pct(rec.longer)} of observed "
+                f"requests ran longer than D - S = {_s(rec.window_s)}",
+                "a request that starts as the Pod is deleted has D - S to finish; "
+                "longer ones are cut at SIGTERM",
+            )
+        )
+    if observed.resets:
+        found.append(
+            PlanWarning(
+                "observe-reset",
+                f"{observed.resets} series restarted from 0 during the window",
+                "an engine restarted between the two reads; its requests before the "
+                "restart are not in the difference",
+            )
+        )
+    if h.dropped:
+        shown = ", ".join(_s(b) for b in h.dropped[:6]) + (", ..." if len(h.dropped) > 6 else "")
+        found.append(
+            PlanWarning(
+                "observe-bounds",
+                f"the series disagree on bucket bounds: summed at the bounds they share "
+                f"({shown} left out)",
+                "an engine or target with other custom buckets; the shared bounds are exact, "
+                "only coarser",
+            )
+        )
+    return tuple(found)
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+def run_observe(
+    config: WaitConfig,
+    role: str,
+    binary: str,
+    output: str,
+    reach: Reach | None,
+    files: Sequence[Path],
+    quantile: float,
+    window: float | None,
+    max_body: int,
+) -> int:
+    """`plan --observe`: read, recommend, print; 0 (an error raises, with its code)."""
+    import click
+
+    from drainhook.target import read_small_file
+
+    plan = planning.make_plan(config, role, binary)  # usage errors before any read
+    if output not in planning.OUTPUTS:
+        raise UsageError(f"--output must be one of {', '.join(planning.OUTPUTS)}")
+    if window is not None and files:
+        raise UsageError("--window needs two reads of a target, not --from-file")
+    if window is not None and not (0 < window < math.inf):
+        raise UsageError(f"--window must be a number of seconds > 0, not {window}")
+    if not 0 < quantile <= 1:
+        raise UsageError(f"--quantile must be in (0, 1], not {quantile}")
+    observed = gather(
+        engine=config.reach.engine,
+        reach=reach,
+        files=files,
+        max_body=max_body,
+        window=window,
+        read_file=lambda path, cap: read_small_file(path, cap, "--from-file"),
+    )
+    rec = recommend(config, observed, quantile)
+    # The engine is known from its histogram: its advice comes even with --engine auto.
+    plan = planning.make_plan(config, role, binary, observed.engine)
+    click.echo(render(plan, observed, rec, output), nl=False)
+    return 0
+
+
+# -- renderings -------------------------------------------------------------------------
+
+
+def observed_json(observed: Observation, rec: Recommendation) -> dict[str, object]:
+    """The `observed` object of `plan --observe --output json`."""
+    bound = observed.bound
+    return {
+        "requests": _j(observed.requests),
+        "quantile": rec.quantile,
+        "latency_s": _finite(rec.latency),
+        "quantiles": {_key(q): _finite(v) for q, v in rec.quantiles.items()},
+        "longer_than_deadline": rec.longer,
+        "source": observed.source,
+        "engine": observed.engine,
+        "histogram": observed.histogram.name,
+        "series": observed.histogram.series,
+        "largest_bound_s": _finite(observed.histogram.largest_bound),
+        "window_s": None if observed.window is None else round(observed.window, 3),
+        "max_tokens_bound": None
+        if bound is None
+        else {
+            "latency_s": _j(bound.latency_s),
+            "max_tokens": _j(bound.max_tokens),
+            "ttft_s": _j(bound.ttft_s),
+            "tpot_s": _j(bound.tpot_s),
+            "tpot_histogram": bound.tpot_family,
+        },
+    }
+
+
+def to_json(plan: Plan, observed: Observation, rec: Recommendation) -> str:
+    """The plan's JSON for the values given, with `observed` and `recommended_grace`;
+    the observation's warnings join the plan's."""
+    whole = planning.to_json(plan)
+    whole["observed"] = observed_json(observed, rec)
+    whole["recommended_grace"] = rec.grace
+    whole["applied"] = planning.applied_json(applied(plan, observed, rec))
+    warnings = whole["warnings"]
+    assert isinstance(warnings, list)
+    warnings += [{"code": w.code, "message": w.message, "reason": w.reason} for w in rec.warnings]
+    return json.dumps(whole, indent=2) + "\n"
+
+
+def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
+    """The evidence, a histogram drawn in the terminal with the line where D - S
+    falls, the recommendation, and the warnings of the plan as given and of the
+    evidence."""
+    h = observed.histogram
+    c = plan.config
+    label = _q(rec.quantile)
+    where = f"difference of two reads {observed.window:.1f}s apart" if observed.window else ""
+    lines = [
+        f"drainhook plan --observe: {_count(observed.requests)} in {h.name} "
+        f"({h.series} series) from {observed.source}" + (f"; {where}" if where else ""),
+        "",
+    ]
+    lines += draw(h, rec)
+    shown = "  ".join(f"{_q(q)} <= {_bound(v)}" for q, v in rec.quantiles.items())
+    lines += ["", f"{shown}  (bucket upper bounds)"]
+    if observed.bound is not None:
+        b = observed.bound
+        lines.append(
+            f"max_tokens bound: TTFT p99.9 {_s(b.ttft_s)} + max_tokens {_n(b.max_tokens)} x "
+            f"time per output token p99.9 {_s(b.tpot_s)} = {_s(b.latency_s)} "
+            f"(an estimate, beside the observed {label})"
+        )
+    lines.append("")
+    if rec.grace is not None and rec.latency is not None:
+        raised = f", raised to the {_s(GRACE_MIN)} floor" if rec.raw_grace != rec.grace else ""
+        lines.append(
+            f"recommended: G = {rec.grace}s  (ceil(S {_s(c.settle)} + {label} "
+            f"{_s(rec.latency)} + R {_s(c.exit_reserve)}) = {rec.raw_grace}s{raised})"
+        )
+    else:
+        lines.append("recommended: none (see the warnings)")
+    if rec.longer is not None:
+        lines.append(
+            f"with G = {_s(c.grace)} now: D - S = {_s(rec.window_s)}; at most "
+            f"{_pct(rec.longer)} of observed requests ran longer"
+        )
+    done = applied(plan, observed, rec)
+    lines += planning.applied_text(done) or ["", "preStop: " + " ".join(done.plan.command)]
+    lines += planning.warnings_text((*plan.warnings, *rec.warnings))
+    return "\n".join(lines) + "\n"
+
+
+BAR = 40
+
+
+def draw(h: Histogram, rec: Recommendation) -> list[str]:
+    """One row per bucket with requests (and those between), a bar each, and a line
+    where D - S falls: below it, requests that end within D - S; above, those a
+    drain may cut."""
+    rows = h.buckets()
+    used = [i for i, (_, _, n) in enumerate(rows) if n > 0]
+    if not used:
+        return ["  (no requests observed)"]
+    cut = rec.window_s
+    # The row whose upper bound is the first >= D - S: the line goes after it.
+    line_after = next((i for i, (_, hi, _) in enumerate(rows) if hi >= cut), len(rows) - 1)
+    first = min(used[0], line_after)
+    last = max(used[-1], line_after)
+    most = max(n for _, _, n in rows)
+    quantile_row = next((i for i, (_, hi, _) in enumerate(rows) if hi == rec.latency), None)
+    labels = [f"({_n(lo)}, {'+Inf' if hi == INF else _n(hi)}]" for lo, hi, _ in rows]
+    width = max(len(labels[i]) for i in range(first, last + 1))
+    counts = [_n(n) for _, _, n in rows]
+    cwidth = max(len(counts[i]) for i in range(first, last + 1))
+    out = [f"  {'latency (s)'.ljust(width)}  {'requests'.rjust(cwidth)}"]
+    for i in range(first, last + 1):
+        lo, hi, n = rows[i]
+        bar = "#" * (math.ceil(n / most * BAR) if n else 0)
+        mark = f"  <- {_q(rec.quantile)}" if i == quantile_row else ""
+        out.append(f"  {labels[i].ljust(width)}  {counts[i].rjust(cwidth)} |{bar}{mark}")
+        if i == line_after:
+            inside = lo < cut < hi
+            note = f" (inside the bucket above: its {_n(n)} may end either side)" if inside else ""
+            out.append(f"  {'-' * (width + cwidth + 3)} D - S = {_s(cut)}{note}")
+    return out
+
+
+def evidence(observed: Observation, quantile: float) -> planning.Evidence:
+    """G from the observation for a config's S and R, and how: what
+    `planning.apply_advice` applies for `plan --observe`."""
+
+    def grace(config: WaitConfig) -> tuple[float, str] | None:
+        rec = recommend(config, observed, quantile)
+        if rec.grace is None or rec.latency is None:
+            return None
+        return float(rec.grace), formula(config, rec)
+
+    return grace
+
+
+def formula(config: WaitConfig, rec: Recommendation) -> str:
+    """`G = ceil(S 5 + p99.9 30 + R 5) = 40` (and the floor when it acted)."""
+    assert rec.latency is not None
+    raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
+    return (
+        f"G = ceil(S {_n(config.settle)} + {_q(rec.quantile)} {_n(rec.latency)} "
+        f"+ R {_n(config.exit_reserve)}) = {rec.raw_grace}{raised}"
+    )
+
+
+def applied(plan: Plan, observed: Observation, rec: Recommendation) -> planning.Applied:
+    """The plan's advice applied, the recommended G for the exit reserve so chosen,
+    for the engine the histogram showed (so vLLM's advice comes with --engine auto)."""
+    if plan.known_engine != observed.engine:
+        plan = planning.make_plan(plan.config, plan.role, plan.binary, observed.engine)
+    return planning.apply_advice(plan, evidence(observed, rec.quantile))
+
+
+def to_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
+    """The Pod-spec fragment for the recommended G (the given one when there is
+    none) and the plan's other advice applied, with the evidence as comments."""
+    done = applied(plan, observed, rec)
+    c = done.plan.config
+    mine = recommend(c, observed, rec.quantile)  # for the fragment's own S, R and G
+    notes = [f"# observed: {_count(observed.requests)} in {observed.histogram.name}"]
+    if mine.grace is None or mine.latency is None:
+        kept = "keeps" if c.grace == plan.grace else "has"
+        notes.append(f"# no recommended G: the fragment {kept} --grace {_n(c.grace)}")
+    elif not any(ch.field == "grace" for ch in done.changes):
+        notes.append(f"# {formula(c, mine)}")  # else the change names it
+    if rec.grace is not None and mine.longer is not None:
+        # What the fragment's G leaves uncovered; the share for the G given is text's and JSON's.
+        notes.append(
+            f"# with G = {_n(c.grace)}: D - S = {_s(mine.window_s)}; at most "
+            f"{_pct(mine.longer)} of observed requests ran longer"
+        )
+    notes += [
+        f"# warning: {w.code}: {w.message}" for w in mine.warnings if w.code != "observe-cuts"
+    ]
+    return planning.to_yaml(plan, notes, done)
+
+
+def codes(plan: Plan) -> set[str]:
+    return {w.code for w in plan.warnings}
+
+
+def render(plan: Plan, observed: Observation, rec: Recommendation, output: str) -> str:
+    if output == "json":
+        return to_json(plan, observed, rec)
+    if output == "yaml":
+        return to_yaml(plan, observed, rec)
+    return to_text(plan, observed, rec)
+
+
+# -- small formatting -------------------------------------------------------------------
+
+
+def _q(q: float) -> str:
+    """0.999 as p99.9, 0.5 as p50."""
+    return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
+
+
+def _key(q: float) -> str:
+    return repr(q)
+
+
+def _n(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
+def _s(value: float) -> str:
+    return _n(value) + "s"
+
+
+def _bound(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "+Inf" if value == INF else _s(value)
+
+
+def _count(n: float) -> str:
+    return f"{_n(n)} request" + ("" if n == 1 else "s")
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.3g}%"
+
+
+def _finite(value: float | None) -> float | int | None:
+    """A number for JSON; null for none or +Inf (JSON has no infinity)."""
+    if value is None or value == INF:
+        return None
+    return _j(value)
+
+
+def _j(value: float) -> int | float:
+    return int(value) if value == int(value) else value

@@ -1,0 +1,70 @@
+"""One streaming completion against an engine on loopback, and how it ended for the client.
+
+- `completed`: the last event's finish_reason is not "abort", then `[DONE]`;
+- `cut`: the stream ended early (reset, closed), or was aborted after tokens;
+- `refused`: the connection was refused, the answer was not 2xx (vLLM's
+  several API servers answer 500 while shutting down), or it was an empty
+  completion with finish_reason "abort" (vLLM with `--shutdown-timeout`
+  answers every new request so while it drains: HTTP 200, no tokens).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+COMPLETED, CUT, REFUSED = "completed", "cut", "refused"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    outcome: str  # completed | cut | refused
+    tokens: int = 0  # events that carried text
+    finish_reason: str | None = None
+    first: float | None = None  # time.monotonic() of the first event
+    detail: str = ""
+
+
+def complete(port: int, body: Mapping[str, Any], timeout: float = 30.0) -> Outcome:
+    """POST one streaming completion to 127.0.0.1:port and read it to its end."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        try:
+            conn.connect()
+        except ConnectionRefusedError:
+            return Outcome(REFUSED, detail="connection refused")
+        conn.request(
+            "POST", "/v1/completions", json.dumps(dict(body)), {"Content-Type": "application/json"}
+        )
+        response = conn.getresponse()
+        if not 200 <= response.status < 300:
+            response.read()
+            return Outcome(REFUSED, detail=f"HTTP {response.status}")
+        return _read_stream(response)
+    except (OSError, http.client.HTTPException, ValueError, LookupError, TypeError) as exc:
+        return Outcome(CUT, detail=f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
+
+
+def _read_stream(response: http.client.HTTPResponse) -> Outcome:
+    tokens, finish, first = 0, None, None
+    while line := response.readline():
+        if not line.startswith(b"data: "):
+            continue
+        first = time.monotonic() if first is None else first
+        data = line[len(b"data: ") :].strip()
+        if data == b"[DONE]":
+            if finish != "abort":
+                return Outcome(COMPLETED, tokens, finish, first)
+            if tokens == 0:
+                return Outcome(REFUSED, 0, finish, first, "empty completion, finish_reason abort")
+            return Outcome(CUT, tokens, finish, first, "aborted after tokens")
+        choice = json.loads(data)["choices"][0]
+        tokens += 1 if choice.get("text") else 0
+        finish = choice.get("finish_reason") or finish
+    return Outcome(CUT, tokens, finish, first, "stream ended early")

@@ -1,0 +1,67 @@
+"""`drainhook demo`: the simulated engine with live streams, drained on a 10 s timeline."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import click
+
+from drainhook.sim.client import COMPLETED, CUT, Outcome, complete
+from drainhook.sim.model import Engine, EngineConfig
+from drainhook.sim.server import SimServer
+
+TOKENS = (20, 30, 45, 50, 60)  # streams of 50 ms tokens: 1.0 .. 3.0 s
+
+
+def run_demo() -> int:
+    """Start the engine, send streams, drain it with the hook; return the hook's exit code."""
+    from drainhook.config import Reach, WaitConfig
+    from drainhook.target import parse_url
+
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    engine = Engine(EngineConfig(dp=2, max_running=2, token_seconds=0.05))
+    with SimServer(engine) as server:
+        url = server.url("/metrics")
+        say(f"demo: simulated vLLM engine (2 DP engines, 2 slots each) at {url}")
+        outcomes: list[Outcome] = []
+        body = {"model": engine.config.model, "prompt": "hi", "stream": True}
+        clients = [
+            threading.Thread(
+                target=lambda n=n: outcomes.append(complete(server.port, {**body, "max_tokens": n}))
+            )
+            for n in TOKENS
+        ]
+        for c in clients:
+            c.start()
+        while engine.in_flight() < len(TOKENS):
+            time.sleep(0.01)
+        say(f"demo: {len(TOKENS)} streaming requests in flight; the Pod is deleted now")
+        config = WaitConfig(
+            reach=Reach(target=parse_url(url)),
+            grace=10.0,
+            settle=1.0,
+            exit_reserve=2.0,
+            interval=0.5,
+        )
+        say(
+            f"demo: drainhook wait --url {url} --grace 10 --settle 1 --exit-reserve 2 "
+            "--interval 0.5   (deadline D = 8 s; shrunk for the demo, so the hook's first "
+            "lines warn that a Pod needs more)"
+        )
+        from drainhook.hook import run_wait
+
+        code = run_wait(config, time.monotonic())
+        for c in clients:
+            c.join(timeout=5)
+        done = sum(o.outcome == COMPLETED for o in outcomes)
+        cut = sum(o.outcome == CUT for o in outcomes)
+        say(f"demo: requests completed {done}/{len(TOKENS)}, cut {cut}")
+        say(
+            "demo: SIGTERM may be sent now: nothing is left to abort"
+            if code == 0
+            else f"demo: the hook ended without confirming idle (exit {code})"
+        )
+        return code

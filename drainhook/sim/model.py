@@ -1,0 +1,328 @@
+"""The simulated engine: request accounting, how it answers, and what SIGTERM does to it.
+
+One model serves `drainhook demo` and the rehearsal (rehearsal/engine.py runs
+it as a process). Times are seconds as run: the rehearsal scales them before
+they get here.
+
+The scheduler runs at most `max_running` requests per DP rank; the rest wait.
+On SIGTERM (`Engine.sigterm`) it does what the engines' code does (vLLM read
+at 0.24's EngineCore and launcher, SGLang 0.5's TokenizerManager):
+
+- vLLM, one API server, `--shutdown-timeout 0` (its default): every request
+  still in the engine ends at once with an abort output (a stream that had
+  tokens is cut; one still waiting gets an empty completion), the server stops
+  listening and the process exits `exit_seconds` later.
+- vLLM, one API server, `--shutdown-timeout N` (vLLM >= 0.18): it keeps
+  accepting connections but answers each new completion at once with an empty
+  one (HTTP 200, `finish_reason: "abort"`, no tokens); running and waiting
+  requests go on; `/health` stays 200 and `/metrics` keeps serving. It exits
+  as soon as nothing is left, and its process manager kills the engine at N
+  (what is left is cut).
+- vLLM, several API servers (`api_servers` > 1, vLLM's default under internal
+  data parallelism): each API server drops its engine connection at once:
+  the streams in flight are cut and new completions get HTTP 500, while the
+  engine cores go on with the work for nobody until it ends or N. Inferred
+  from the code, not observed.
+- SGLang: its watchdog looks at the SIGTERM flag every `notice_seconds` (from
+  `notice_origin`), then drains with no bound while serving as before, and
+  exits; a prefill/decode server never sooner than `exit_after_sigterm`.
+  With `idle_lag`, /metrics refreshes about once a second while busy and
+  shows idle only `idle_lag` after going idle; `GET /v1/loads` is always live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from drainhook.sim import pages
+
+EventLog = Callable[..., None]  # log(event, **fields)
+Duration = Callable[[Mapping[str, Any]], float]  # a completion request's body -> seconds
+
+
+def _quiet(event: str, **fields: object) -> None:
+    pass
+
+
+class Answer(enum.Enum):
+    """How the engine answers a new completion request."""
+
+    SERVE = "serve"
+    ABORT = "abort"  # HTTP 200, an empty completion with finish_reason "abort"
+    ERROR = "error"  # HTTP 500
+
+
+class Fate(enum.Enum):
+    """What happens to the streams still open when the engine stops their requests."""
+
+    ABORT = "abort"  # a last event with finish_reason "abort", then [DONE]
+    CUT = "cut"  # the connection is closed
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    kind: str = "vllm"  # vllm | sglang
+    role: str = "unified"  # SGLang: unified | prefill | decode
+    dp: int = 2  # DP ranks (vLLM's `engine` label, SGLang's `dp_rank`)
+    max_running: int = 2  # running requests per DP rank; the rest wait
+    route: int | None = None  # None: round robin over the ranks; else every request to this one
+    model: str = "demo/Sim-7B"
+    token_seconds: float = 0.05  # one streamed event this often
+    api_servers: int = 1  # vLLM: more than one takes the several-API-server path
+    shutdown_timeout: float = 0.0  # vLLM --shutdown-timeout
+    exit_seconds: float = 1.0  # the process's own exit once its work is over
+    notice_seconds: float = 5.0  # SGLang: its SIGTERM watchdog's period
+    notice_origin: float | None = None  # SGLang: when that grid starts (default: the start)
+    exit_after_sigterm: float = 0.0  # SGLang prefill/decode: no exit sooner than this
+    idle_lag: float = 0.0  # SGLang: /metrics shows idle only this long after going idle
+    publish_seconds: float = 1.0  # SGLang with idle_lag: /metrics refreshes this often
+    metrics_hang: bool = False  # /metrics accepts the connection and never answers
+
+
+def tokens_duration(token_seconds: float, default_tokens: int = 16) -> Duration:
+    """Duration from the request's `max_tokens`: one event per token."""
+
+    def duration(request: Mapping[str, Any]) -> float:
+        tokens = request.get("max_tokens", default_tokens)
+        count = int(tokens) if isinstance(tokens, (int, float)) else default_tokens
+        return max(0, count) * token_seconds
+
+    return duration
+
+
+@dataclass
+class _Rank:
+    running: int = 0
+    waiting: int = 0
+
+
+@dataclass
+class Engine:
+    """The engine's state, shared by its HTTP handlers and its SIGTERM thread."""
+
+    config: EngineConfig = field(default_factory=EngineConfig)
+    duration: Duration | None = None  # default: max_tokens x token_seconds
+    log: EventLog = _quiet
+    started: float = field(default_factory=time.monotonic)
+    sigterm_at: float | None = None
+    answer: Answer = Answer.SERVE
+    fate: Fate | None = None
+    killed: threading.Event = field(default_factory=threading.Event)  # requests stopped
+    exited: threading.Event = field(default_factory=threading.Event)  # the process is over
+    _ranks: list[_Rank] = field(default_factory=list)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _next: int = 0
+    _streams: set[socket.socket] = field(default_factory=set)
+    _published: list[tuple[int, int]] = field(default_factory=list)
+    _stop_listening: list[Callable[[], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._ranks = [_Rank() for _ in range(self.config.dp)]
+        self._published = [(0, 0)] * self.config.dp
+        if self.duration is None:
+            self.duration = tokens_duration(self.config.token_seconds)
+
+    def start(self) -> None:
+        """Start what runs beside the handlers (SGLang's lagging gauge publisher)."""
+        if self.config.kind == "sglang" and self.config.idle_lag > 0:
+            threading.Thread(target=self._publisher, daemon=True).start()
+
+    def on_stop_listening(self, stop: Callable[[], None]) -> None:
+        """Register how to close the listener (the HTTP server does)."""
+        self._stop_listening.append(stop)
+
+    # --- the scheduler ------------------------------------------------------------
+
+    def request_seconds(self, request: Mapping[str, Any]) -> float:
+        assert self.duration is not None
+        return self.duration(request)
+
+    def admit(self) -> int | None:
+        """Queue a request on its DP rank and block until it runs; None: the engine
+        stopped it while it waited."""
+        with self._cond:
+            if self.config.route is None:
+                rank = self._next % self.config.dp
+                self._next += 1
+            else:
+                rank = self.config.route
+            r = self._ranks[rank]
+            r.waiting += 1
+            self._cond.wait_for(lambda: self.killed.is_set() or r.running < self.config.max_running)
+            r.waiting -= 1
+            if self.killed.is_set():
+                self._cond.notify_all()
+                return None
+            r.running += 1
+            return rank
+
+    def finish(self, rank: int) -> None:
+        with self._cond:
+            self._ranks[rank].running -= 1
+            self._cond.notify_all()
+
+    def counts(self) -> list[tuple[int, int]]:
+        """(running, waiting) per DP rank, live."""
+        with self._cond:
+            return [(r.running, r.waiting) for r in self._ranks]
+
+    def in_flight(self) -> int:
+        return sum(run + wait for run, wait in self.counts())
+
+    @contextlib.contextmanager
+    def stream(self, conn: socket.socket) -> Iterator[None]:
+        """Track a completion's connection while it streams, so that it can be cut."""
+        with self._cond:
+            self._streams.add(conn)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._streams.discard(conn)
+
+    # --- the pages ------------------------------------------------------------------
+
+    def gauges(self) -> list[tuple[int, int]]:
+        """What /metrics shows: live counts, or SGLang's lagging snapshot."""
+        if self.config.kind == "sglang" and self.config.idle_lag > 0:
+            return list(self._published)
+        return self.counts()
+
+    def metrics(self) -> tuple[bytes, int]:
+        """The /metrics body and the in-flight total it shows."""
+        shown = self.gauges()
+        c = self.config
+        if c.kind == "vllm":
+            text = pages.vllm_metrics(shown, c.model)
+        else:
+            text = pages.sglang_metrics(shown, c.role, c.model)
+        return text.encode(), sum(run + wait for run, wait in shown)
+
+    def loads(self) -> tuple[bytes, int] | None:
+        """SGLang's /v1/loads body (live) and its total; None for vLLM (no such route)."""
+        if self.config.kind != "sglang":
+            return None
+        live = self.counts()
+        body = pages.sglang_loads(live, self.config.role)
+        return body.encode(), sum(run + wait for run, wait in live)
+
+    def _publisher(self) -> None:
+        lag = self.config.idle_lag
+        idle_since: float | None = None
+        while not self.exited.is_set():
+            now = time.monotonic()
+            counts = self.counts()
+            if any(run + wait for run, wait in counts):
+                idle_since = None
+                self._published = counts
+            else:
+                idle_since = now if idle_since is None else idle_since
+                if now - idle_since >= lag:
+                    self._published = counts
+            time.sleep(self.config.publish_seconds)
+
+    # --- SIGTERM --------------------------------------------------------------------
+
+    def sigterm(self) -> None:
+        """SIGTERM arrived (once; a second one changes nothing): shut down as the engine does."""
+        with self._cond:
+            if self.sigterm_at is not None:
+                return
+            self.sigterm_at = time.monotonic()
+        self.log("sigterm")
+        c = self.config
+        if c.kind == "sglang":
+            run = self._sglang_shutdown
+        elif c.api_servers > 1:
+            run = self._several_api_servers_shutdown
+        else:
+            run = self._vllm_shutdown
+        threading.Thread(target=run, daemon=True).start()
+
+    def _vllm_shutdown(self) -> None:
+        c = self.config
+        with self._cond:
+            self.answer = Answer.ABORT
+        if c.shutdown_timeout <= 0:
+            self._stop_requests(Fate.ABORT)
+        elif not self._wait_idle(c.shutdown_timeout):
+            self._stop_requests(Fate.CUT)  # the process manager kills the engine at N
+        self._close_listener()
+        self._exit_at(time.monotonic() + c.exit_seconds)
+
+    def _several_api_servers_shutdown(self) -> None:
+        c = self.config
+        with self._cond:
+            self.answer = Answer.ERROR
+            self.fate = Fate.CUT
+        self._cut_streams()
+        self.log("dropped", in_flight=self.in_flight())
+        if c.shutdown_timeout <= 0 or not self._wait_idle(c.shutdown_timeout):
+            self._stop_requests(Fate.CUT)
+        self._close_listener()
+        self._exit_at(time.monotonic() + c.exit_seconds)
+
+    def _sglang_shutdown(self) -> None:
+        c = self.config
+        assert self.sigterm_at is not None
+        origin = self.started if c.notice_origin is None else c.notice_origin
+        period = c.notice_seconds
+        ahead = math.floor((self.sigterm_at - origin) / period) + 1
+        _sleep_until(origin + ahead * period)
+        self.log("noticed")
+        while (left := self.in_flight()) > 0:
+            self.log("draining", in_flight=left)
+            time.sleep(period)
+        self.log("drained", in_flight=0)
+        at = max(time.monotonic() + c.exit_seconds, self.sigterm_at + c.exit_after_sigterm)
+        self._exit_at(at)
+
+    def _wait_idle(self, timeout: float) -> bool:
+        """Wait until no request is left, up to timeout; whether none is."""
+        with self._cond:
+            idle = self._cond.wait_for(
+                lambda: all(r.running + r.waiting == 0 for r in self._ranks), timeout
+            )
+        self.log("drained" if idle else "timed-out", in_flight=self.in_flight())
+        return idle
+
+    def _stop_requests(self, fate: Fate) -> None:
+        """Every request still in the engine ends now; its stream meets `fate`."""
+        with self._cond:
+            n = sum(r.running + r.waiting for r in self._ranks)
+            self.fate = fate if self.fate is None else self.fate
+            self.killed.set()
+            self._cond.notify_all()
+        if self.fate is Fate.CUT:
+            self._cut_streams()
+        self.log("aborted" if fate is Fate.ABORT else "killed", requests=n)
+
+    def _cut_streams(self) -> None:
+        with self._cond:
+            conns = list(self._streams)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def _close_listener(self) -> None:
+        for stop in self._stop_listening:
+            stop()
+
+    def _exit_at(self, at: float) -> None:
+        _sleep_until(at)
+        self._close_listener()
+        self.log("exit")
+        self.exited.set()
+
+
+def _sleep_until(when: float) -> None:
+    while (left := when - time.monotonic()) > 0:
+        time.sleep(left)

@@ -1,0 +1,117 @@
+"""What the simulated engine's read-only pages show, from its per-DP-rank counts.
+
+Pure functions of `[(running, waiting), ...]` (one pair per DP rank):
+
+- `vllm_metrics`: vLLM V1's `/metrics` (one series per DP engine, `engine`
+  label; the counted gauges, the waiting-by-reason breakdown and KV-cache use).
+- `sglang_metrics`: SGLang's `/metrics` (one series per `dp_rank`; the
+  counted queues of a unified, prefill or decode server).
+- `sglang_loads`: SGLang's `GET /v1/loads` body (docs/engines.md has the
+  shape, drainhook/loads.py the fields it counts).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+Counts = Sequence[tuple[int, int]]
+
+
+def vllm_metrics(counts: Counts, model: str) -> str:
+    """vLLM V1 with len(counts) DP engines."""
+    lines: list[str] = []
+    families = (
+        ("vllm:num_requests_running", "Number of requests in model execution batches.", 0),
+        ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 1),
+    )
+    for name, text, index in families:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+        for rank, pair in enumerate(counts):
+            lines.append(f'{name}{{engine="{rank}",model_name="{model}"}} {float(pair[index])}')
+    name = "vllm:num_requests_waiting_by_reason"
+    lines += [f"# HELP {name} Number of waiting requests by reason.", f"# TYPE {name} gauge"]
+    for rank, (_, waiting) in enumerate(counts):
+        for reason, value in (("capacity", waiting), ("deferred", 0)):
+            labels = f'engine="{rank}",model_name="{model}",reason="{reason}"'
+            lines.append(f"{name}{{{labels}}} {float(value)}")
+    name = "vllm:kv_cache_usage_perc"
+    lines += [f"# HELP {name} KV-cache usage. 1 means 100 percent usage.", f"# TYPE {name} gauge"]
+    for rank, (running, _) in enumerate(counts):
+        usage = min(1.0, running * 0.1)
+        lines.append(f'{name}{{engine="{rank}",model_name="{model}"}} {usage}')
+    return "\n".join(lines) + "\n"
+
+
+def sglang_metrics(counts: Counts, role: str, model: str) -> str:
+    """SGLang with len(counts) DP ranks; role is unified, prefill or decode."""
+    running = [c[0] for c in counts]
+    waiting = [c[1] for c in counts]
+    zeros = [0] * len(counts)
+    families = [
+        ("sglang:num_running_reqs", "The number of running requests.", running),
+        ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", waiting),
+        ("sglang:num_grammar_queue_reqs", "The number of requests in the grammar queue.", zeros),
+    ]
+    if role == "prefill":
+        families += [
+            ("sglang:num_prefill_bootstrap_queue_reqs", "Prefill bootstrap queue.", zeros),
+            ("sglang:num_prefill_inflight_queue_reqs", "Prefill inflight queue.", zeros),
+        ]
+    if role == "decode":
+        families += [
+            ("sglang:num_decode_prealloc_queue_reqs", "Decode prealloc queue.", zeros),
+            ("sglang:num_decode_transfer_queue_reqs", "Decode transfer queue.", zeros),
+        ]
+    lines: list[str] = []
+    for name, text, values in families:
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+        for rank, value in enumerate(values):
+            labels = (
+                f'dp_rank="{rank}",engine_type="{role}",model_name="{model}",'
+                'moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+            )
+            lines.append(f"{name}{{{labels}}} {float(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def sglang_loads(counts: Counts, role: str) -> str:
+    """The JSON body of `GET /v1/loads`, as SGLang PR #16976 first shaped it."""
+    mode = "null" if role == "unified" else role
+    loads = []
+    for rank, (running, waiting) in enumerate(counts):
+        loads.append(
+            {
+                "dp_rank": rank,
+                "num_running_reqs": running,
+                "num_waiting_reqs": waiting,
+                "num_used_tokens": running * 512,
+                "max_total_num_tokens": 500000,
+                "token_usage": round(running * 512 / 500000, 4),
+                "max_running_requests": 4096,
+                "disaggregation": {
+                    "mode": mode,
+                    "prefill_prealloc_queue_reqs": 0,
+                    "prefill_inflight_queue_reqs": 0,
+                    "decode_prealloc_queue_reqs": 0,
+                    "decode_transfer_queue_reqs": 0,
+                    "decode_retracted_queue_reqs": 0,
+                },
+                "queues": {"waiting": waiting, "grammar": 0, "paused": 0, "retracted": 0},
+                "num_total_reqs": running + waiting,
+            }
+        )
+    total_running = sum(c[0] for c in counts)
+    total_waiting = sum(c[1] for c in counts)
+    body = {
+        "timestamp": "1970-01-01T00:00:00+00:00",
+        "version": "0.5.x",
+        "dp_rank_count": len(counts),
+        "loads": loads,
+        "aggregate": {
+            "total_running_reqs": total_running,
+            "total_waiting_reqs": total_waiting,
+            "total_reqs": total_running + total_waiting,
+        },
+    }
+    return json.dumps(body)

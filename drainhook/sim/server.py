@@ -1,0 +1,188 @@
+"""The simulated engine's HTTP front: an OpenAI-style completion stream and the read-only pages.
+
+- `POST /v1/completions`: a server-sent event stream, one `data:` event per
+  token (every `token_seconds`), a last event with `finish_reason` ("length",
+  or "abort" when the engine stopped the request), then `data: [DONE]`.
+- `GET /metrics` (vLLM- or SGLang-shaped), `GET /v1/loads` (SGLang only, live
+  counts), `GET /health` (200 while the process lives).
+
+Every read of /metrics or /v1/loads is logged (`read`: start, end, the total
+shown, the page), so a run can draw what a hook saw.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from drainhook.sim.model import Answer, Engine, EngineConfig, Fate
+
+POLL = 0.02  # s: how soon the listener closes once asked to
+JSON = "application/json"
+
+
+def _event(model: str, index: int, text: str, finish: str | None) -> bytes:
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    event: dict[str, object] = {"id": f"cmpl-{index}", "object": "text_completion"}
+    event.update(model=model, choices=[choice])
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
+    config = engine.config
+    tick = max(0.005, config.token_seconds)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            if path == "/health":
+                self._plain(200, b"")
+            elif path == "/metrics":
+                self._page("metrics")
+            elif path == "/v1/loads" and config.kind == "sglang":
+                self._page("loads")
+            else:
+                self._plain(404, b"not found\n")
+
+        def _page(self, page: str) -> None:
+            start = time.monotonic()
+            if page == "metrics" and config.metrics_hang:
+                engine.log("read", t0=start, t1=None, total=None, page=page)
+                threading.Event().wait()  # hold the connection until the process ends
+            answer = engine.metrics() if page == "metrics" else engine.loads()
+            assert answer is not None
+            body, total = answer
+            kind = "text/plain; version=0.0.4; charset=utf-8" if page == "metrics" else JSON
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            engine.log("read", t0=start, t1=time.monotonic(), total=total, page=page)
+
+        def do_POST(self) -> None:
+            if self.path.split("?")[0] != "/v1/completions":
+                self._plain(404, b"not found\n")
+                return
+            length = int(self.headers.get("Content-Length", "0") or 0)
+            try:
+                request: Any = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                request = {}
+            if not isinstance(request, dict):
+                request = {}
+            answer = engine.answer
+            if answer is Answer.ERROR:
+                self._plain(500, b'{"error": "engine connection lost"}\n')
+                return
+            self._stream_head()
+            if answer is Answer.ABORT:
+                self._finish(0, "abort")
+            else:
+                with engine.stream(self.connection):
+                    self._stream(engine.request_seconds(request))
+            self.close_connection = True
+
+        def _stream(self, duration: float) -> None:
+            rank = engine.admit()
+            if rank is None:  # stopped while it waited
+                if engine.fate is Fate.ABORT:
+                    self._finish(0, "abort")
+                return
+            sent, alive = 0, True
+            try:
+                end = time.monotonic() + duration
+                while (left := end - time.monotonic()) > 0:
+                    if engine.killed.wait(min(tick, left)):
+                        if alive and engine.fate is Fate.ABORT:
+                            self._finish(sent, "abort")
+                        return
+                    # A stream whose connection was cut stays in the engine, unseen.
+                    alive = alive and self._send(_event(config.model, sent, f" t{sent}", None))
+                    sent += 1
+                if alive:
+                    self._finish(sent, "length")
+            finally:
+                engine.finish(rank)
+
+        def _stream_head(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self._send(b"")
+
+        def _finish(self, index: int, reason: str) -> None:
+            if self._send(_event(config.model, index, "", reason)):
+                self._send(b"data: [DONE]\n\n")
+
+        def _send(self, data: bytes) -> bool:
+            try:
+                self.wfile.write(data)
+                self.wfile.flush()
+            except OSError:
+                return False
+            return True
+
+        def _plain(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True
+
+    return Handler
+
+
+class _Listener(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+
+class SimServer:
+    """The engine listening on 127.0.0.1, on a free port, until closed or the engine exits."""
+
+    def __init__(self, engine: Engine | None = None) -> None:
+        self.engine = engine or Engine(EngineConfig())
+        self._server = _Listener(("127.0.0.1", 0), _handler(self.engine))
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": POLL}, daemon=True
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+        self.engine.on_stop_listening(self.close)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def url(self, path: str = "/metrics") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def __enter__(self) -> SimServer:
+        self.engine.start()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop listening (a new connection is refused); open streams go on."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,112 @@
+"""SGLang's live count (CONTRACT §2a, `--source auto`, the default): /metrics,
+and /v1/loads beside it when the body is SGLang's.
+
+While idle, SGLang republishes its scheduler gauges only every 30 s, so its
+/metrics can show requests that ended long ago and hold the hook to the
+deadline; `GET /v1/loads` counts the scheduler's queues when it is asked
+(drainhook.loads). Each read of an `AutoReader` is one read of /metrics and,
+when that body names SGLang, one of /v1/loads on the same listener, both
+within the read's one timeout; a valid /v1/loads body is counted instead.
+
+What /v1/loads may answer instead, and what the read then counts:
+
+- 401 or 403 (the server has `--api-key`, the hook no `--api-key-file`) or
+  404 (an SGLang without /v1/loads): /metrics, for the rest of the hook; the
+  reading carries a warning, which the log shows once;
+- anything else that is not a count (a timeout, a 5xx, a refused or reset
+  connection, a malformed body) or no time left for it: /metrics' verdict for
+  that read, and /v1/loads is asked again on the next. Never `unreachable`
+  or `unknown` because of /v1/loads: the hook would otherwise end, or hold
+  to the deadline, on a side source while /metrics answers.
+
+A vLLM body, or any body that names no engine, is never followed by a
+/v1/loads read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from drainhook.rounds import TargetReader
+from drainhook.verdict import Reading, Verdict
+
+# The statuses that say /v1/loads will not answer this hook: it is not asked again.
+_FOR_GOOD = {
+    401: "SGLang's --api-key guards it; give the key with --api-key-file",
+    403: "SGLang's --api-key guards it; give the key with --api-key-file",
+    404: "this SGLang has no /v1/loads",
+}
+_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
+
+
+def is_sglang(reading: Reading, engine: str = "auto") -> bool:
+    """Whether a /metrics reading is an SGLang server's: named so by the scan and,
+    with a pinned engine (which names any 2xx body), with counted series read."""
+    return reading.engine == "sglang" and (engine == "auto" or bool(reading.series))
+
+
+class AutoReader:
+    """/metrics, then SGLang's /v1/loads on the same listener when the body is
+    SGLang's; `read(timeout)` ends within timeout and never raises."""
+
+    def __init__(
+        self,
+        metrics: TargetReader,
+        loads: TargetReader,
+        *,
+        engine: str = "auto",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._metrics = metrics
+        self._loads = loads
+        self._engine = engine
+        self._clock = clock
+        self._loads_off: str | None = None  # why /v1/loads is no longer asked
+
+    @property
+    def name(self) -> str:
+        return self._metrics.name
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._loads.close()
+
+    def read(self, timeout: float) -> Reading:
+        start = self._clock()
+        first = self._metrics.read(timeout)
+        if not is_sglang(first, self._engine):
+            return first
+        if self._loads_off is not None:
+            return _with_warning(first, self._loads_off, first.read_ms)
+        left = start + timeout - self._clock()
+        if left <= 0:
+            why = f"no time left in the read for /v1/loads: that read counts {_METRICS}"
+            return _with_warning(first, why, first.read_ms)
+        live = self._loads.read(left)
+        took = (self._clock() - start) * 1000.0
+        if live.counted:
+            warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
+            return dataclasses.replace(live, read_ms=took, warnings=warnings, source="loads")
+        if live.status in _FOR_GOOD:
+            why = _FOR_GOOD[live.status]
+            self._loads_off = f"/v1/loads answered HTTP {live.status} ({why}): counting {_METRICS}"
+            return _with_warning(first, self._loads_off, took)
+        why = f"/v1/loads gave no count ({_kind(live)}): that read counts {_METRICS}"
+        return _with_warning(first, why, took)
+
+
+def _kind(reading: Reading) -> str:
+    """A failed read's reason, short and the same each time it recurs (the log
+    shows each warning once): `HTTP 503`, `read timed out`, `not JSON`."""
+    reason = reading.reason or str(reading.verdict)
+    if reading.verdict is Verdict.UNREACHABLE:
+        return reason
+    return reason.split(":", 1)[0].split(" (", 1)[0]
+
+
+def _with_warning(reading: Reading, warning: str, read_ms: float) -> Reading:
+    return dataclasses.replace(
+        reading, read_ms=read_ms, warnings=(*reading.warnings, warning), source="metrics"
+    )

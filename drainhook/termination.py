@@ -1,0 +1,114 @@
+"""The drain's outcome in the Pod's status: one line in the termination message
+file (CONTRACT §5).
+
+The kubelet copies a container's termination message (`terminationMessagePath`,
+`/dev/termination-log` by default; it makes that file in every container) into
+the container's status when it ends: `state.terminated.message` while the Pod
+terminates, `lastState` after a liveness-probe restart, which runs the preStop
+hook too. It keeps at most 4096 bytes of it.
+
+Writing never blocks the hook's exit and never fails it: the file is opened
+with O_NONBLOCK (a FIFO nobody reads refuses at once), and a directory, a
+read-only or full filesystem only lose the line, said once on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from drainhook.drain import Outcome, Result
+from drainhook.verdict import Verdict
+
+DEFAULT_PATH = Path("/dev/termination-log")
+MAX_BYTES = 4096  # what the kubelet keeps of a termination message
+
+
+@dataclass(frozen=True)
+class TerminationLog:
+    """Where the line goes; `create`: make the file if it is missing (a path given
+    explicitly), or not (the default, used only when it exists)."""
+
+    path: Path
+    create: bool
+
+
+def choose(
+    value: str | None, exists: Callable[[Path], bool] = os.path.exists
+) -> TerminationLog | None:
+    """From `--termination-log`: None (not given) is the default path when it
+    exists; `''` turns the line off; any other value is that path."""
+    if value is None:
+        return TerminationLog(DEFAULT_PATH, create=False) if exists(DEFAULT_PATH) else None
+    if value == "":
+        return None
+    return TerminationLog(Path(value), create=True)
+
+
+def message(result: Result) -> str:
+    """The outcome, when, how many reads, and the work still in flight, in one line:
+
+    `drained in 8.0 s after 4 reads; nothing in flight`
+    `deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM`
+    """
+    reads = f"{result.reads} read" + ("" if result.reads == 1 else "s")
+    last = result.last
+    elapsed = f"{result.elapsed:.1f} s"
+    if result.outcome is Outcome.DRAINED:
+        return f"drained in {elapsed} after {reads}; nothing in flight"
+    if result.outcome is Outcome.UNREACHABLE:
+        why = f": {last.reason}" if last is not None and last.reason else ""
+        return f"unreachable at {elapsed} after {reads}; no work could be measured{why}"
+    if result.outcome is Outcome.INTERRUPTED:
+        name = signal.Signals(result.signum or signal.SIGTERM).name
+        return (
+            f"interrupted by {name} at {elapsed} after {reads}; {_work(result, 'at the last read')}"
+        )
+    return f"deadline at {elapsed} after {reads}; {_work(result, 'still in flight at SIGTERM')}"
+
+
+def _work(result: Result, when: str) -> str:
+    last = result.last
+    if last is None:
+        return "no read before it, work in flight unknown"
+    if last.verdict in (Verdict.IDLE, Verdict.BUSY) and last.in_flight is not None:
+        n = last.in_flight
+        if n == 0:
+            return "nothing in flight at the last read"
+        count = str(int(n)) if n == int(n) else f"{n:g}"
+        return f"{count} request{'' if n == 1 else 's'} {when}"
+    return f"work in flight unknown (last read {last.verdict.value}: {last.reason or '-'})"
+
+
+def encode(text: str) -> bytes:
+    """One line of at most MAX_BYTES bytes of UTF-8, cut on a character boundary."""
+    line = " ".join(("drainhook: " + text).split())
+    data = line.encode("utf-8", "replace")
+    if len(data) <= MAX_BYTES:
+        return data
+    return data[: MAX_BYTES - 3].decode("utf-8", "ignore").encode("utf-8") + b"..."
+
+
+def write(target: TerminationLog, text: str, say: Callable[[str], None]) -> None:
+    """Write the line; on any failure, say so (once) and go on."""
+    flags = os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC
+    if target.create:
+        flags |= os.O_CREAT
+    try:
+        fd = os.open(target.path, flags, 0o644)
+    except OSError as exc:
+        reason = "no process reads that FIFO" if exc.errno == errno.ENXIO else exc.strerror
+        say(f"cannot write --termination-log {target.path}: {reason}; going on")
+        return
+    try:
+        os.write(fd, encode(text))
+    except OSError as exc:
+        say(f"cannot write --termination-log {target.path}: {exc.strerror}; going on")
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
