@@ -5,6 +5,7 @@ And `wait` says, once at its start, what `plan` would say of its timeline.
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from pathlib import Path
 
@@ -60,16 +61,18 @@ def test_probe_prints_the_warnings(hook: Hook) -> None:
 
 
 def test_wait_logs_each_warning_once(hook: Hook) -> None:
-    # D = 1.5 s: 14 reads on the grid, at least 3 on a loaded machine.
     with Loopback(serve(TWO_RUNS)) as srv:
         run = hook(
             "wait", "--url", srv.url, "--settle", "0.1", "--interval", "0.1",
-            "--grace", "2", "--exit-reserve", "0.5",
+            "--grace", "1", "--exit-reserve", "0.5",
         )  # fmt: skip
     assert run.code == 3
     warned = [line for line in run.lines if line.startswith("drainhook warning=")]
     about_reads = [line for line in warned if " code=" not in line]  # not the timeline's
-    assert len(about_reads) == 1 and int(run.summary.split("reads=")[1].split()[0]) >= 3
+    # At least 3 reads before D = 0.5 s; one fewer per 0.1 s the machine kept the
+    # hook off the CPU, but at least 2 for "once" to mean anything.
+    fewest = max(2, 3 - math.ceil(run.starved / 0.1))
+    assert len(about_reads) == 1 and int(run.summary.split("reads=")[1].split()[0]) >= fewest
     timeline = [fields(line)["code"] for line in warned if " code=" in line]
     assert timeline == ["grace-range", "no-room", "settle-short", "exit-reserve-short"]
 
