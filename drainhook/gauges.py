@@ -1,6 +1,7 @@
 """The engine table of CONTRACT §3: which gauges count, defined here and nowhere else.
 
-The scanner, `probe`, `plan` and the README's table all read `ENGINES`.
+The scanner, `probe`, `plan` (and `plan --observe`, for each engine's latency
+histogram) and the README's table all read `ENGINES`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ class LoadsField:
 
 
 @dataclass(frozen=True)
+class LatencyHistogram:
+    """The engine's end-to-end request latency histogram (`plan --observe`): its
+    family name, its default bucket bounds and the flag that changes them."""
+
+    name: str
+    bucket_flag: str
+    default_bounds: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Engine:
     """One engine's counted gauges, by canonical name (with `:`)."""
 
@@ -31,6 +42,7 @@ class Engine:
     prefix: str
     default_port: int
     required: tuple[str, ...]
+    latency: LatencyHistogram
     optional: tuple[str, ...] = ()
     loads_fields: tuple[LoadsField, ...] = ()  # empty: the engine serves no /v1/loads
 
@@ -38,6 +50,24 @@ class Engine:
     def counted(self) -> tuple[str, ...]:
         return self.required + self.optional
 
+
+# vllm/v1/metrics/buckets.py REQUEST_LATENCY_BUCKETS (0.3 ... 7680 s, unchanged
+# since V1's first release); `vllm serve --custom-histogram-buckets
+# '{"request_latency": [...]}'` replaces them (vllm-project/vllm#48867).
+_VLLM_LATENCY = LatencyHistogram(
+    "vllm:e2e_request_latency_seconds",
+    "vllm serve --custom-histogram-buckets '{\"request_latency\": [...]}'",
+    (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+     40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+)  # fmt: skip
+# sglang/srt/metrics/collector.py TokenizerMetricsCollector (0.1 ... 2400 s);
+# one series per is_streaming value since 0.5; set by --bucket-e2e-request-latency.
+_SGLANG_LATENCY = LatencyHistogram(
+    "sglang:e2e_request_latency_seconds",
+    "sglang.launch_server --bucket-e2e-request-latency ...",
+    (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0,
+     60.0, 80.0, 100.0, 200.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0),
+)  # fmt: skip
 
 ENGINES: tuple[Engine, ...] = (
     # vLLM V1 (seen through 0.33): one series per DP engine (`engine` label);
@@ -47,6 +77,7 @@ ENGINES: tuple[Engine, ...] = (
         prefix="vllm",
         default_port=8000,
         required=("vllm:num_requests_running", "vllm:num_requests_waiting"),
+        latency=_VLLM_LATENCY,
     ),
     # SGLang (seen through 0.5.23): the disaggregation queues hold requests the
     # running/queue gauges do not; `num_prefill_prealloc_queue_reqs` is the
@@ -57,6 +88,7 @@ ENGINES: tuple[Engine, ...] = (
         prefix="sglang",
         default_port=30000,
         required=("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+        latency=_SGLANG_LATENCY,
         optional=(
             "sglang:num_grammar_queue_reqs",
             "sglang:num_prefill_bootstrap_queue_reqs",

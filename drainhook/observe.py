@@ -8,7 +8,7 @@ the bucket holding `--quantile`, and recommends G = ceil(S + latency + R):
 the grace must cover the request, not an estimate of it, so there is no
 interpolation inside a bucket.
 
-Layout: `LATENCY` (the families, per engine), `gather` (the reads: the only
+Layout: `LATENCY` (the families, per engine, from gauges.ENGINES), `gather` (the reads: the only
 I/O), `recommend` (pure), `observe_warnings` (the honest edges, as plan
 warnings), and the three renderings.
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 from drainhook import plan as planning
 from drainhook.config import Reach, WaitConfig
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
+from drainhook.gauges import ENGINES
 from drainhook.histogram import (
     INF,
     Body,
@@ -49,7 +50,7 @@ QUANTILES = (0.5, 0.99, 0.999)  # shown as evidence whatever --quantile is
 
 @dataclass(frozen=True)
 class LatencyFamily:
-    """One engine's end-to-end latency histogram, and the flag that sets its buckets."""
+    """One engine's end-to-end latency histogram (gauges.py's table), by engine."""
 
     engine: str
     name: str
@@ -57,27 +58,11 @@ class LatencyFamily:
     default_bounds: tuple[float, ...]
 
 
-LATENCY: tuple[LatencyFamily, ...] = (
-    # vllm/v1/metrics/buckets.py REQUEST_LATENCY_BUCKETS (0.3 ... 7680 s, unchanged
-    # since V1's first release); `vllm serve --custom-histogram-buckets
-    # '{"request_latency": [...]}'` replaces them (vllm-project/vllm#48867).
-    LatencyFamily(
-        "vllm",
-        "vllm:e2e_request_latency_seconds",
-        "vllm serve --custom-histogram-buckets '{\"request_latency\": [...]}'",
-        (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
-         40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
-    ),
-    # sglang/srt/metrics/collector.py TokenizerMetricsCollector (0.1 ... 2400 s);
-    # one series per is_streaming value since 0.5; set by --bucket-e2e-request-latency.
-    LatencyFamily(
-        "sglang",
-        "sglang:e2e_request_latency_seconds",
-        "sglang.launch_server --bucket-e2e-request-latency ...",
-        (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0,
-         60.0, 80.0, 100.0, 200.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0),
-    ),
-)  # fmt: skip
+# Read from the engine table: the histograms are named there, beside the gauges.
+LATENCY: tuple[LatencyFamily, ...] = tuple(
+    LatencyFamily(e.name, e.latency.name, e.latency.bucket_flag, e.latency.default_bounds)
+    for e in ENGINES
+)
 BY_ENGINE = {f.engine: f for f in LATENCY}
 
 # vLLM's other request histograms, for the bound a request cannot pass unless
