@@ -309,13 +309,21 @@ def _vllm_prefill_linger(plan: Plan) -> PlanWarning | None:
     )
 
 
+def shutdown_timeout(plan: Plan) -> int | None:
+    """vLLM's `--shutdown-timeout` that fits this timeline: R - 1 whole seconds, so
+    requests still running at SIGTERM end before the kill with a second to exit;
+    None for another engine, or when R leaves no whole second for it."""
+    n = math.floor(plan.config.exit_reserve - 1)
+    return n if plan.engine == "vllm" and n >= 1 else None
+
+
 def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
     if plan.engine != "vllm":
         return None
-    n = math.floor(plan.config.exit_reserve - 1)
+    n = shutdown_timeout(plan)
     advice = (
         f"suggest --shutdown-timeout {n} (R - 1)"
-        if n >= 1
+        if n is not None
         else "raise --exit-reserve to use it (N = R - 1)"
     )
     return PlanWarning(
@@ -533,6 +541,9 @@ def applied_json(applied: Applied) -> dict[str, object]:
         "grace": _j(c.grace),
         "exit_reserve": _j(c.exit_reserve),
         "command": list(applied.plan.command),
+        # The engine's own flags the advice names (vLLM's --shutdown-timeout), as
+        # arguments to add to the engine's command line: for tooling, not the hook.
+        "engine_args": _engine_args(applied.plan),
         "changes": [
             {
                 "field": ch.field,
@@ -545,6 +556,11 @@ def applied_json(applied: Applied) -> dict[str, object]:
         ],
         "warnings": warnings_json(applied.plan.warnings),
     }
+
+
+def _engine_args(plan: Plan) -> list[str]:
+    n = shutdown_timeout(plan)
+    return [] if n is None else ["--shutdown-timeout", str(n)]
 
 
 def to_text(plan: Plan) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -67,19 +66,14 @@ class Plan:
         return self.grace - self.exit_reserve
 
 
-ADVICE = re.compile(r"suggest --shutdown-timeout (\d+(?:\.\d+)?)")
-
-
 def parse_plan(document: Mapping[str, Any]) -> Plan:
     """The values of a `drainhook plan --output json` document."""
     command = [str(a) for a in document["command"]]
+    # The engine's own flags the plan advises, as the plan states them.
+    engine_args = [str(a) for a in document["applied"]["engine_args"]]
     advice = 0.0
-    for warning in document.get("warnings", []):
-        if warning.get("code") == "vllm-shutdown-timeout":
-            found = ADVICE.search(str(warning.get("message", "")))
-            if found is None:
-                raise ValueError(f"no --shutdown-timeout value in {warning!r}")
-            advice = float(found.group(1))
+    if "--shutdown-timeout" in engine_args:
+        advice = float(engine_args[engine_args.index("--shutdown-timeout") + 1])
     return Plan(
         grace=float(document["grace"]),
         settle=float(document["settle"]),

@@ -205,6 +205,29 @@ def test_vllm_shutdown_timeout_without_room() -> None:
     assert "raise --exit-reserve" in w.message
 
 
+@pytest.mark.parametrize(
+    ("flags", "engine_args"),
+    [
+        ({"engine": "vllm"}, ["--shutdown-timeout", "4"]),
+        ({"engine": "vllm", "exit_reserve": 10.0}, ["--shutdown-timeout", "9"]),
+        ({"engine": "vllm", "exit_reserve": 1.5}, []),  # no whole second for it
+        ({"engine": "sglang"}, []),
+        ({}, []),  # auto: which engine's flag is unknown
+    ],
+)
+def test_json_names_the_engine_args_its_advice_gives(
+    flags: dict[str, typing.Any], engine_args: list[str]
+) -> None:
+    """The structured form of the --shutdown-timeout advice, for tooling (the
+    rehearsal reads it): the same number as the warning's text."""
+    p = make(**flags)
+    applied = typing.cast(dict[str, typing.Any], planning.to_json(p)["applied"])
+    assert applied["engine_args"] == engine_args
+    if engine_args:
+        (w,) = [w for w in p.warnings if w.code == "vllm-shutdown-timeout"]
+        assert f"--shutdown-timeout {engine_args[1]} (R - 1)" in w.message
+
+
 def test_each_rule_owns_one_code_and_fires_alone() -> None:
     # A rule is one entry of RULES: each gives its own code, and a plan with
     # nothing wrong (the defaults, engine auto, unified) hears from none of them.

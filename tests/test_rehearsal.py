@@ -40,14 +40,7 @@ PLAN_JSON = {
     "interval": 1,
     "read_timeout": 1,
     "command": ["/usr/local/bin/drainhook", "wait", "--grace", "60", "--engine", "vllm"],
-    "warnings": [
-        {
-            "code": "vllm-shutdown-timeout",
-            "message": "vLLM >= 0.18: `vllm serve --shutdown-timeout N` lets requests still "
-            "running at D go on for N more seconds; suggest --shutdown-timeout 4 (R - 1)",
-            "reason": "...",
-        }
-    ],
+    "applied": {"engine_args": ["--shutdown-timeout", "4"]},
 }
 
 
@@ -148,10 +141,25 @@ def test_drainhook_st_takes_the_plans_values_scaled() -> None:
         strategies.BY_KEY["drainhook+st"].resolved(None)
 
 
-def test_a_plan_without_a_number_in_its_advice_is_an_error() -> None:
-    broken = {**PLAN_JSON, "warnings": [{"code": "vllm-shutdown-timeout", "message": "suggest"}]}
-    with pytest.raises(ValueError):
+def test_a_plan_without_its_engine_args_is_an_error() -> None:
+    broken = {k: v for k, v in PLAN_JSON.items() if k != "applied"}
+    with pytest.raises(KeyError):
         strategies.parse_plan(broken)
+    no_value = {**PLAN_JSON, "applied": {"engine_args": ["--shutdown-timeout"]}}
+    with pytest.raises(IndexError):
+        strategies.parse_plan(no_value)
+
+
+def test_drainhook_plan_itself_advises_what_the_recipe_reads() -> None:
+    """The real CLI, as a process: G 60 for vLLM gives R 5 and --shutdown-timeout 4."""
+    plan = strategies.ask_plan(60.0)
+    assert (plan.grace, plan.exit_reserve, plan.deadline, plan.shutdown_timeout) == (
+        60.0,
+        5.0,
+        55.0,
+        4.0,
+    )
+    assert strategies.ask_plan(30.0).shutdown_timeout == 4.0
 
 
 def test_recipes_set_their_g_and_vllm_flag() -> None:
@@ -304,7 +312,9 @@ def test_short_requests_drainhook_cuts_none_where_no_hook_cuts(
     # 37 requests (6/s over 6 real seconds); the same ones in both cells.
     assert mine["completed"] == 37
     assert (mine["cut"], mine["refused"]) == (0, 0)
-    assert none["cut"] > 0 and none["refused"] > 0
+    # Streams running at the delete are cut; whether one also arrives in the
+    # 0.2 s between SIGTERM and the exit (refused) is up to the scheduler.
+    assert none["cut"] > 0
     assert none["completed"] + none["cut"] + none["refused"] == 37
     # No hook: SIGTERM at the delete. drainhook: after the settle, before D (2.5 s here).
     assert none["sigterm_at_s"] < 0.1
