@@ -23,6 +23,11 @@ DEFAULT_READ_TIMEOUT = 1.0
 DEFAULT_CONFIRM = 2
 DEFAULT_LINGER = 0.0
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
+# The hook's process must be gone by D as the kubelet sees it (it sends SIGTERM
+# when the process ends): the loop ends this much before D, for the termination
+# message, the summary line and the exit itself (measured 1-5 ms after the loop
+# returns; the rest is margin for a busy node). Logged deadlines stay D.
+EXIT_ALLOWANCE = 0.02
 DEFAULT_SCHEME = "http"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/metrics"
@@ -109,7 +114,7 @@ class WaitConfig:
     def timeline(self) -> Timeline:
         return Timeline(
             settle=self.settle,
-            deadline=self.deadline,
+            deadline=max(0.0, self.deadline - EXIT_ALLOWANCE),
             interval=self.interval,
             read_timeout=self.reach.read_timeout,
             confirm=self.confirm,

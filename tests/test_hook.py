@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from drainhook.config import Reach, WaitConfig
+from drainhook.config import EXIT_ALLOWANCE, Reach, WaitConfig
 from drainhook.drain import Outcome, Result
 from drainhook.exposition import ACCEPT, MetricsScanner
 from drainhook.hook import exit_code, reader_for, run_probe, run_wait, scanner_for
@@ -128,6 +128,17 @@ def summary(err: str) -> dict[str, object]:
     return found
 
 
+def test_the_loop_ends_before_d_by_the_exit_allowance() -> None:
+    """The loop's deadline leaves the process EXIT_ALLOWANCE to be gone by D; a D
+    of 0 stays 0, and the logged deadline (config.deadline) stays D."""
+    reach = Reach(target=parse_url("http://127.0.0.1:9/metrics"))
+    assert 0 < EXIT_ALLOWANCE <= 0.05
+    busy = WaitConfig(reach=reach, grace=30.0, exit_reserve=5.0)
+    assert busy.deadline == 25.0
+    assert busy.timeline().deadline == pytest.approx(25.0 - EXIT_ALLOWANCE)
+    assert WaitConfig(reach=reach, grace=5.0, exit_reserve=5.0).timeline().deadline == 0.0
+
+
 def test_wait_drains_on_the_second_idle_read(capsys: pytest.CaptureFixture[str]) -> None:
     with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
         start = time.monotonic()
@@ -148,8 +159,9 @@ def test_wait_runs_to_the_deadline_while_busy(capsys: pytest.CaptureFixture[str]
     end = summary(capsys.readouterr().err)
     assert code == 3
     assert (end["outcome"], end["in_flight"], end["exit"]) == ("deadline", 6, 3)
-    assert D <= end["elapsed"] <= D + SLACK  # type: ignore[operator]
-    assert took >= D
+    # It ends EXIT_ALLOWANCE before D, so that its process is gone by D.
+    assert D - EXIT_ALLOWANCE <= end["elapsed"] <= D + SLACK  # type: ignore[operator]
+    assert took >= D - EXIT_ALLOWANCE
 
 
 def test_wait_ends_at_once_when_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
