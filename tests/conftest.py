@@ -27,14 +27,14 @@ from typing import IO
 import pytest
 
 # netns: the one network-namespace helper, kept in tests/podns.py (re-exported).
-from tests.podns import PodRun, Server, run_pod
+from tests.podns import HookOutput, PodRun, Server, run_pod
 from tests.podns import netns as netns
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
-class Run:
+class Run(HookOutput):
     code: int
     stdout: str
     stderr: str
@@ -45,16 +45,6 @@ class Run:
     # is forgiven, what the hook spends running or sleeping is not. 0 on an idle
     # machine, or where the kernel keeps no such count.
     starved: float = 0.0
-
-    @property
-    def lines(self) -> list[str]:
-        return self.stderr.splitlines()
-
-    @property
-    def summary(self) -> str:
-        found = [line for line in self.lines if "outcome=" in line or '"summary"' in line]
-        assert found, f"no summary line in stderr:\n{self.stderr}"
-        return found[-1]
 
 
 def timeline_warning(line: str) -> bool:

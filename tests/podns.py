@@ -143,8 +143,24 @@ class ServerLog:
         return [r.path for r in self.requests]
 
 
+class HookOutput:
+    """What a run of the hook printed: its stderr lines, and the summary among them."""
+
+    stderr: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.stderr.splitlines()
+
+    @property
+    def summary(self) -> str:
+        found = [line for line in self.lines if "outcome=" in line or '"summary"' in line]
+        assert found, f"no summary line in stderr:\n{self.stderr}"
+        return found[-1]
+
+
 @dataclass(frozen=True)
-class PodRun:
+class PodRun(HookOutput):
     """The command's exit code (None: killed at its timeout), output, wall time
     from spawn to exit, and each server's log, by name."""
 
@@ -157,16 +173,6 @@ class PodRun:
     @property
     def ports(self) -> dict[str, int]:
         return {name: log.port for name, log in self.servers.items()}
-
-    @property
-    def lines(self) -> list[str]:
-        return self.stderr.splitlines()
-
-    @property
-    def summary(self) -> str:
-        found = [line for line in self.lines if "outcome=" in line or '"summary"' in line]
-        assert found, f"no summary line in stderr:\n{self.stderr}"
-        return found[-1]
 
     def json(self) -> Any:
         return json.loads(self.stdout)
