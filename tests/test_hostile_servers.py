@@ -425,7 +425,9 @@ def test_hostile_server(case: Case, entry: list[str], cacert: Path) -> None:
     assert run.code == code, where
     assert summary["outcome"] == {0: "drained", 3: "deadline", 4: "unreachable"}[code], where
     # One connection per read: none left open behind a read, no redirect followed.
-    assert connections == len(reads), where
+    # A read that ran out of time may have done so before it could connect (one
+    # started with a millisecond left before D).
+    assert len(reads) - out_of_time <= connections <= len(reads), where
     if code == 0:
         assert reads[-1]["verdict"] == reads[-2]["verdict"] == "idle", where
         assert summary["in_flight"] == "0", where
