@@ -26,6 +26,9 @@ from rehearsal.timeline import (
 )
 
 IDLE_SLACK = 0.1  # the "+ 100 ms" on an idle replica's hold
+AFTER_WORK = 1.0  # the "+ 1 s" past S + I after the last request ends
+# Scenarios whose engine goes idle well before D: vLLM, and SGLang whose gauges lag.
+RELEASE_SCENARIOS = ("short", "sglang-lag")
 HELD_MARGIN = 0.25  # real seconds: a smaller difference in held_s is not "better"
 BASELINE = "kserve"  # the recipe drainhook's halving claims are measured against
 
@@ -50,16 +53,16 @@ Rule = Callable[[Run, str], "Claim | None"]
 # Why a recipe cuts or refuses fewer than drainhook in a scenario whose work ends
 # before D, by (drainhook recipe, scenario): printed only where the run shows it.
 WHY_LOST: dict[tuple[str, str], str] = {
-    ("drainhook", "moved"): "drainhook reads a port where nothing listens: `unreachable`, "
-    "which ends its wait right after the settle (CONTRACT §2: nothing to measure), and "
-    "SIGTERM at S cuts the streams of an engine alive on its other port. Recipes that hold "
-    "longer whatever they read (a sleep, a loop that takes a refused read for busy) let "
-    "the streams finish. Listener discovery (the hook reading every listener of the Pod "
-    "when its target refuses) is what closes this case.",
-    ("drainhook+st", "moved"): "As for drainhook: `unreachable` right after the settle; "
-    "vLLM's `--shutdown-timeout {st:g}` then drains for {st:g} s only, while the loops (which "
-    "take a refused read for busy), kserve's and llm-d's 45 s drain and the longer sleeps "
-    "outlast the streams. Listener discovery closes this case too.",
+    ("drainhook", "moved"): "drainhook's configured port refuses. Inside a Pod it then "
+    "reads every listener of the Pod's network namespace for the engine (listener "
+    "discovery); only when that search finds no engine is the read `unreachable`, which "
+    "ends its wait right after the settle (CONTRACT §2), and SIGTERM at S cuts the streams "
+    "of an engine alive on another port. Recipes that hold longer whatever they read (a "
+    "sleep, a loop that takes a refused read for busy) let the streams finish.",
+    ("drainhook+st", "moved"): "As for drainhook: when listener discovery finds no engine, "
+    "`unreachable` right after the settle; vLLM's `--shutdown-timeout {st:g}` then drains "
+    "for {st:g} s only, while the loops (which take a refused read for busy), kserve's and "
+    "llm-d's 45 s drain and the longer sleeps outlast the streams.",
     ("drainhook", "router-lag-20"): "The router sends for {lag20:g} s and the last stream "
     "ends by about {lag20_end:g} s, just before D = {d:g} s: drainhook needs two idle reads "
     "in a row after the work is over, and the deadline came first in this run.",
@@ -245,12 +248,45 @@ def _no_more_cut(run: Run, key: str) -> Claim | None:
     )
 
 
+def _released_after_work(run: Run, key: str) -> Claim | None:
+    """Issue "find the engine's work": once the last request has ended, SIGTERM within
+    S + I + 1 s, on SGLang (whose gauges lag 30 s) as on vLLM."""
+    timeline = run.timeline(key)
+    if timeline is None:
+        return None
+    s, i, _ = timeline
+    found: list[str] = []
+    ok = True
+    for scenario in RELEASE_SCENARIOS:
+        c = run.cell(key, scenario)
+        ends = [r.end for r in c.requests if r.outcome == "completed"] if c else []
+        if c is None or not ends:
+            continue
+        past = c.sigterm_at_s - max(ends)
+        holds = past <= run.scale(s + i + AFTER_WORK)
+        ok = ok and holds
+        found.append(
+            f"`{scenario}`: last request ended at {run.real(max(ends)):.2f} s, SIGTERM at "
+            f"{run.real(c.sigterm_at_s):.2f} s ({run.real(past):.2f} s later)"
+        )
+    if not found:
+        return None
+    return Claim(
+        f"Releases a replica within S + I + {AFTER_WORK:g} s of its last request's end, on "
+        "vLLM and on SGLang with lagging gauges alike",
+        ok,
+        "; ".join(found) + f" (S + I + {AFTER_WORK:g} = {s + i + AFTER_WORK:g} s).",
+        "" if ok else "The engine's count reached 0 later than its last request ended.",
+    )
+
+
 CLAIMS: tuple[Rule, ...] = (
     _lost_before_deadline,
     _idle_half,
     _rollout_half,
     _zero_cut_before_deadline,
     _idle_exit,
+    _released_after_work,
     _never_past_deadline,
     _no_more_cut,
 )
@@ -328,17 +364,18 @@ WHY: dict[tuple[str, str], str] = {
     "with a G of 30 s it cannot wait for a 40 s stream: drainhook+st (G 60) is the recipe to "
     "compare with those.",
     ("moved", "*"): "drainhook's reads are refused (nothing listens on the port it was "
-    "given): `unreachable`, which ends its wait right after the settle (CONTRACT §2: nothing "
+    "given); its search of the Pod's listeners for the engine came back empty: "
+    "`unreachable`, which ends its wait right after the settle (CONTRACT §2: nothing "
     "to measure), and SIGTERM at S cuts the streams of an engine that is alive on its other "
     "port. The sleeps hold longer whatever happens; the curl loop and the poll script do not "
     "tell a refused read from a busy one, so they wait (until G, and until G - 5) and the "
     "streams finish.",
     ("sglang-lag", "*"): "SGLang drains by itself after SIGTERM, with no bound, and keeps "
-    "serving meanwhile, so an early SIGTERM cuts nothing here. drainhook reads the lagging "
-    "gauges as busy until D, so it holds an engine idle since about 4 s until D, and then "
-    "until SGLang's next look at its SIGTERM flag (every {notice:g} s). The poll script "
-    "returns at about 1 s because it finds no vLLM gauge and takes that as idle: right here, "
-    "for the wrong reason. Reading SGLang's live /v1/loads (`--source loads`) closes this.",
+    "serving meanwhile, so an early SIGTERM cuts nothing here, and the engine's exit waits "
+    "for SGLang's next look at its SIGTERM flag (every {notice:g} s) whoever sends it. "
+    "drainhook counts SGLang's live /v1/loads (`--source auto`, its default) rather than the "
+    "lagging gauges, which would read busy until D. The poll script returns at about 1 s "
+    "because it finds no vLLM gauge and takes that as idle: right here, for the wrong reason.",
     ("sglang-pd", "*"): "The decode server needs about {pd:g} s after SIGTERM to exit. "
     "drainhook with its defaults (R = 5) sends SIGTERM once the work is done, here at "
     "{term:.1f} s; the teardown fits only if SIGTERM comes by G - {pd:g} = {slot:g} s, else "

@@ -25,7 +25,7 @@ from rehearsal import cell as cell_module
 from rehearsal import claims, kubelet, report, rollout, scenarios, strategies
 from rehearsal import run as runs
 from rehearsal.matrix import jobs
-from rehearsal.record import Cell
+from rehearsal.record import Cell, Request
 from rehearsal.strategies import HookTarget
 from rehearsal.timeline import POD_ENV, Scale
 from tests.conftest import ROOT, base_env, netns
@@ -242,6 +242,25 @@ def test_idle_halving_claim() -> None:
     assert claims._idle_half(made_run(3.0, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
     assert not claims._idle_half(made_run(4.5, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
     assert claims._idle_half(made_run(3.0, 8.0), "drainhook") is None  # it did not run
+
+
+@pytest.mark.parametrize(
+    ("sigterm", "holds"),
+    [
+        (3.5, True),  # S + I + 1 = 7 real s after the last end (2 s real): 4.5 measured
+        (4.5, True),  # exactly 7 real s later
+        (4.6, False),  # a little more: held for the lagging gauges
+    ],
+)
+def test_release_after_work_claim(sigterm: float, holds: bool) -> None:
+    """Measured seconds at scale 0.5: the last request ends at 1.0 (2 real s)."""
+    done = [Request("r1", -1.0, -0.9, 0.5, "completed"), Request("r2", 0.0, 0.1, 1.0, "completed")]
+    lag = cell("drainhook", scenario="sglang-lag", sigterm_at_s=sigterm, requests=done)
+    run = runs.Run([lag], [], Scale(0.5), 1.0, strategies.parse_plan(PLAN_JSON))
+    claim = claims._released_after_work(run, "drainhook")
+    assert claim is not None and claim.holds is holds
+    assert "`sglang-lag`: last request ended at 2.00 s" in claim.evidence
+    assert claims._released_after_work(run, "drainhook+st") is None  # no such cell
 
 
 def test_report_written_again_from_the_kept_data(tmp_path: Any) -> None:
