@@ -363,13 +363,9 @@ WHY: dict[tuple[str, str], str] = {
     "40 s end inside it. drainhook keeps R = G - D for the engine's exit; "
     "with a G of 30 s it cannot wait for a 40 s stream: drainhook+st (G 60) is the recipe to "
     "compare with those.",
-    ("moved", "*"): "drainhook's reads are refused (nothing listens on the port it was "
-    "given); its search of the Pod's listeners for the engine came back empty: "
-    "`unreachable`, which ends its wait right after the settle (CONTRACT §2: nothing "
-    "to measure), and SIGTERM at S cuts the streams of an engine that is alive on its other "
-    "port. The sleeps hold longer whatever happens; the curl loop and the poll script do not "
-    "tell a refused read from a busy one, so they wait (until G, and until G - 5) and the "
-    "streams finish.",
+    # `moved`: listener discovery finds the engine on its other port, and the hook
+    # drains it as in `long`; a recipe that does better there does so for the
+    # reason it does in `long` (the ("*", recipe) entries).
     ("sglang-lag", "*"): "SGLang drains by itself after SIGTERM, with no bound, and keeps "
     "serving meanwhile, so an early SIGTERM cuts nothing here, and the engine's exit waits "
     "for SGLang's next look at its SIGTERM flag (every {notice:g} s) whoever sends it. "
@@ -395,10 +391,7 @@ WHY_ST: dict[tuple[str, str], str] = {
     ("*", "kserve"): _VLLM_DRAIN,
     ("*", "llm-d"): _VLLM_DRAIN,
     ("hang", "*"): _HANG,
-    ("moved", "*"): "drainhook+st's reads are refused: `unreachable` right after the settle, "
-    "as for drainhook; vLLM's `--shutdown-timeout {st:g}` then drains for {st:g} s only, "
-    "while kserve's and llm-d's 45 s drain, the loops (which take a refused read for busy) "
-    "and the longer sleeps outlast the streams.",
+    # `moved`: as for drainhook, the ("*", recipe) entries.
 }
 
 
