@@ -8,7 +8,7 @@ the bucket holding `--quantile`, and recommends G = ceil(S + latency + R):
 the grace must cover the request, not an estimate of it, so there is no
 interpolation inside a bucket.
 
-Layout: `LATENCY` (the families, per engine, from gauges.ENGINES), `gather` (the reads: the only
+Layout: the latency families come from gauges.ENGINES, `gather` (the reads: the only
 I/O), `recommend` (pure), `observe_warnings` (the honest edges, as plan
 warnings), and the three renderings.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from drainhook import plan as planning
 from drainhook.config import Reach, WaitConfig
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
-from drainhook.gauges import ENGINES
+from drainhook.gauges import ENGINES, Engine
 from drainhook.histogram import (
     INF,
     Body,
@@ -48,22 +48,7 @@ SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little
 QUANTILES = (0.5, 0.99, 0.999)  # shown as evidence whatever --quantile is
 
 
-@dataclass(frozen=True)
-class LatencyFamily:
-    """One engine's end-to-end latency histogram (gauges.py's table), by engine."""
-
-    engine: str
-    name: str
-    bucket_flag: str
-    default_bounds: tuple[float, ...]
-
-
-# Read from the engine table: the histograms are named there, beside the gauges.
-LATENCY: tuple[LatencyFamily, ...] = tuple(
-    LatencyFamily(e.name, e.latency.name, e.latency.bucket_flag, e.latency.default_bounds)
-    for e in ENGINES
-)
-BY_ENGINE = {f.engine: f for f in LATENCY}
+BY_ENGINE = {e.name: e for e in ENGINES}  # each names its latency histogram
 
 # vLLM's other request histograms, for the bound a request cannot pass unless
 # max_tokens grows: TTFT + max_tokens x time per output token. The per-request
@@ -159,8 +144,8 @@ def from_bodies(bodies: Sequence[tuple[str, Body]], engine: str = "auto") -> Obs
 def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, Family]:
     """The latency families of one body, and vLLM's max_tokens-bound families: of the
     time-per-output-token ones, only the first the body has (each costs a scan)."""
-    families = [BY_ENGINE[engine]] if engine in BY_ENGINE else list(LATENCY)
-    names = [f.name for f in families]
+    engines = [BY_ENGINE[engine]] if engine in BY_ENGINE else list(ENGINES)
+    names = [e.latency.name for e in engines]
     if engine in ("auto", "vllm"):
         names += [VLLM_MAX_TOKENS, VLLM_TTFT]
         for name in VLLM_TPOT:
@@ -209,17 +194,19 @@ def _scanner(engine: str) -> Callable[[Body, float], dict[str, Family] | str]:
     return scan
 
 
-def _family(parts: list[tuple[str, dict[str, Family]]], pin: str) -> LatencyFamily:
-    """The one latency family the bodies hold; NoHistogram when none or both."""
+def _family(parts: list[tuple[str, dict[str, Family]]], pin: str) -> Engine:
+    """The engine whose latency family the bodies hold; NoHistogram when none or both."""
     engines: set[str] = set()
     for where, families in parts:
-        here = {f.engine for f in LATENCY if f.name in families and families[f.name].seen}
+        here = {
+            e.name for e in ENGINES if e.latency.name in families and families[e.latency.name].seen
+        }
         if len(here) > 1:
             raise NoHistogram(
                 f"{where} has both vLLM's and SGLang's latency histogram: pin --engine"
             )
         if not here:
-            wanted = " or ".join(f.name for f in LATENCY if pin in ("auto", f.engine))
+            wanted = " or ".join(e.latency.name for e in ENGINES if pin in ("auto", e.name))
             hint = "" if pin == "vllm" else " (SGLang writes it only with --enable-metrics)"
             raise NoHistogram(f"no {wanted} histogram in {where}{hint}")
         engines |= here
@@ -236,11 +223,12 @@ def _series(where: str, families: dict[str, Family], name: str) -> dict[Labels, 
 
 
 def _observation(parts: list[tuple[str, dict[str, Family]]], pin: str, source: str) -> Observation:
-    latency = _family(parts, pin)
-    series = [s for where, fams in parts for s in _series(where, fams, latency.name).values()]
+    engine = _family(parts, pin)
+    name = engine.latency.name
+    series = [s for where, fams in parts for s in _series(where, fams, name).values()]
     return Observation(
-        latency.engine,
-        combine(latency.name, series),
+        engine.name,
+        combine(name, series),
         source,
         bound=_max_tokens_bound([fams for _, fams in parts]),
     )
@@ -253,18 +241,15 @@ def _window_observation(
     source: str,
     took: float,
 ) -> Observation:
-    latency = _family(first + second, pin)
+    engine = _family(first + second, pin)
+    name = engine.latency.name
     series: list[RawSeries] = []
     resets = 0
     for (where, before), (_, after) in zip(first, second, strict=True):
-        got, reset = difference(
-            _series(where, before, latency.name), _series(where, after, latency.name)
-        )
+        got, reset = difference(_series(where, before, name), _series(where, after, name))
         series += got
         resets += reset
-    return Observation(
-        latency.engine, combine(latency.name, series), source, window=took, resets=resets
-    )
+    return Observation(engine.name, combine(name, series), source, window=took, resets=resets)
 
 
 def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
@@ -341,7 +326,7 @@ def observe_warnings(
     if rec.latency == INF:
         largest = h.largest_bound
         shown = "no finite bucket" if largest is None else f"the largest bound, {_s(largest)}"
-        flag = BY_ENGINE[observed.engine].bucket_flag
+        flag = BY_ENGINE[observed.engine].latency.bucket_flag
         found.append(
             PlanWarning(
                 "observe-inf",

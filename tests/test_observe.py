@@ -27,7 +27,6 @@ from drainhook import plan as planning
 from drainhook.histogram import INF, scan_families
 from drainhook.observe import (
     BY_ENGINE,
-    LATENCY,
     Observation,
     ceil_sum,
     gather,
@@ -131,17 +130,15 @@ def test_samples_are_current() -> None:
 
 
 def test_default_bounds_are_the_engines() -> None:
-    """The bounds the samples carry are the ones LATENCY records for each engine."""
+    """The bounds the samples carry are the ones the engine table records."""
     for sample, engine in (("vllm-chat-dp2.txt", "vllm"), ("sglang-streaming.txt", "sglang")):
-        family = BY_ENGINE[engine]
+        family = BY_ENGINE[engine].latency
         fams = scan_families(body(sample), [family.name])
         bounds = {b for s in fams[family.name].series.values() for b in s.buckets}
         assert bounds == {*family.default_bounds, INF}
-    assert (
-        BY_ENGINE["vllm"].default_bounds[0] == 0.3 and BY_ENGINE["vllm"].default_bounds[-1] == 7680
-    )
-    assert BY_ENGINE["sglang"].default_bounds[0] == 0.1
-    assert BY_ENGINE["sglang"].default_bounds[-1] == 2400
+    vllm, sglang = BY_ENGINE["vllm"].latency, BY_ENGINE["sglang"].latency
+    assert (vllm.default_bounds[0], vllm.default_bounds[-1]) == (0.3, 7680)
+    assert (sglang.default_bounds[0], sglang.default_bounds[-1]) == (0.1, 2400)
 
 
 # -- five distributions, by hand ------------------------------------------------------
@@ -232,7 +229,7 @@ def test_inf_warning_names_the_largest_bound_and_the_engines_flag() -> None:
     (inf,) = [w for w in rec.warnings if w.code == "observe-inf"]
     assert "7680s" in inf.message
     assert "--custom-histogram-buckets" in inf.reason
-    assert "--bucket-e2e-request-latency" in BY_ENGINE["sglang"].bucket_flag
+    assert "--bucket-e2e-request-latency" in BY_ENGINE["sglang"].latency.bucket_flag
 
 
 def test_several_files_are_summed() -> None:
@@ -592,7 +589,10 @@ def test_a_remote_target_is_refused_before_any_read(entry: list[str]) -> None:
     assert allowed.returncode == 4, allowed.stderr  # the empty namespace has no route
 
 
-def test_every_engine_has_a_latency_family() -> None:
+def test_every_engine_has_its_own_latency_family() -> None:
     from drainhook.gauges import ENGINE_NAMES
 
-    assert {f.engine for f in LATENCY} == set(ENGINE_NAMES)
+    assert set(BY_ENGINE) == set(ENGINE_NAMES)
+    for name, engine in BY_ENGINE.items():
+        assert engine.latency.name == f"{engine.prefix}:e2e_request_latency_seconds", name
+        assert engine.latency.default_bounds == tuple(sorted(set(engine.latency.default_bounds)))
