@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -58,6 +59,29 @@ def timeline_warning(line: str) -> bool:
 def hook_lines(lines: list[str]) -> list[str]:
     """The lines of a run but its timeline warnings: reads, summary, other warnings."""
     return [line for line in lines if not timeline_warning(line)]
+
+
+def fields(line: str) -> dict[str, str]:
+    """The key=value pairs of a text log line (a quoted value unquoted)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:  # an unbalanced quote in a hostile server's reason
+        words = line.split()
+    return dict(word.split("=", 1) for word in words if "=" in word)
+
+
+def timed_out(read: Mapping[str, str]) -> bool:
+    """A read that ran out of time: `unknown`, with `timed out` in its reason."""
+    return read.get("verdict") == "unknown" and "timed out" in read.get("reason", "")
+
+
+def connections_fit(connections: int, reads: Sequence[Mapping[str, str]]) -> bool:
+    """One connection a read: none left open behind a read, no redirect followed. A
+    read that ran out of time may have done so before it could connect: one started
+    a millisecond before D (the grid follows the first read, so where its last slot
+    falls is chance), or one a loaded machine kept off the CPU."""
+    late = sum(1 for read in reads if timed_out(read))
+    return len(reads) - late <= connections <= len(reads)
 
 
 def entry_points() -> list[tuple[str, list[str]]]:

@@ -10,7 +10,6 @@ check were broken, and a broken check would show as a read (exit 4).
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import socket
 import ssl
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from tests.conftest import Hook, Run, base_env, measure, netns
+from tests.conftest import Hook, Run, base_env, fields, measure, netns
 from tests.loopback import Loopback, route, sample, serve
 
 pytestmark = pytest.mark.slow
@@ -29,11 +28,6 @@ SETTLE, INTERVAL = 0.1, 0.05
 FAST = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--read-timeout", "0.5")
 IDLE = sample("vllm-http-plain-idle.txt")
 BUSY = sample("vllm-http-plain.txt")
-
-
-def fields(line: str) -> dict[str, str]:
-    """The key=value pairs of a text log line (a quoted reason unquoted)."""
-    return dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
 
 
 def read_times(run: Run) -> list[float]:

@@ -13,14 +13,13 @@ discover, discovers when it must not, or reads a listener twice, fails it.
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 import pytest
 
 from drainhook.config import EXIT_ALLOWANCE
 from drainhook.listeners import MAX_READS
-from tests.conftest import Pod, hook_lines
+from tests.conftest import Pod, fields, hook_lines
 from tests.podns import PodRun, Reply, Server, hanging, sidecar
 
 pytestmark = pytest.mark.slow
@@ -60,10 +59,6 @@ def sidecars() -> list[Server]:
         sidecar("mesh-stats", 15090, 200, MESH_STATS, host="::"),
         Server("zmq", "0.0.0.0", 5555, other=Reply(raw="\xff\x00\x00\x00\x00\x00\x00\x00\x01\x7f")),
     ]
-
-
-def fields(line: str) -> dict[str, str]:
-    return dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
 
 
 def reads(run: PodRun) -> list[dict[str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shlex
 import socket
 import threading
 import time
@@ -21,7 +20,7 @@ import pytest
 
 from drainhook.sources import AutoReader, is_sglang
 from drainhook.verdict import Reading, Series, Verdict
-from tests.conftest import Hook, Run, hook_lines
+from tests.conftest import Hook, Run, fields, hook_lines
 from tests.loopback import Behaviour, Loopback, _read_request, response_bytes
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -234,10 +233,6 @@ TIMELINE = (
     "1",
 )
 D = 3.0
-
-
-def fields(line: str) -> dict[str, str]:
-    return dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
 
 
 def warnings(run: Run) -> list[str]:

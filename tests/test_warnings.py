@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from drainhook import plan as planning
 from drainhook.exposition import scan
 from drainhook.verdict import Verdict
-from tests.conftest import Hook, Run
+from tests.conftest import Hook, Run, fields
 from tests.loopback import Loopback, sample, serve
 
 TWO_RUNS = b"""\
@@ -81,11 +80,6 @@ def test_wait_logs_each_warning_once(hook: Hook) -> None:
 
 IDLE = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
 BUSY = b"vllm:num_requests_running 3\nvllm:num_requests_waiting 0\n"
-
-
-def fields(line: str) -> dict[str, str]:
-    """The key=value pairs of a text log line (quoted values unquoted)."""
-    return dict(word.split("=", 1) for word in shlex.split(line) if "=" in word)
 
 
 def timeline_lines(run: Run) -> list[dict[str, str]]:
