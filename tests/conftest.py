@@ -70,12 +70,13 @@ def fields(line: str) -> dict[str, str]:
     return dict(word.split("=", 1) for word in words if "=" in word)
 
 
-def timed_out(read: Mapping[str, str]) -> bool:
-    """A read that ran out of time: `unknown`, with `timed out` in its reason."""
-    return read.get("verdict") == "unknown" and "timed out" in read.get("reason", "")
+def timed_out(read: Mapping[str, object]) -> bool:
+    """A read that ran out of time: `unknown`, with `timed out` in its reason (a text
+    log line's fields, or a JSON line's object, where the reason may be null)."""
+    return read.get("verdict") == "unknown" and "timed out" in str(read.get("reason") or "")
 
 
-def connections_fit(connections: int, reads: Sequence[Mapping[str, str]]) -> bool:
+def connections_fit(connections: int, reads: Sequence[Mapping[str, object]]) -> bool:
     """One connection a read: none left open behind a read, no redirect followed. A
     read that ran out of time may have done so before it could connect: one started
     a millisecond before D (the grid follows the first read, so where its last slot
