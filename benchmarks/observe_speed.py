@@ -40,20 +40,16 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from drainhook import plan as planning
 from drainhook.exposition import scan
 from drainhook.histogram import combine, scan_families
-from drainhook.observe import Observation, from_bodies, recommend
+from drainhook.observe import BY_ENGINE, Observation, from_bodies, recommend
 from drainhook.read import Reader
 from drainhook.target import parse_url
 from drainhook.verdict import Reading
+from scripts.latency_samples import VLLM_ITL, VLLM_TTFT
 from tests.loopback import Loopback, serve
 
 MIB = 1024 * 1024
 SIZE = 16 * MIB - 64 * 1024  # just under --max-body's default
-E2E = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
-       40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
-TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-        1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-       1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+E2E = BY_ENGINE["vllm"].latency.default_bounds
 TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)  # 1-2-5 up to 8192
 FAMILIES = {
     "vllm:e2e_request_latency_seconds": (E2E, (1.2, 4.0, 25.0)),
@@ -61,9 +57,9 @@ FAMILIES = {
     "vllm:request_inference_time_seconds": (E2E, (1.0, 3.5, 20.0)),
     "vllm:request_prefill_time_seconds": (E2E, (0.05, 0.1, 0.5)),
     "vllm:request_decode_time_seconds": (E2E, (1.0, 3.0, 19.0)),
-    "vllm:time_to_first_token_seconds": (TTFT, (0.05, 0.07, 1.8)),
-    "vllm:inter_token_latency_seconds": (ITL, (0.02, 0.02, 0.03)),
-    "vllm:request_time_per_output_token_seconds": (ITL, (0.02, 0.02, 0.03)),
+    "vllm:time_to_first_token_seconds": (VLLM_TTFT, (0.05, 0.07, 1.8)),
+    "vllm:inter_token_latency_seconds": (VLLM_ITL, (0.02, 0.02, 0.03)),
+    "vllm:request_time_per_output_token_seconds": (VLLM_ITL, (0.02, 0.02, 0.03)),
     "vllm:request_prompt_tokens": (TOKENS, (120, 800, 3000)),
     "vllm:request_generation_tokens": (TOKENS, (100, 256, 1024)),
     "vllm:request_max_num_generation_tokens": (TOKENS, (256, 1024, 4096)),
