@@ -152,7 +152,7 @@ def cli() -> None:
 def wait(ctx: click.Context, /, **params: typing.Any) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
 
-    Exit: 0 drained, 3 deadline, 4 unreachable, 143/130 SIGTERM/SIGINT, 2 usage.
+    Exit: 0 drained, 3 deadline, 4 unreachable, 5 stalled, 143/130 SIGTERM/SIGINT, 2 usage.
     """
     t0 = start_time()
     config = WaitConfig(
@@ -169,6 +169,7 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
         exit_zero=params["exit_zero"],
         quiet=params["quiet"],
         termination_log=choose_termination_log(params["termination_log"]),
+        stall_after=params["stall_after"],
     )
     config.check()
     return run_wait(config, t0)
@@ -296,7 +297,7 @@ def plan(
 
 # plan takes wait's timing flags as they are: same help, defaults and DRAINHOOK_* variables.
 _PLAN_SHARED = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
-                "linger", "max_wait", "engine")  # fmt: skip
+                "linger", "max_wait", "stall_after", "engine")  # fmt: skip
 plan.params[:0] = sorted(
     (p for p in wait.params if p.name in _PLAN_SHARED), key=lambda p: _PLAN_SHARED.index(p.name)
 )

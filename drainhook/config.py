@@ -23,6 +23,11 @@ DEFAULT_READ_TIMEOUT = 1.0
 DEFAULT_CONFIRM = 2
 DEFAULT_LINGER = 0.0
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
+# W of CONTRACT §2b (--stall-after): longer than a healthy engine's longest flat
+# stretch (a 128k-token prefill with nothing else decoding, on vLLM: about 95 s
+# on 4 A100s), well under the engines' own 300 s watchdogs; the README has the
+# arithmetic.
+DEFAULT_STALL_AFTER = 120.0
 # The hook's process must be gone by D as the kubelet sees it (it sends SIGTERM
 # when the process ends): the loop ends this much before D, for the termination
 # message, the summary line and the exit itself (measured 1-5 ms after the loop
@@ -102,6 +107,13 @@ class WaitConfig:
     exit_zero: bool = False
     quiet: bool = False
     termination_log: TerminationLog | None = None  # the outcome's line for the Pod's status
+    # W (CONTRACT §2b): None is the default (DEFAULT_STALL_AFTER); 0 turns it off.
+    stall_after: float | None = None
+
+    @property
+    def stall_window(self) -> float:
+        """W in seconds (0: no stall detection)."""
+        return DEFAULT_STALL_AFTER if self.stall_after is None else self.stall_after
 
     @property
     def deadline(self) -> float:
@@ -135,6 +147,8 @@ class WaitConfig:
         _positive("--interval", self.interval)
         if self.max_wait is not None:
             _not_negative("--max-wait", self.max_wait)
+        if self.stall_after is not None:
+            _not_negative("--stall-after", self.stall_after)
         if self.confirm < 1:
             raise UsageError("--confirm must be at least 1")
 

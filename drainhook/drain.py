@@ -11,6 +11,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from drainhook.stall import Stall, StallWatch
 from drainhook.verdict import Reading, Verdict
 
 
@@ -19,6 +20,7 @@ class Outcome(str, enum.Enum):
     DEADLINE = "deadline"
     UNREACHABLE = "unreachable"
     INTERRUPTED = "interrupted"
+    STALLED = "stalled"  # work reported, no progress for --stall-after (CONTRACT §2b)
 
     def __str__(self) -> str:
         return self.value
@@ -56,6 +58,7 @@ class Result:
     reads: int
     last: Reading | None
     signum: int | None = None
+    stall: Stall | None = None  # what froze, when the outcome is STALLED
 
 
 def drain(
@@ -66,18 +69,22 @@ def drain(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     on_read: Callable[[float, Reading], None] = lambda _t, _r: None,
+    stall: StallWatch | None = None,
 ) -> Result:
     """Run the timeline from t0 and return what happened.
 
     `read(timeout)` performs one read that ends within timeout; `on_read`
-    sees each reading with its time since t0.
+    sees each reading with its time since t0. `stall` (CONTRACT §2b) sees
+    every reading with the time its read started; a stall it finds ends the
+    loop, but never while idle is being confirmed (only a read that reset the
+    confirmation can end it so).
     """
     deadline = t0 + timeline.deadline
     reads = 0
     last: Reading | None = None
 
-    def result(outcome: Outcome, signum: int | None = None) -> Result:
-        return Result(outcome, clock() - t0, reads, last, signum)
+    def result(outcome: Outcome, signum: int | None = None, stalled: Stall | None = None) -> Result:
+        return Result(outcome, clock() - t0, reads, last, signum, stalled)
 
     def wait_until(when: float) -> None:
         while (now := clock()) < min(when, deadline):
@@ -100,6 +107,10 @@ def drain(
             if last.verdict is Verdict.UNREACHABLE:
                 return result(Outcome.UNREACHABLE)
             idle_run = idle_run + 1 if last.verdict is Verdict.IDLE else 0
+            if stall is not None:
+                found = stall.observe(now - t0, last)
+                if found is not None and idle_run == 0:
+                    return result(Outcome.STALLED, stalled=found)
             if idle_run >= timeline.confirm:
                 wait_until(clock() + timeline.linger)
                 return result(Outcome.DRAINED)

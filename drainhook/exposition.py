@@ -16,6 +16,7 @@ Past any of them the verdict is unknown, like a body over --max-body.
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 import sys
@@ -24,8 +25,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from drainhook.errors import Malformed
-from drainhook.gauges import BY_NAME, ENGINES, PRIORITY_LABEL, TP_RANK_LABEL, Engine, counted_name
-from drainhook.verdict import Scan, Series, Verdict, count, value_problem
+from drainhook.gauges import (
+    BY_NAME,
+    ENGINES,
+    PRIORITY_LABEL,
+    TP_RANK_LABEL,
+    Engine,
+    ExternalWait,
+    sample_kind,
+)
+from drainhook.verdict import Progress, Scan, Series, Verdict, count, value_problem
 
 ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
 
@@ -34,7 +43,14 @@ ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
 _NEEDLES: dict[str, tuple[bytes, ...]] = {
     e.name: (f"{e.prefix}:num_".encode(), f"{e.prefix}_num_".encode()) for e in ENGINES
 }
-_LONGEST_NAME = max(len(n) for e in ENGINES for n in e.counted)
+# A progress counter (CONTRACT §2b) is found by its name after the prefix, one
+# needle for both spellings of `:`; the name then starts the line.
+_INNER: dict[str, tuple[bytes, ...]] = {
+    e.name: tuple(n.split(":", 1)[1].encode() for n in e.progress) for e in ENGINES
+}
+_LONGEST_NAME = max(
+    len(n) for e in ENGINES for n in (*e.counted, *e.progress, *(w.name for w in e.external))
+)
 _NAME_END = re.compile(rb"[{ \t\r]|$")
 _BLANKS = re.compile(rb"[ \t]*")
 _META = re.compile(rb"[ \t]*#[ \t]+(?:TYPE|HELP|UNIT)[ \t]+")
@@ -116,21 +132,29 @@ def _parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
 class _Candidates:
     """Offsets of `<prefix>[:_]num_` in body, in order, found as they are needed:
     a body of nothing but needles costs no list, and a line already read is
-    searched no further."""
+    searched no further. A progress counter's needle is found inside its name:
+    its offset is that of its line's first non-blank byte."""
 
     def __init__(self, body: bytes | bytearray | mmap.mmap, engines: Sequence[Engine]) -> None:
         self._body = body
         self._needles = [n for e in engines for n in _NEEDLES[e.name]]
+        self._anchored = len(self._needles)
+        self._needles += [n for e in engines for n in _INNER[e.name]]
         self._next = [body.find(n) for n in self._needles]
 
     def first_from(self, pos: int) -> int:
         """The first offset >= pos, or -1."""
         best = -1
+        inner = False
         for i, at in enumerate(self._next):
             if 0 <= at < pos:
                 at = self._next[i] = self._body.find(self._needles[i], pos)
             if at >= 0 and (best < 0 or at < best):
                 best = at
+                inner = i >= self._anchored
+        if inner:
+            start = self._body.rfind(b"\n", 0, best) + 1
+            return _BLANKS.match(self._body, start, best).end()  # type: ignore[union-attr]
         return best
 
 
@@ -165,6 +189,14 @@ def scan(
     n_labels = 0
     counted_bytes = 0
     problem: str | None = None
+    # Progress counters (one per label set, the largest) and the uncounted
+    # external-waiting gauges' sums, per engine (CONTRACT §2b); a bad line of
+    # either leaves the read without progress, never changes its verdict.
+    counters: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Series]] = {
+        e.name: {} for e in ENGINES
+    }
+    outside: dict[str, dict[str, float]] = {e.name: {} for e in ENGINES}
+    progress_bad = False
 
     def gave_up(why: str) -> Scan:
         return Scan(Verdict.UNKNOWN, pinned.name if pinned else None, None, (), why)
@@ -182,20 +214,47 @@ def scan(
         if name_end - at > _LONGEST_NAME:
             continue  # no counted name is that long
         raw_name = body[at:name_end].decode("ascii", "replace")
-        hit = counted_name(raw_name)
+        hit = sample_kind(raw_name)
         if hit is None:
-            continue  # a look-alike such as vllm:num_requests_waiting_by_reason
-        eng, canonical = hit
+            continue  # a look-alike such as vllm:num_requests_waiting_total
+        eng, canonical, kind = hit
         if pinned is not None and eng is not pinned:
             continue
         if _BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
-            if _META.fullmatch(body, start, at):
+            if kind == "counted" and _META.fullmatch(body, start, at):
                 seen.add(eng.name)
             continue  # the name inside another line (a HELP text, a label value)
-        seen.add(eng.name)
         counted_bytes += end - start
         if counted_bytes > MAX_COUNTED_BYTES:
             return gave_up(f"counted lines over {MAX_COUNTED_BYTES // 1024 // 1024} MiB")
+        if kind != "counted":
+            try:
+                labels, value = _parse_rest(body[name_end:end].decode("utf-8").rstrip("\r"))
+            except (UnicodeDecodeError, Malformed):
+                progress_bad = True
+                continue
+            if value_problem(canonical, value) is not None:
+                progress_bad = True
+                continue
+            if kind == "external":
+                for wait in eng.external:
+                    if wait.name == canonical and (wait.label is None or wait.label in labels):
+                        sums = outside[eng.name]
+                        sums[canonical] = sums.get(canonical, 0.0) + value
+                continue
+            key = (canonical, tuple(sorted(labels)))
+            found = counters[eng.name]
+            if key not in found:
+                n_kept += 1
+                n_labels += len(labels)
+                if n_kept > MAX_SERIES:
+                    return gave_up(f"more than {MAX_SERIES} counted series")
+                if n_labels > MAX_LABELS_KEPT:
+                    return gave_up(f"more than {MAX_LABELS_KEPT} labels on counted series")
+            if key not in found or value > found[key].value:
+                found[key] = Series(canonical, labels, value)
+            continue
+        seen.add(eng.name)
         try:
             # Text exposition is UTF-8; a label value that is not is a malformed
             # line (the Prometheus Go parser rejects it too), not a series to count.
@@ -239,10 +298,33 @@ def scan(
         missing = [n for n in chosen.required if n not in sampled]
         if missing:
             problem = f"required gauge missing: {', '.join(missing)}"
+    progress = None
+    if not progress_bad:
+        read = tuple(counters[chosen.name].values())
+        progress = Progress(read, external_work(chosen, series, outside[chosen.name]))
     if problem is not None:
-        return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem, warnings)
+        return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem, warnings, progress)
     verdict, total, reason = count(s.value for s in series)
-    return Scan(verdict, chosen.name, total, series, reason, warnings)
+    return Scan(verdict, chosen.name, total, series, reason, warnings, progress)
+
+
+def external_work(
+    engine: Engine,
+    series: Sequence[Series],
+    uncounted: dict[str, float],
+    waits: Sequence[ExternalWait] | None = None,
+) -> float:
+    """How much of the counted work the engine reports as waiting outside itself:
+    per group of `waits` (the engine's external table), the largest sum of its
+    gauges, the counted ones summed from `series`, the others from `uncounted`."""
+    groups: dict[str, float] = {}
+    for wait in engine.external if waits is None else waits:
+        if wait.counted:
+            total = math.fsum(s.value for s in series if s.name == wait.name)
+        else:
+            total = uncounted.get(wait.name, 0.0)
+        groups[wait.key] = max(groups.get(wait.key, 0.0), total)
+    return math.fsum(groups.values())
 
 
 @dataclass(frozen=True)

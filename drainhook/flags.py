@@ -27,6 +27,7 @@ from drainhook.config import (
     DEFAULT_SCHEME,
     DEFAULT_SETTLE,
     DEFAULT_SOURCE,
+    DEFAULT_STALL_AFTER,
 )
 from drainhook.gauges import ENGINE_NAMES
 
@@ -167,6 +168,10 @@ def wait_options(f: F) -> F:
                help="Hold this long after idle is confirmed (clipped to the deadline)."),
         option("--max-wait", type=DURATION,
                help="Cap on the wait from the hook's start: D = min(G - R, max-wait)."),
+        option("--stall-after", type=DURATION,
+               help="W: return `stalled` (exit 5) when the engine reports work and none of "
+               "its progress counters has moved for this long; 0 turns it off  "
+               f"[default: {DEFAULT_STALL_AFTER:g}]"),
         option("--log-format", type=click.Choice(["text", "json"]), default="text",
                show_default=True, help="Format of the log lines."),
         # No checks on --log-file: a path that cannot be opened (another user's

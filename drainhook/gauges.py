@@ -35,6 +35,28 @@ class LatencyHistogram:
 
 
 @dataclass(frozen=True)
+class ExternalWait:
+    """Work an engine reports as waiting on something outside itself (CONTRACT §2b:
+    a KV transfer, a grammar compilation), which never counts toward a stall.
+
+    `name` is a gauge's canonical name; `label`, when set, keeps only its series
+    with that label value. `counted`: the gauge is a counted one (its series are
+    in the read's total); otherwise it is a subset of a counted one, read only
+    for this. Gauges of one `group` describe the same requests: the group counts
+    its largest sum, not their total.
+    """
+
+    name: str
+    label: tuple[str, str] | None = None
+    counted: bool = True
+    group: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.group or self.name
+
+
+@dataclass(frozen=True)
 class Engine:
     """One engine's counted gauges, by canonical name (with `:`)."""
 
@@ -45,6 +67,14 @@ class Engine:
     latency: LatencyHistogram
     optional: tuple[str, ...] = ()
     loads_fields: tuple[LoadsField, ...] = ()  # empty: the engine serves no /v1/loads
+    # CONTRACT §2b: the counters that advance while the engine computes (sample
+    # names as written, `_total` / `_count` included), the work reported as
+    # waiting outside it, and the same for /v1/loads (paths in a rank entry; an
+    # int is an index into a list).
+    progress: tuple[str, ...] = ()
+    external: tuple[ExternalWait, ...] = ()
+    loads_progress: tuple[tuple[str | int, ...], ...] = ()
+    loads_external: tuple[ExternalWait, ...] = ()
 
     @property
     def counted(self) -> tuple[str, ...]:
@@ -78,6 +108,30 @@ ENGINES: tuple[Engine, ...] = (
         default_port=8000,
         required=("vllm:num_requests_running", "vllm:num_requests_waiting"),
         latency=_VLLM_LATENCY,
+        # vllm/v1/metrics/loggers.py (0.33): generation tokens on every decode
+        # step (summed across API servers), the iteration-tokens histogram's
+        # count on every step that emitted output, prompt tokens once per
+        # completed prefill, estimated FLOPs on every step, prefill chunks
+        # included (only with --enable-mfu-metrics). A long prefill with nothing
+        # else decoding moves none of the first three: see the README's choice
+        # of --stall-after.
+        progress=(
+            "vllm:generation_tokens_total",
+            "vllm:iteration_tokens_total_count",
+            "vllm:prompt_tokens_total",
+            "vllm:estimated_flops_per_gpu_total",
+        ),
+        # Deferred waiting (remote KV, grammar compilation) is a subset of
+        # waiting; the KV-fetch stages are a subset of deferred: one group.
+        external=(
+            ExternalWait(
+                "vllm:num_requests_waiting_by_reason",
+                ("reason", "deferred"),
+                counted=False,
+                group="deferred",
+            ),
+            ExternalWait("vllm:num_requests_kv_fetch_by_stage", counted=False, group="deferred"),
+        ),
     ),
     # SGLang (seen through 0.5.23): the disaggregation queues hold requests the
     # running/queue gauges do not; `num_prefill_prealloc_queue_reqs` is the
@@ -113,6 +167,48 @@ ENGINES: tuple[Engine, ...] = (
                 "sglang:num_prefill_inflight_queue_reqs",
             ),
         ),
+        # sglang/srt/metrics/collector.py (0.5.23): realtime tokens on every
+        # prefill chunk and decode batch, CUDA-graph passes on every forward,
+        # inter-token latency on every streamed chunk (decode and unified
+        # servers). Labelled series appear at their first increment.
+        progress=(
+            "sglang:realtime_tokens_total",
+            "sglang:cuda_graph_passes_total",
+            "sglang:inter_token_latency_seconds_count",
+        ),
+        # Waiting on the grammar backend, the PD bootstrap, the peer's KV
+        # (prefill inflight, decode prealloc and transfer): counted gauges.
+        external=(
+            ExternalWait("sglang:num_grammar_queue_reqs"),
+            ExternalWait("sglang:num_prefill_bootstrap_queue_reqs"),
+            ExternalWait("sglang:num_prefill_prealloc_queue_reqs"),
+            ExternalWait("sglang:num_prefill_inflight_queue_reqs"),
+            ExternalWait("sglang:num_decode_prealloc_queue_reqs"),
+            ExternalWait("sglang:num_decode_transfer_queue_reqs"),
+        ),
+        # /v1/loads on main (LoadSnapshot): prefill tokens computed, and the
+        # decode moments (0: decode steps, 5: tokens generated). `timestamp` is
+        # a loop heartbeat and `gen_throughput` freezes non-zero on a hang:
+        # neither is progress.
+        loads_progress=(
+            ("total_prefill_uncached_tokens",),
+            ("decode_moments", 0),
+            ("decode_moments", 5),
+        ),
+        # Counted (grammar, prefill inflight) or inside num_waiting_reqs (the
+        # bootstrap, decode prealloc and transfer queues): see docs/engines.md.
+        loads_external=(
+            ExternalWait("queues.grammar"),
+            ExternalWait("disaggregation.prefill_inflight_queue_reqs"),
+            ExternalWait(
+                "disaggregation.prefill_bootstrap_queue_reqs", counted=False, group="bootstrap"
+            ),
+            ExternalWait(
+                "disaggregation.prefill_prealloc_queue_reqs", counted=False, group="bootstrap"
+            ),
+            ExternalWait("disaggregation.decode_prealloc_queue_reqs", counted=False),
+            ExternalWait("disaggregation.decode_transfer_queue_reqs", counted=False),
+        ),
     ),
 )
 
@@ -126,6 +222,24 @@ PRIORITY_LABEL = "priority"
 # Series that differ only in this label describe one batch
 # (--enable-metrics-for-all-schedulers publishes it once per TP rank).
 TP_RANK_LABEL = "tp_rank"
+
+
+def sample_kind(raw: str) -> tuple[Engine, str, str] | None:
+    """Map a sample name to (engine, canonical name, kind), kind being `counted`,
+    `progress` or `external` (CONTRACT §2b), or None if the hook reads no such
+    sample. The same `_`-for-`:` rule as `counted_name`."""
+    for engine in ENGINES:
+        p = engine.prefix
+        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in ":_":
+            canonical = f"{p}:{raw[len(p) + 1 :]}"
+            if canonical in engine.counted:
+                return engine, canonical, "counted"
+            if canonical in engine.progress:
+                return engine, canonical, "progress"
+            if any(w.name == canonical and not w.counted for w in engine.external):
+                return engine, canonical, "external"
+            return None
+    return None
 
 
 def counted_name(raw: str) -> tuple[Engine, str] | None:

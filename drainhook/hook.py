@@ -26,12 +26,14 @@ from drainhook.read import Reader
 from drainhook.report import Log, probe_both, probe_json, probe_text
 from drainhook.rounds import Round, TargetReader
 from drainhook.sources import AutoReader
+from drainhook.stall import StallWatch
 from drainhook.target import Target, parse_url, ssl_context
 from drainhook.verdict import Reading, Scanner, Verdict
 
 EXIT_DRAINED = 0
 EXIT_DEADLINE = 3
 EXIT_UNREACHABLE = 4
+EXIT_STALLED = 5
 
 PROBE_EXIT = {
     Verdict.IDLE: 0,
@@ -121,6 +123,11 @@ def run_wait(config: WaitConfig, t0: float) -> int:
         )  # (a usage error here comes alone)
         for w in timeline_warnings(config):  # what `plan` says of this timeline, once
             log.warning(w.message, code=w.code, reason=w.reason)
+        # A window that cannot close before D (`plan` shows it off) is no watch:
+        # nothing to say of a target without counters, nothing to compute.
+        window = config.stall_window
+        can_stall = window > 0 and config.settle + window < config.deadline
+        watch = StallWatch(window, on_note=log.warning) if can_stall else None
         result = drain(
             config.timeline(),
             reader.read,
@@ -128,6 +135,7 @@ def run_wait(config: WaitConfig, t0: float) -> int:
             clock=time.monotonic,
             sleep=time.sleep,
             on_read=on_read,
+            stall=watch,
         )
     except Interrupted as exc:  # a signal before the loop had started
         result = Result(Outcome.INTERRUPTED, time.monotonic() - t0, 0, None, exc.signum)
@@ -154,6 +162,7 @@ def exit_code(result: Result, exit_zero: bool = False) -> int:
         Outcome.DRAINED: EXIT_DRAINED,
         Outcome.DEADLINE: EXIT_DEADLINE,
         Outcome.UNREACHABLE: EXIT_UNREACHABLE,
+        Outcome.STALLED: EXIT_STALLED,
     }[result.outcome]
 
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from drainhook.errors import Malformed
+from drainhook.exposition import external_work
 from drainhook.gauges import BY_NAME, LoadsField
-from drainhook.verdict import Scan, Series, Verdict, count, value_problem
+from drainhook.verdict import Progress, Scan, Series, Verdict, count, value_problem
 
 ENGINE = BY_NAME["sglang"]
 # The largest DP deployments have tens of ranks; a body listing more than this
@@ -137,6 +138,8 @@ def scan_loads(
         if len(ranks) > MAX_RANKS:
             raise Malformed(f"more than {MAX_RANKS} rank entries")
         series: list[Series] = []
+        counters: list[Series] | None = []
+        uncounted: dict[str, float] = {}
         for index, entry in enumerate(ranks):
             if not isinstance(entry, dict):
                 raise Malformed(f"rank entry {index} is not an object")
@@ -145,10 +148,57 @@ def scan_loads(
                 value = _number(entry, field)
                 if value is not None:
                     series.append(Series(field.name, labels, value))
+            if counters is not None:
+                counters = _progress(entry, labels, counters, uncounted)
     except Malformed as exc:
         return Scan(Verdict.UNKNOWN, ENGINE.name, None, (), str(exc))
+    progress = None
+    if counters is not None:
+        external = external_work(ENGINE, series, uncounted, ENGINE.loads_external)
+        progress = Progress(tuple(counters), external)
     verdict, total, reason = count(s.value for s in series)
-    return Scan(verdict, ENGINE.name, total, tuple(series), reason)
+    return Scan(verdict, ENGINE.name, total, tuple(series), reason, progress=progress)
+
+
+def _progress(
+    entry: dict[str, Any],
+    labels: tuple[tuple[str, str], ...],
+    counters: list[Series],
+    uncounted: dict[str, float],
+) -> list[Series] | None:
+    """One rank entry's progress counters added to `counters`, and its uncounted
+    external waiting to `uncounted` (CONTRACT §2b); None when one of them is not
+    a count (the read then has no progress; its verdict does not change)."""
+    try:
+        for path in ENGINE.loads_progress:
+            value = _at(entry, path)
+            if value is not None:
+                name = ".".join(str(p) for p in path)
+                counters.append(Series(name, labels, value))
+        for wait in ENGINE.loads_external:
+            if not wait.counted:
+                value = _at(entry, tuple(wait.name.split(".")))
+                if value is not None:
+                    uncounted[wait.name] = uncounted.get(wait.name, 0.0) + value
+    except Malformed:
+        return None
+    return counters
+
+
+def _at(entry: dict[str, Any], path: tuple[str | int, ...]) -> float | None:
+    """The number at path in a rank entry (a str keys an object, an int indexes a
+    list); None when absent; Malformed when it is not a finite count."""
+    node: Any = entry
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(node, list) or len(node) <= key:
+                return None
+            node = node[key]
+        elif isinstance(node, dict) and node.get(key) is not None:
+            node = node[key]
+        else:
+            return None
+    return _number({"v": node}, LoadsField(("v",), "", required=True))
 
 
 @dataclass(frozen=True)

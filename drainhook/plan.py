@@ -29,6 +29,7 @@ from drainhook.config import (
     DEFAULT_LINGER,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SETTLE,
+    DEFAULT_STALL_AFTER,
     Reach,
     WaitConfig,
 )
@@ -130,6 +131,15 @@ class Plan:
     def command(self) -> tuple[str, ...]:
         return prestop_command(self.config, self.binary)
 
+    @property
+    def stall_earliest(self) -> float | None:
+        """When a stalled engine's hook returns at the earliest (CONTRACT §2b): a
+        window of W from the first read; None when off, or not before D."""
+        w = self.config.stall_window
+        if w <= 0 or self.first_read is None or self.first_read + w >= self.deadline:
+            return None
+        return self.first_read + w
+
 
 def wait_config(
     *,
@@ -141,6 +151,7 @@ def wait_config(
     confirm: int = DEFAULT_CONFIRM,
     linger: float = DEFAULT_LINGER,
     max_wait: float | None = None,
+    stall_after: float | None = None,
     engine: str = "auto",
 ) -> WaitConfig:
     """The `WaitConfig` that `wait` would build from these flags (default target)."""
@@ -155,6 +166,7 @@ def wait_config(
         confirm=confirm,
         linger=linger,
         max_wait=max_wait,
+        stall_after=stall_after,
     )
 
 
@@ -309,6 +321,22 @@ def _vllm_prefill_linger(plan: Plan) -> PlanWarning | None:
     )
 
 
+def _stall_after_deadline(plan: Plan) -> PlanWarning | None:
+    # Only a W given (--stall-after, DRAINHOOK_STALL_AFTER): the default W with a
+    # G too short for it is no mistake, and the timeline shows it off.
+    c = plan.config
+    if c.stall_after is None or c.stall_after <= 0 or plan.stall_earliest is not None:
+        return None
+    start = plan.first_read if plan.first_read is not None else c.settle
+    return PlanWarning(
+        "stall-after-deadline",
+        f"--stall-after W = {_s(c.stall_after)} cannot end the hook: the first read at "
+        f"{_s(start)} plus W is {_s(start + c.stall_after)}, not before D = {_s(plan.deadline)}",
+        "a stalled engine then holds the replica to D as a busy one does; lower "
+        "--stall-after (above the longest healthy flat stretch) or raise G",
+    )
+
+
 def shutdown_timeout(plan: Plan) -> int | None:
     """vLLM's `--shutdown-timeout` that fits this timeline: R - 1 whole seconds, so
     requests still running at SIGTERM end before the kill with a second to exit;
@@ -347,7 +375,10 @@ TIMELINE_RULES: tuple[Rule, ...] = (
 )
 # Advice for the Pod spec and the engine's own flags (a role, an engine option):
 # `plan` only; logging them on every drain would say nothing about that drain.
+# `stall-after-deadline` too: with a W given for a longer G (one flag set for
+# every Pod), a short-G Pod's drain would log it every time.
 ADVICE_RULES: tuple[Rule, ...] = (
+    _stall_after_deadline,
     _sglang_pd_exit,
     _vllm_prefill_linger,
     _vllm_shutdown_timeout,
@@ -479,6 +510,8 @@ def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[s
         args += ["--confirm", str(config.confirm)]
     if config.max_wait is not None:
         args += ["--max-wait", _n(config.max_wait)]
+    if config.stall_after is not None and config.stall_after != DEFAULT_STALL_AFTER:
+        args += ["--stall-after", _n(config.stall_after)]
     if config.reach.engine != "auto":
         args += ["--engine", config.reach.engine]
     return tuple(args)
@@ -510,11 +543,13 @@ def to_json(plan: Plan) -> dict[str, object]:
         "confirm": c.confirm,
         "linger": _j(c.linger),
         "max_wait": None if c.max_wait is None else _j(c.max_wait),
+        "stall_after": _j(c.stall_window),
         "instants": {
             "hook_start": 0,
             "settle_end": _j(plan.settle_end),
             "first_read": None if plan.first_read is None else _j(plan.first_read),
             "idle_return": _j(plan.idle_return),
+            "stall_earliest": None if plan.stall_earliest is None else _j(plan.stall_earliest),
             "deadline": _j(plan.deadline),
             "sigterm_latest": _j(plan.sigterm_latest),
             "kill": _j(plan.kill),
@@ -584,6 +619,10 @@ def to_text(plan: Plan) -> str:
         if plan.idle_drains:
             what = f"an idle engine's hook returns ({word}{linger})"
             rows.append((f"t={_s(plan.idle_return)}", what))
+    w = c.stall_window
+    if plan.stall_earliest is not None:
+        what = f"earliest `stalled` return (exit 5): work reported, no progress for W = {_s(w)}"
+        rows.append((f"t={_s(plan.stall_earliest)}", what))
     rule = "min(G - R, max-wait)" if c.max_wait is not None else "G - R"
     kill_rule = "G" if plan.kill == c.grace else f"D + {_s(KUBELET_MIN_STOP)}, the kubelet's least"
     rows += [
@@ -595,6 +634,11 @@ def to_text(plan: Plan) -> str:
         ),
         (f"t={_s(plan.kill)}", f"the kubelet kills the container ({kill_rule})"),
     ]
+    if plan.stall_earliest is None and w > 0 and plan.first_read is not None:
+        late = plan.first_read + w
+        rows.append(
+            (f"W={_s(w)}", f"stall detection off: first read + W = {_s(late)}, not before D")
+        )
     width = max(len(when) for when, _ in rows)
     head = (
         f"drainhook plan: G={_s(c.grace)} S={_s(c.settle)} R={_s(c.exit_reserve)} "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from drainhook.discover import Search
 from drainhook.drain import Result
+from drainhook.stall import Stall, counter_totals
 from drainhook.verdict import Reading, Series
 
 SCHEMA = 1
@@ -160,6 +161,8 @@ class Log:
         last = result.last
         in_flight = last.in_flight if last else None
         reason = last.reason if last else None
+        if result.stall is not None:
+            reason = result.stall.describe()
         if self._fmt == "json":
             line = json.dumps(
                 {
@@ -172,6 +175,7 @@ class Log:
                     "exit": exit_code,
                     "deadline": round(deadline, 3),
                     "target": target,
+                    **({"stall": stall_json(result.stall)} if result.stall else {}),
                 }
             )
         else:
@@ -198,11 +202,40 @@ class Log:
             pass  # stderr closed
 
 
+def stall_json(stall: Stall) -> dict[str, object]:
+    """The summary's `stall` object: for how long, the work, the frozen counters."""
+    return {
+        "seconds": round(stall.seconds, 3),
+        "stall_after": stall.after,
+        "work": stall.work,
+        "in_flight": stall.in_flight,
+        "counters": stall.counters,
+        "targets": [f.target for f in stall.targets if f.target],
+    }
+
+
+def progress_of(reading: Reading) -> tuple[Series, ...]:
+    """Every progress counter a reading carries (each target's, with several)."""
+    parts = reading.parts or (("", reading),)
+    return tuple(c for _, r in parts if r.progress is not None for c in r.progress.counters)
+
+
+def external_of(reading: Reading) -> float | None:
+    """The work reported as waiting outside the engine, over the targets; None when
+    no target's could be read."""
+    parts = reading.parts or (("", reading),)
+    found = [r.progress.external for _, r in parts if r.progress is not None]
+    return sum(found) if found else None
+
+
 def probe_json(reading: Reading, target: str, search: Search | None = None) -> str:
     """The stable `probe --json` object (schema 1). Beyond the contract's fields:
     `source` (what was counted: metrics, loads, mixed; null when nothing was),
-    `warnings`, `targets` (each target's own read, with several) and
-    `discovered` (the engine listeners a search found, when one ran)."""
+    `warnings`, `progress` (each progress counter's name and value, summed over
+    its series and targets: CONTRACT §2b), `waiting_outside` (the work the
+    engine reports as waiting outside itself), `targets` (each target's own
+    read, with several) and `discovered` (the engine listeners a search found,
+    when one ran)."""
     counted = reading.counted
     discovered = {}
     if search is not None:
@@ -223,6 +256,8 @@ def probe_json(reading: Reading, target: str, search: Search | None = None) -> s
             "read_ms": round(reading.read_ms, 3),
             "source": reading.source if counted else None,
             "warnings": list(reading.warnings),
+            "progress": counter_totals(progress_of(reading)),
+            "waiting_outside": external_of(reading),
             **({"targets": [_part_json(n, r) for n, r in reading.parts]} if reading.parts else {}),
             **discovered,
         }
@@ -258,6 +293,11 @@ def probe_text(reading: Reading, target: str, search: Search | None = None) -> s
     lines = [f"{k:<10} {v}" for k, v in rows]
     width = max((len(series_text(s)) for s in reading.series), default=0)
     lines += [f"  {series_text(s):<{width}}  {_number(s.value)}" for s in reading.series]
+    counters = progress_of(reading)
+    outside = external_of(reading)
+    lines.append(f"progress   {len(counters)}  waiting_outside={_number(outside)}")
+    width = max((len(series_text(s)) for s in counters), default=0)
+    lines += [f"  {series_text(s):<{width}}  {_number(s.value)}" for s in counters]
     if reading.parts:
         lines.append(f"targets    {len(reading.parts)}")
         for name, part in reading.parts:

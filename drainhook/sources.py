@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from drainhook.rounds import TargetReader
-from drainhook.verdict import Reading, Verdict
+from drainhook.verdict import Progress, Reading, Verdict
 
 # The statuses that say /v1/loads will not answer this hook: it is not asked again.
 _FOR_GOOD = {
@@ -88,13 +88,24 @@ class AutoReader:
         took = (self._clock() - start) * 1000.0
         if live.counted:
             warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
-            return dataclasses.replace(live, read_ms=took, warnings=warnings, source="loads")
+            progress = _progress_of(first.progress, live.progress)
+            return dataclasses.replace(
+                live, read_ms=took, warnings=warnings, source="loads", progress=progress
+            )
         if live.status in _FOR_GOOD:
             why = _FOR_GOOD[live.status]
             self._loads_off = f"/v1/loads answered HTTP {live.status} ({why}): counting {_METRICS}"
             return _with_warning(first, self._loads_off, took)
         why = f"/v1/loads gave no count ({_kind(live)}): that read counts {_METRICS}"
         return _with_warning(first, why, took)
+
+
+def _progress_of(metrics: Progress | None, loads: Progress | None) -> Progress | None:
+    """A read counted from /v1/loads: the progress counters of both bodies, and the
+    external waiting of /v1/loads, whose work is the one counted (CONTRACT §2b)."""
+    if metrics is None or loads is None:
+        return None
+    return Progress(metrics.counters + loads.counters, loads.external)
 
 
 def _kind(reading: Reading) -> str:

@@ -55,6 +55,7 @@ def message(result: Result) -> str:
 
     `drained in 8.0 s after 4 reads; nothing in flight`
     `deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM`
+    `stalled at 125.0 s after 121 reads; no progress for 120.0 s (...) ...`
     """
     reads = f"{result.reads} read" + ("" if result.reads == 1 else "s")
     last = result.last
@@ -64,6 +65,8 @@ def message(result: Result) -> str:
     if result.outcome is Outcome.UNREACHABLE:
         why = f": {last.reason}" if last is not None and last.reason else ""
         return f"unreachable at {elapsed} after {reads}; no work could be measured{why}"
+    if result.outcome is Outcome.STALLED and result.stall is not None:
+        return f"stalled at {elapsed} after {reads}; {result.stall.describe()}"
     if result.outcome is Outcome.INTERRUPTED:
         name = signal.Signals(result.signum or signal.SIGTERM).name
         return (

@@ -55,6 +55,16 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """What a body says of the engine's progress (CONTRACT §2b): its progress
+    counters as read, and how much of the counted work it reports as waiting on
+    something outside the engine (a KV transfer, a grammar compilation)."""
+
+    counters: tuple[Series, ...] = ()
+    external: float = 0.0
+
+
+@dataclass(frozen=True)
 class Scan:
     """What a body says: the verdict of a 2xx body (idle, busy or unknown)."""
 
@@ -64,6 +74,7 @@ class Scan:
     series: tuple[Series, ...] = ()
     reason: str | None = None
     warnings: tuple[str, ...] = ()  # shapes that usually mean trouble (shown by probe)
+    progress: Progress | None = None  # None: none could be read (a bad line)
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,9 @@ class Reading:
     # the one failure that sends the hook looking for the engine (CONTRACT §2a).
     refused: bool = False
     status: int | None = None  # the HTTP status of a non-2xx answer
+    # The progress counters and external waiting of the body (CONTRACT §2b);
+    # with several targets each part has its own and this one is None.
+    progress: Progress | None = None
 
     @classmethod
     def from_scan(cls, scan: Scan, read_ms: float, source: str | None = None) -> Reading:
@@ -98,6 +112,7 @@ class Reading:
             read_ms,
             scan.warnings,
             source=source,
+            progress=scan.progress,
         )
 
     @classmethod

@@ -112,6 +112,7 @@ def test_every_plan_warning_is_documented() -> None:
         ("prefill", {"grace": 4000.0}),
         ("prefill", {"engine": "vllm"}),
         ("unified", {"grace": 8.0, "settle": 6.0}),
+        ("unified", {"stall_after": 30.0}),
     ):
         plan = planning.make_plan(planning.wait_config(**flags), role)
         seen |= {w.code for w in plan.warnings}
@@ -125,6 +126,7 @@ def test_every_plan_warning_is_documented() -> None:
         "sglang-pd-exit",
         "vllm-prefill-linger",
         "vllm-shutdown-timeout",
+        "stall-after-deadline",
     }
     assert seen == expected
     text = OPERATIONS.read_text()
@@ -143,6 +145,7 @@ def _firing() -> list[tuple[planning.Rule, planning.Plan]]:
             ("unified", {"grace": 8.0, "settle": 6.0}),
             ("prefill", {"engine": "vllm"}),
             ("decode", {"engine": "sglang"}),
+            ("unified", {"stall_after": 30.0}),
         )
     ]
     return [(rule, next(p for p in plans if rule(p) is not None)) for rule in planning.RULES]

@@ -240,6 +240,7 @@ def test_each_rule_owns_one_code_and_fires_alone() -> None:
         make(grace=10.0), make(grace=30.5), make(settle=1.0), make(exit_reserve=1.0),
         make(grace=17.0, exit_reserve=10.5), make(grace=8.0, settle=6.0),
         make("decode", engine="sglang"), make("prefill", engine="vllm"),
+        make(stall_after=30.0),
     ]  # fmt: skip
     for plan in cases:
         for rule in planning.RULES:
@@ -458,6 +459,7 @@ def test_json_output(hook: Hook) -> None:
         "settle_end": 5,
         "first_read": 5,
         "idle_return": 6,
+        "stall_earliest": None,  # S + W = 125 s, after D
         "deadline": 55,
         "sigterm_latest": 55,
         "kill": 60,

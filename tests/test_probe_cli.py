@@ -22,7 +22,7 @@ PROBE_EXIT = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
 # only when listener discovery ran.
 JSON_KEYS = {
     "schema", "target", "engine", "verdict", "reason", "in_flight", "series", "read_ms", "source",
-    "warnings",
+    "warnings", "progress", "waiting_outside",
 }  # fmt: skip
 COUNTED_PREFIXES = ("vllm:num_requests_", "sglang:num_")
 
