@@ -151,7 +151,8 @@ def run_cell(
                 load_proc.stdin.write(json.dumps({"port": port, "plan": arrivals}).encode())
                 load_proc.stdin.close()
             hook_port = free_port() if scenario.hook_port_moved else port
-            target = HookTarget(f"http://127.0.0.1:{hook_port}/metrics", scale)
+            url = f"http://127.0.0.1:{hook_port}/metrics"
+            target = HookTarget(url, scale, scenario.stall_after)
             signals = delete_pod(engine, strategy, target, delete_at, work / "hook.log", plan)
             if load_proc is not None:
                 try:

@@ -86,6 +86,9 @@ def config(args: argparse.Namespace) -> EngineConfig:
         idle_lag=f(args.idle_lag),
         publish_seconds=f(SGLANG_LOG_INTERVAL),
         metrics_hang=args.metrics_hang,
+        prefill_seconds=f(args.prefill),
+        kv_wait_seconds=f(args.kv_wait),
+        freeze_after=None if args.freeze_after is None else f(args.freeze_after),
     )
 
 
@@ -104,6 +107,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-lag", type=float, default=0.0, help="SGLang gauge lag, real seconds")
     p.add_argument("--exit-after-sigterm", type=float, default=0.0, help="SGLang PD exit time")
     p.add_argument("--metrics-hang", action="store_true", help="/metrics never answers")
+    p.add_argument("--prefill", type=float, default=0.0, help="each request's prefill, real s")
+    p.add_argument("--kv-wait", type=float, default=0.0, help="each request's KV pull, real s")
+    p.add_argument(
+        "--freeze-after", type=float, help="freeze this long after the first request, real s"
+    )
     p.add_argument(
         "--watchdog-origin",
         type=float,

@@ -55,6 +55,9 @@ class EngineSpec:
     idle_lag: float = 0.0  # SGLang: seconds the gauges keep showing work once idle
     exit_after_sigterm: float = 0.0  # SGLang PD: no exit sooner than this after SIGTERM
     metrics_hang: bool = False
+    prefill: float = 0.0  # each request's prefill (no token before it)
+    kv_wait: float = 0.0  # each request waits on a KV pull (deferred) this long first
+    freeze_after: float | None = None  # the engine freezes this long after the first request
 
     def args(self) -> list[str]:
         out = [
@@ -77,6 +80,9 @@ class EngineSpec:
             "--exit-after-sigterm",
             f"{self.exit_after_sigterm:g}",
         ]
+        out += ["--prefill", f"{self.prefill:g}", "--kv-wait", f"{self.kv_wait:g}"]
+        if self.freeze_after is not None:
+            out += ["--freeze-after", f"{self.freeze_after:g}"]
         return [*out, "--metrics-hang"] if self.metrics_hang else out
 
 
@@ -90,6 +96,7 @@ class Scenario:
     hook_port_moved: bool = False  # the hook reads a port where nothing listens
     router_lag: float | None = None  # the scenario's own router lag (None: the run's)
     replicas: int = 1  # more than one: a rollout, one replica at a time
+    stall_after: float | None = None  # drainhook's --stall-after W in this scenario
 
     def lag(self, router_lag: float = ROUTER_LAG) -> float:
         """How long the router keeps sending after the delete, in this scenario."""
@@ -99,7 +106,9 @@ class Scenario:
         self, router_lag: float = ROUTER_LAG, deadline: float = DEADLINE
     ) -> bool:
         """Whether all the work ends before D (queueing aside): a hook that waits for it
-        cuts nothing."""
+        cuts nothing. A frozen engine's work never ends."""
+        if self.engine.freeze_after is not None:
+            return False
         return (self.lag(router_lag) + self.load.high if self.load else 0.0) < deadline
 
 
@@ -192,5 +201,43 @@ SCENARIOS: tuple[Scenario, ...] = (
         replicas=ROLLOUT_REPLICAS,
     ),
 )
+
+# Stall detection (CONTRACT §2b): drainhook's recipes run with --stall-after
+# STALL_AFTER here (under D = 25 s); a wedged engine, and the two healthy
+# stretches of flat counters it must never be taken for.
+STALL_AFTER = 10.0
+ONE = Load(rate=0.05, low=20.0, high=20.0)  # one request, sent 4 s before the delete
+STALL_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "hung",
+        "Engine wedged mid-stream",
+        f"As `long`, but the engine freezes 3 s before the delete (a hung collective, a "
+        f"SIGSTOPped EngineCore): /metrics answers with frozen series; drainhook with "
+        f"--stall-after {STALL_AFTER:g}.",
+        engine=EngineSpec(freeze_after=1.0),
+        load=LONG,
+        stall_after=STALL_AFTER,
+    ),
+    Scenario(
+        "long-prefill",
+        "A long prefill, nothing else decoding",
+        f"vLLM, one request whose prefill takes 17 s (its first token 13 s after the delete), "
+        f"then 3 s of tokens: counters flat 8 s of the hook's reads; --stall-after "
+        f"{STALL_AFTER:g}.",
+        engine=EngineSpec(prefill=17.0),
+        load=ONE,
+        stall_after=STALL_AFTER,
+    ),
+    Scenario(
+        "kv-wait",
+        "A KV pull, counters flat",
+        f"vLLM, one request deferred on a KV pull for 21 s (to 17 s after the delete: counters "
+        f"flat 12 s of the hook's reads), then 4 s of tokens; --stall-after {STALL_AFTER:g}.",
+        engine=EngineSpec(kv_wait=21.0),
+        load=Load(rate=0.05, low=4.0, high=4.0),
+        stall_after=STALL_AFTER,
+    ),
+)
+SCENARIOS += STALL_SCENARIOS
 
 BY_KEY = {s.key: s for s in SCENARIOS}

@@ -47,6 +47,7 @@ class HookTarget:
 
     url: str
     scale: Scale
+    stall_after: float | None = None  # real seconds: drainhook's --stall-after W (the scenario's)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ class Strategy:
             timing = [GRACE, EXIT_RESERVE, INTERVAL, READ_TIMEOUT]
             return [sys.executable, str(HOOKS / "poll.py"), target.url, *map(f.flag, timing)]
         hook = [sys.executable, "-m", "drainhook", "wait", "--url", target.url]
+        if target.stall_after is not None:
+            hook += ["--stall-after", f.flag(target.stall_after)]
         if self.key == "drainhook":
             return [*hook, *_timing(f)]
         if self.from_plan and plan is not None:

@@ -28,11 +28,23 @@ at 0.24's EngineCore and launcher, SGLang 0.5's TokenizerManager):
   exits; a prefill/decode server never sooner than `exit_after_sigterm`.
   With `idle_lag`, /metrics refreshes about once a second while busy and
   shows idle only `idle_lag` after going idle; `GET /v1/loads` is always live.
+
+Progress (CONTRACT §2b), the way vLLM counts it: every streamed token adds
+one generated token and one step that emitted output, a request's first
+token adds its prompt's tokens (once per completed prefill); SGLang's
+realtime tokens count the same tokens. `prefill_seconds` holds each request
+that long before its first token (a long prompt: counters flat while nothing
+else decodes); `kv_wait_seconds` holds it that long as deferred waiting
+first (a KV pull: waiting, `reason="deferred"`). `freeze_after`: that long
+after the first request arrives the engine freezes as a SIGSTOPped vLLM
+EngineCore does: no token more, and /metrics keeps answering the frozen
+series; SIGTERM still does what it does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import math
 import socket
@@ -43,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drainhook.sim import pages
+from drainhook.sim.pages import Shown
 
 EventLog = Callable[..., None]  # log(event, **fields)
 Duration = Callable[[Mapping[str, Any]], float]  # a completion request's body -> seconds
@@ -85,6 +98,10 @@ class EngineConfig:
     idle_lag: float = 0.0  # SGLang: /metrics shows idle only this long after going idle
     publish_seconds: float = 1.0  # SGLang with idle_lag: /metrics refreshes this often
     metrics_hang: bool = False  # /metrics accepts the connection and never answers
+    prefill_seconds: float = 0.0  # each request's prefill: no token before it
+    kv_wait_seconds: float = 0.0  # each request waits this long on a KV pull (deferred) first
+    freeze_after: float | None = None  # freeze this long after the first request arrives
+    prompt_tokens: int = 512  # tokens of each request's prompt
 
 
 def tokens_duration(token_seconds: float, default_tokens: int = 16) -> Duration:
@@ -102,6 +119,10 @@ def tokens_duration(token_seconds: float, default_tokens: int = 16) -> Duration:
 class _Rank:
     running: int = 0
     waiting: int = 0
+    deferred: int = 0  # of waiting: on a KV pull (vLLM's reason="deferred")
+    tokens: int = 0  # generated tokens (vllm:generation_tokens_total)
+    steps: int = 0  # steps that emitted output (vllm:iteration_tokens_total_count)
+    prompt: int = 0  # prompt tokens of completed prefills (vllm:prompt_tokens_total)
 
 
 @dataclass
@@ -123,6 +144,9 @@ class Engine:
     _streams: set[socket.socket] = field(default_factory=set)
     _published: list[tuple[int, int]] = field(default_factory=list)
     _stop_listening: list[Callable[[], None]] = field(default_factory=list)
+    frozen: threading.Event = field(default_factory=threading.Event)
+    _frozen_at: list[Shown] | None = None
+    _first_arrival: float | None = None
 
     def __post_init__(self) -> None:
         self._ranks = [_Rank() for _ in range(self.config.dp)]
@@ -149,6 +173,10 @@ class Engine:
         """Queue a request on its DP rank and block until it runs; None: the engine
         stopped it while it waited."""
         with self._cond:
+            if self._first_arrival is None:
+                self._first_arrival = time.monotonic()
+                if self.config.freeze_after is not None:
+                    threading.Thread(target=self._freeze_later, daemon=True).start()
             if self.config.route is None:
                 rank = self._next % self.config.dp
                 self._next += 1
@@ -156,6 +184,10 @@ class Engine:
                 rank = self.config.route
             r = self._ranks[rank]
             r.waiting += 1
+            if self.config.kv_wait_seconds > 0:
+                r.deferred += 1
+                self._cond.wait_for(self.killed.is_set, self.config.kv_wait_seconds)
+                r.deferred -= 1
             self._cond.wait_for(lambda: self.killed.is_set() or r.running < self.config.max_running)
             r.waiting -= 1
             if self.killed.is_set():
@@ -163,6 +195,15 @@ class Engine:
                 return None
             r.running += 1
             return rank
+
+    def emitted(self, rank: int, first: bool) -> None:
+        """One token streamed on rank (its request's first: its prefill is done)."""
+        with self._cond:
+            r = self._ranks[rank]
+            r.tokens += 1
+            r.steps += 1
+            if first:
+                r.prompt += self.config.prompt_tokens
 
     def finish(self, rank: int) -> None:
         with self._cond:
@@ -192,19 +233,40 @@ class Engine:
 
     def gauges(self) -> list[tuple[int, int]]:
         """What /metrics shows: live counts, or SGLang's lagging snapshot."""
+        if self._frozen_at is not None:
+            return [(s.running, s.waiting) for s in self._frozen_at]
         if self.config.kind == "sglang" and self.config.idle_lag > 0:
             return list(self._published)
         return self.counts()
 
+    def shown(self) -> list[Shown]:
+        """Each rank as /metrics shows it: the gauges, the deferred, the counters."""
+        if self._frozen_at is not None:
+            return list(self._frozen_at)
+        with self._cond:
+            ranks = [dataclasses.replace(r) for r in self._ranks]
+        return [
+            Shown(run, wait, r.deferred, r.tokens, r.steps, r.prompt)
+            for (run, wait), r in zip(self.gauges(), ranks, strict=True)
+        ]
+
+    def _freeze_later(self) -> None:
+        assert self._first_arrival is not None and self.config.freeze_after is not None
+        _sleep_until(self._first_arrival + self.config.freeze_after)
+        self._frozen_at = self.shown()
+        self.frozen.set()
+        self.log("frozen", in_flight=self.in_flight())
+
     def metrics(self) -> tuple[bytes, int]:
         """The /metrics body and the in-flight total it shows."""
-        shown = self.gauges()
+        shown = self.shown()
         c = self.config
+        counts = [(s.running, s.waiting) for s in shown]
         if c.kind == "vllm":
-            text = pages.vllm_metrics(shown, c.model)
+            text = pages.vllm_metrics(counts, c.model, shown)
         else:
-            text = pages.sglang_metrics(shown, c.role, c.model)
-        return text.encode(), sum(run + wait for run, wait in shown)
+            text = pages.sglang_metrics(counts, c.role, c.model, shown)
+        return text.encode(), sum(s.running + s.waiting for s in shown)
 
     def loads(self) -> tuple[bytes, int] | None:
         """SGLang's /v1/loads body (live) and its total; None for vLLM (no such route)."""

@@ -8,17 +8,37 @@ Pure functions of `[(running, waiting), ...]` (one pair per DP rank):
   counted queues of a unified, prefill or decode server).
 - `sglang_loads`: SGLang's `GET /v1/loads` body (docs/engines.md has the
   shape, drainhook/loads.py the fields it counts).
+
+With `shown` (one `Shown` per rank), the /metrics pages also carry the
+deferred waiting and the progress counters (CONTRACT §2b): vLLM's generated
+tokens, steps and prompt tokens (one series per engine from the start, as
+its logger writes them), SGLang's realtime tokens (`mode="decode"`, written
+from its first increment on, as a labelled counter is).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 Counts = Sequence[tuple[int, int]]
 
 
-def vllm_metrics(counts: Counts, model: str) -> str:
+@dataclass(frozen=True)
+class Shown:
+    """One DP rank as /metrics shows it: its gauges, the deferred of its waiting,
+    its progress counters."""
+
+    running: int
+    waiting: int
+    deferred: int = 0
+    tokens: int = 0  # vllm:generation_tokens_total
+    steps: int = 0  # vllm:iteration_tokens_total_count
+    prompt: int = 0  # vllm:prompt_tokens_total
+
+
+def vllm_metrics(counts: Counts, model: str, shown: Sequence[Shown] = ()) -> str:
     """vLLM V1 with len(counts) DP engines."""
     lines: list[str] = []
     families = (
@@ -32,7 +52,8 @@ def vllm_metrics(counts: Counts, model: str) -> str:
     name = "vllm:num_requests_waiting_by_reason"
     lines += [f"# HELP {name} Number of waiting requests by reason.", f"# TYPE {name} gauge"]
     for rank, (_, waiting) in enumerate(counts):
-        for reason, value in (("capacity", waiting), ("deferred", 0)):
+        deferred = shown[rank].deferred if shown else 0
+        for reason, value in (("capacity", waiting - deferred), ("deferred", deferred)):
             labels = f'engine="{rank}",model_name="{model}",reason="{reason}"'
             lines.append(f"{name}{{{labels}}} {float(value)}")
     name = "vllm:kv_cache_usage_perc"
@@ -40,10 +61,23 @@ def vllm_metrics(counts: Counts, model: str) -> str:
     for rank, (running, _) in enumerate(counts):
         usage = min(1.0, running * 0.1)
         lines.append(f'{name}{{engine="{rank}",model_name="{model}"}} {usage}')
+    counters = (
+        ("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", "prompt"),
+        ("vllm:generation_tokens", "counter", "Number of generation tokens processed.", "tokens"),
+        ("vllm:iteration_tokens_total", "histogram", "Histogram of tokens per step.", "steps"),
+    )
+    for family, kind, text, attr in counters if shown else ():
+        # As prometheus_client writes text 0.0.4: a counter's family with `_total`.
+        head = f"{family}_total" if kind == "counter" else family
+        sample = head if kind == "counter" else f"{family}_count"
+        lines += [f"# HELP {head} {text}", f"# TYPE {head} {kind}"]
+        for rank, s in enumerate(shown):
+            labels = f'engine="{rank}",model_name="{model}"'
+            lines.append(f"{sample}{{{labels}}} {float(getattr(s, attr))}")
     return "\n".join(lines) + "\n"
 
 
-def sglang_metrics(counts: Counts, role: str, model: str) -> str:
+def sglang_metrics(counts: Counts, role: str, model: str, shown: Sequence[Shown] = ()) -> str:
     """SGLang with len(counts) DP ranks; role is unified, prefill or decode."""
     running = [c[0] for c in counts]
     waiting = [c[1] for c in counts]
@@ -72,6 +106,13 @@ def sglang_metrics(counts: Counts, role: str, model: str) -> str:
                 'moe_ep_rank="0",pp_rank="0",tp_rank="0"'
             )
             lines.append(f"{name}{{{labels}}} {float(value)}")
+    name = "sglang:realtime_tokens_total"
+    written = [(rank, s.tokens) for rank, s in enumerate(shown) if s.tokens]
+    if written:
+        lines += [f"# HELP {name} Total number of tokens processed.", f"# TYPE {name} counter"]
+    for rank, tokens in written:
+        labels = f'dp_rank="{rank}",engine_type="{role}",mode="decode",model_name="{model}"'
+        lines.append(f"{name}{{{labels}}} {float(tokens)}")
     return "\n".join(lines) + "\n"
 
 

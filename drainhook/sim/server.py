@@ -13,6 +13,7 @@ shown, the page), so a run can draw what a hook saw.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,13 +101,21 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             sent, alive = 0, True
             try:
                 end = time.monotonic() + duration
+                first = time.monotonic() + min(config.prefill_seconds, duration)
                 while (left := end - time.monotonic()) > 0:
-                    if engine.killed.wait(min(tick, left)):
+                    # A long prefill emits nothing; a frozen engine nothing more.
+                    pause = max(first - time.monotonic(), tick)
+                    if engine.frozen.is_set():
+                        pause, end = 3600.0, math.inf
+                    if engine.killed.wait(min(pause, left)):
                         if alive and engine.fate is Fate.ABORT:
                             self._finish(sent, "abort")
                         return
+                    if engine.frozen.is_set():
+                        continue
                     # A stream whose connection was cut stays in the engine, unseen.
                     alive = alive and self._send(_event(config.model, sent, f" t{sent}", None))
+                    engine.emitted(rank, first=sent == 0)
                     sent += 1
                 if alive:
                     self._finish(sent, "length")
