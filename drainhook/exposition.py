@@ -40,7 +40,7 @@ ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
 
 # Every counted name starts with `<prefix>:num_` or `<prefix>_num_`; `bytes.find`
 # locates those far faster than a regular expression would.
-_NEEDLES: dict[str, tuple[bytes, ...]] = {
+_NEEDLES: dict[str, tuple[bytes, bytes]] = {
     e.name: (f"{e.prefix}:num_".encode(), f"{e.prefix}_num_".encode()) for e in ENGINES
 }
 # A progress counter (CONTRACT §2b) is found by its name after the prefix, one
@@ -138,24 +138,35 @@ class _Candidates:
     def __init__(self, body: bytes | bytearray | mmap.mmap, engines: Sequence[Engine]) -> None:
         self._body = body
         self._needles = [n for e in engines for n in _NEEDLES[e.name]]
-        self._anchored = len(self._needles)
-        self._needles += [n for e in engines for n in _INNER[e.name]]
         self._next = [body.find(n) for n in self._needles]
+        self._anchored = len(self._needles)
+        # Each needle costs a pass over the body: an engine's progress counters
+        # are looked for only in a body that has its counted gauges.
+        for i, engine in enumerate(engines):
+            if any(at >= 0 for at in self._next[2 * i : 2 * i + 2]):
+                inner = _INNER[engine.name]
+                self._needles += inner
+                self._next += [body.find(n) for n in inner]
 
     def first_from(self, pos: int) -> int:
         """The first offset >= pos, or -1."""
-        best = -1
-        inner = False
-        for i, at in enumerate(self._next):
-            if 0 <= at < pos:
-                at = self._next[i] = self._body.find(self._needles[i], pos)
-            if at >= 0 and (best < 0 or at < best):
-                best = at
-                inner = i >= self._anchored
-        if inner:
-            start = self._body.rfind(b"\n", 0, best) + 1
-            return _BLANKS.match(self._body, start, best).end()  # type: ignore[union-attr]
-        return best
+        body = self._body
+        while True:
+            best, which = -1, -1
+            for i, at in enumerate(self._next):
+                if 0 <= at < pos:
+                    at = self._next[i] = body.find(self._needles[i], pos)
+                if at >= 0 and (best < 0 or at < best):
+                    best, which = at, i
+            if which < self._anchored:
+                return best
+            start = body.rfind(b"\n", 0, best) + 1
+            begin = _BLANKS.match(body, start, best).end()  # type: ignore[union-attr]
+            if body[begin : begin + 1] != b"#":
+                return begin
+            # A HELP or TYPE line of a progress counter: looked past, not read.
+            end = body.find(b"\n", best)
+            self._next[which] = -1 if end < 0 else body.find(self._needles[which], end)
 
 
 def _line_bounds(body: bytes | bytearray | mmap.mmap, pos: int) -> tuple[int, int]:

@@ -224,6 +224,18 @@ PRIORITY_LABEL = "priority"
 TP_RANK_LABEL = "tp_rank"
 
 
+_KINDS: dict[str, tuple[Engine, str]] = {
+    name: (engine, kind)
+    for engine in ENGINES
+    for kind, names in (
+        ("external", tuple(w.name for w in engine.external if not w.counted)),
+        ("progress", engine.progress),
+        ("counted", engine.counted),
+    )
+    for name in names
+}
+
+
 def sample_kind(raw: str) -> tuple[Engine, str, str] | None:
     """Map a sample name to (engine, canonical name, kind), kind being `counted`,
     `progress` or `external` (CONTRACT §2b), or None if the hook reads no such
@@ -232,13 +244,10 @@ def sample_kind(raw: str) -> tuple[Engine, str, str] | None:
         p = engine.prefix
         if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in ":_":
             canonical = f"{p}:{raw[len(p) + 1 :]}"
-            if canonical in engine.counted:
-                return engine, canonical, "counted"
-            if canonical in engine.progress:
-                return engine, canonical, "progress"
-            if any(w.name == canonical and not w.counted for w in engine.external):
-                return engine, canonical, "external"
-            return None
+            hit = _KINDS.get(canonical)
+            if hit is None or hit[0] is not engine:
+                return None
+            return engine, canonical, hit[1]
     return None
 
 
