@@ -63,6 +63,9 @@ class Reach:
     tls_server_name: str | None = None
     insecure: bool = False
     allow_remote: bool = False
+    # Read the progress counters (CONTRACT §2b): `wait` turns it off when its
+    # stall window cannot close before D; probe always reads them.
+    progress: bool = True
 
     @property
     def targets(self) -> tuple[Target, ...]:

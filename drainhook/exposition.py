@@ -135,7 +135,9 @@ class _Candidates:
     searched no further. A progress counter's needle is found inside its name:
     its offset is that of its line's first non-blank byte."""
 
-    def __init__(self, body: bytes | bytearray | mmap.mmap, engines: Sequence[Engine]) -> None:
+    def __init__(
+        self, body: bytes | bytearray | mmap.mmap, engines: Sequence[Engine], progress: bool = True
+    ) -> None:
         self._body = body
         self._needles = [n for e in engines for n in _NEEDLES[e.name]]
         self._next = [body.find(n) for n in self._needles]
@@ -143,7 +145,7 @@ class _Candidates:
         # Each needle costs a pass over the body: an engine's progress counters
         # are looked for only in a body that has its counted gauges.
         for i, engine in enumerate(engines):
-            if any(at >= 0 for at in self._next[2 * i : 2 * i + 2]):
+            if progress and any(at >= 0 for at in self._next[2 * i : 2 * i + 2]):
                 inner = _INNER[engine.name]
                 self._needles += inner
                 self._next += [body.find(n) for n in inner]
@@ -181,6 +183,7 @@ def scan(
     *,
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    progress: bool = True,
 ) -> Scan:
     """The verdict of a 2xx body, with the engine and every counted series.
 
@@ -188,6 +191,9 @@ def scan(
     name (only its gauges are read; the other engine's are ignored). `until`,
     on `clock`'s scale, is when the read must be over: a body that takes
     longer to scan is unknown, as a server that takes longer to send it is.
+    `progress`: read the progress counters and external waiting too (CONTRACT
+    §2b; about twice the scan's time, so a hook whose stall window cannot
+    close before D does not): else the scan's `progress` is None.
     """
     pinned: Engine | None = None if engine == "auto" else BY_NAME[engine]
     seen: set[str] = set()  # engines whose counted families appear
@@ -212,7 +218,7 @@ def scan(
     def gave_up(why: str) -> Scan:
         return Scan(Verdict.UNKNOWN, pinned.name if pinned else None, None, (), why)
 
-    candidates = _Candidates(body, [pinned] if pinned else ENGINES)
+    candidates = _Candidates(body, [pinned] if pinned else ENGINES, progress)
     pos = 0
     looked = 0
     while (at := candidates.first_from(pos)) >= 0:
@@ -229,7 +235,7 @@ def scan(
         if hit is None:
             continue  # a look-alike such as vllm:num_requests_waiting_total
         eng, canonical, kind = hit
-        if pinned is not None and eng is not pinned:
+        if (pinned is not None and eng is not pinned) or (kind != "counted" and not progress):
             continue
         if _BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
             if kind == "counted" and _META.fullmatch(body, start, at):
@@ -309,14 +315,14 @@ def scan(
         missing = [n for n in chosen.required if n not in sampled]
         if missing:
             problem = f"required gauge missing: {', '.join(missing)}"
-    progress = None
-    if not progress_bad:
+    made: Progress | None = None
+    if progress and not progress_bad:
         read = tuple(counters[chosen.name].values())
-        progress = Progress(read, external_work(chosen, series, outside[chosen.name]))
+        made = Progress(read, external_work(chosen, series, outside[chosen.name]))
     if problem is not None:
-        return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem, warnings, progress)
+        return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem, warnings, made)
     verdict, total, reason = count(s.value for s in series)
-    return Scan(verdict, chosen.name, total, series, reason, warnings, progress)
+    return Scan(verdict, chosen.name, total, series, reason, warnings, made)
 
 
 def external_work(
@@ -345,11 +351,12 @@ class MetricsScanner:
     engine: str = "auto"
     accept: str = ACCEPT
     source: str = "metrics"
+    progress: bool = True  # read the progress counters too (CONTRACT §2b)
 
     def __call__(
         self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
     ) -> Scan:
-        return scan(body, self.engine, until=until, clock=clock)
+        return scan(body, self.engine, until=until, clock=clock, progress=self.progress)
 
 
 NO_GAUGES_WARNING = (

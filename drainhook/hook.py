@@ -45,7 +45,9 @@ PROBE_EXIT = {
 
 def scanner_for(reach: Reach) -> Scanner:
     """The scanner of reach's source: /v1/loads JSON, or /metrics for its engine."""
-    return LoadsScanner() if reach.source == "loads" else MetricsScanner(reach.engine)
+    if reach.source == "loads":
+        return LoadsScanner()
+    return MetricsScanner(reach.engine, progress=reach.progress)
 
 
 def target_reader(reach: Reach, target: Target, *, in_pod: bool = False) -> TargetReader:
@@ -70,7 +72,7 @@ def target_reader(reach: Reach, target: Target, *, in_pod: bool = False) -> Targ
     if reach.source != "auto" or reach.engine == "vllm":
         return reader(scanner_for(reach), target)
     return AutoReader(
-        reader(MetricsScanner(reach.engine), target),
+        reader(MetricsScanner(reach.engine, progress=reach.progress), target),
         reader(LoadsScanner(), target.with_path(LOADS_PATH)),
         engine=reach.engine,
     )
@@ -117,17 +119,18 @@ def run_wait(config: WaitConfig, t0: float) -> int:
         log.read(t, count, reading)
 
     reader: TargetReader | None = None
+    # A stall window that cannot close before D (`plan` shows it off) is no
+    # watch: nothing to say of a target without counters, no counter to read.
+    window = config.stall_window
+    can_stall = window > 0 and config.settle + window < config.deadline
+    watch = StallWatch(window, on_note=log.warning) if can_stall else None
+    reach = dataclasses.replace(config.reach, progress=can_stall)
     try:
         reader = discovering(
-            config.reach, on_search=lambda found: log.discovery(time.monotonic() - t0, found)
+            reach, on_search=lambda found: log.discovery(time.monotonic() - t0, found)
         )  # (a usage error here comes alone)
         for w in timeline_warnings(config):  # what `plan` says of this timeline, once
             log.warning(w.message, code=w.code, reason=w.reason)
-        # A window that cannot close before D (`plan` shows it off) is no watch:
-        # nothing to say of a target without counters, nothing to compute.
-        window = config.stall_window
-        can_stall = window > 0 and config.settle + window < config.deadline
-        watch = StallWatch(window, on_note=log.warning) if can_stall else None
         result = drain(
             config.timeline(),
             reader.read,
