@@ -100,8 +100,24 @@ def test_probe_text_shows_the_target_the_verdict_and_every_series(hook: Hook, na
     assert rows["verdict"] == expected["verdict"]
     assert rows["in_flight"] == str(int(expected["in_flight"]))
     assert rows["series"] == str(len(obj["series"]))
-    series_lines = [line.strip() for line in text.stdout.splitlines() if line[:1] == " "]
+    lines = text.stdout.splitlines()
+
+    def block(header: str) -> list[str]:
+        """The indented lines under a header row."""
+        start = next(i for i, line in enumerate(lines) if line.startswith(header + " "))
+        rest = [*lines[start + 1 :], ""]
+        return [
+            line.strip() for line in rest[: next(i for i, x in enumerate(rest) if x[:1] != " ")]
+        ]
+
+    series_lines = block("series")
     assert len(series_lines) == len(obj["series"]) > 0
+    # Then each progress counter series (CONTRACT §2b), summed by name in the JSON.
+    progress: dict[str, float] = {}
+    for line in block("progress"):
+        name = line.split("{")[0].split()[0]
+        progress[name] = progress.get(name, 0.0) + float(line.split()[-1])
+    assert progress == obj["progress"]
     for line, s in zip(series_lines, obj["series"], strict=True):
         assert line.startswith(s["name"] + "{")
         for key, value in s["labels"].items():

@@ -19,6 +19,7 @@ from drainhook.drain import Outcome, Timeline, drain
 from drainhook.exposition import scan
 from drainhook.hook import exit_code
 from drainhook.loads import scan_loads
+from drainhook.sources import AutoReader
 from drainhook.stall import Stall, StallWatch
 from drainhook.verdict import Progress, Reading, Series, Verdict
 from tests.loopback import sample
@@ -352,3 +353,38 @@ def test_exit_zero_maps_stalled_to_0() -> None:
     )
     assert result.outcome is Outcome.STALLED
     assert (exit_code(result), exit_code(result, exit_zero=True)) == (5, 0)
+
+
+class Fixed:
+    """A reader that always gives one reading."""
+
+    def __init__(self, reading: Reading) -> None:
+        self.reading = reading
+        self.name = "http://127.0.0.1:30000/metrics"
+
+    def read(self, timeout: float) -> Reading:
+        return self.reading
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_read_counted_from_v1_loads_keeps_both_bodies_counters_and_its_external() -> None:
+    """--source auto: the work and what waits outside come from /v1/loads, the
+    progress counters from both bodies (either may be the one that moves)."""
+    metrics = Reading(
+        Verdict.BUSY, "sglang", 9.0, (Series("sglang:num_running_reqs", (), 9.0),), None, 1.0,
+        progress=Progress((Series("sglang:realtime_tokens_total", (), 40.0),), 5.0),
+    )  # fmt: skip
+    loads = Reading(
+        Verdict.BUSY, "sglang", 3.0, (Series("num_running_reqs", (), 3.0),), None, 1.0,
+        progress=Progress((Series("decode_moments.0", (), 7.0),), 1.0),
+    )  # fmt: skip
+    got = AutoReader(Fixed(metrics), Fixed(loads)).read(1.0)
+    assert (got.source, got.in_flight) == ("loads", 3.0)
+    assert got.progress is not None
+    assert [c.name for c in got.progress.counters] == [
+        "sglang:realtime_tokens_total",
+        "decode_moments.0",
+    ]
+    assert got.progress.external == 1.0
