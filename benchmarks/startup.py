@@ -11,6 +11,12 @@ the RSS of the hook's process tree is sampled every 10 ms: for the single
 file that is the bootloader and its child together. Sizes are the build's
 files, as scripts/binary_report.py counts them.
 
+For the installed package it also gives the hook's import time: `python -X
+importtime -m drainhook wait --help`, the cumulative time of the drainhook
+modules (and the idna codec) that `drainhook.__main__` imports at the top
+level, median over RUNS, with the number of drainhook modules loaded and
+whether any of the planning tools (plan, observe, histogram, sim) is one.
+
 Targets (docs/packaging.md): directory build median <= 250 ms, single file
 <= 450 ms, peak RSS <= 40 MB, directory build <= 25 MB on disk, single file
 <= 12 MB.
@@ -107,6 +113,36 @@ def first_read(entry: Sequence[str], server: AcceptClock, runs: int) -> list[flo
                                f"{done.stderr}")  # fmt: skip
         times.append(server.accepted[seen] - start)
     return times
+
+
+PLANNING = ("drainhook.plan", "drainhook.observe", "drainhook.histogram", "drainhook.sim")
+
+
+def hook_imports(runs: int) -> tuple[list[float], list[str]]:
+    """Milliseconds `drainhook wait` spends importing itself, `runs` times (from
+    `-X importtime`: the top-level drainhook rows' cumulative times), and the
+    drainhook modules it loaded."""
+    argv = [sys.executable, "-X", "importtime", "-m", "drainhook", "wait", "--help"]
+    times, names = [], set()
+    for _ in range(runs):
+        done = subprocess.run(
+            argv, env=clean_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=60, check=True,
+        )  # fmt: skip
+        total = 0
+        for line in done.stderr.splitlines():
+            if not line.startswith("import time:") or line.count("|") != 2:
+                continue
+            _, cumulative, name = line.split("|")
+            if not cumulative.strip().isdigit():
+                continue  # the header
+            module = name.strip()
+            if module.startswith("drainhook"):
+                names.add(module)
+            if name[1:2] != " " and module.startswith(("drainhook", "encodings.idna")):
+                total += int(cumulative)  # top level: the row holds its imports too
+        times.append(total / 1e6)
+    return times, sorted(names)
 
 
 def _tree(pid: int) -> Iterator[int]:
@@ -206,12 +242,24 @@ def main() -> None:
             ])  # fmt: skip
     finally:
         server.close()
+    imports, modules = hook_imports(args.runs)
+    planning = [m for m in modules if m.startswith(PLANNING)]
+    results["hook_imports"] = {
+        "ms": stats_ms(imports),
+        "drainhook_modules": len(modules),
+        "planning_modules": planning,
+    }
     built = sizes(args.dist) if args.dist.is_dir() else {}
     results["bytes"] = built
 
     print(f"\npython -c pass: median {ms(base)} ms over {args.runs} runs\n")
     headers = ["entry", "first read ms", "p90 ms", "vs pass", "target ms"]
     print(table([*headers, "peak RSS MB", "ru_maxrss MB"], rows))
+    print(
+        f"\nhook imports (python -X importtime -m drainhook wait --help): median "
+        f"{ms(statistics.median(imports))} ms over {args.runs} runs, {len(modules)} drainhook "
+        f"modules; planning tools loaded: {', '.join(planning) or 'none'}"
+    )
     if built:
         print()
         print(table(

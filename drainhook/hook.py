@@ -21,12 +21,12 @@ from drainhook.discover import Discovering, Search
 from drainhook.drain import Interrupted, Outcome, Result, drain
 from drainhook.exposition import MetricsScanner
 from drainhook.loads import LoadsScanner
-from drainhook.plan import timeline_warnings
 from drainhook.read import Reader
 from drainhook.report import Log, probe_both, probe_json, probe_text
 from drainhook.rounds import Round, TargetReader
 from drainhook.sources import AutoReader
 from drainhook.target import Target, parse_url, ssl_context
+from drainhook.timeline import timeline_warnings
 from drainhook.verdict import Reading, Scanner, Verdict
 
 EXIT_DRAINED = 0

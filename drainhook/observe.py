@@ -40,7 +40,8 @@ from drainhook.histogram import (
     exact,
     scan_families,
 )
-from drainhook.plan import GRACE_MAX, GRACE_MIN, Plan, PlanWarning
+from drainhook.plan import Plan
+from drainhook.timeline import GRACE_MAX, GRACE_MIN, PlanWarning
 from drainhook.verdict import Reading, Verdict
 
 DEFAULT_QUANTILE = 0.999

@@ -21,6 +21,7 @@ import yaml
 from drainhook import plan as planning
 from drainhook.cli import cli
 from drainhook.config import DEFAULT_GRACE
+from drainhook.timeline import TIMELINE_RULES
 from tests.conftest import ROOT, Hook
 from tests.test_examples import (
     _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
@@ -157,7 +158,7 @@ def test_which_warnings_wait_logs_is_documented() -> None:
             r"^\| `([a-z-]+)` \|(?:[^|]*\|){2} ([^|]*) \|", OPERATIONS.read_text(), re.M
         )
     }
-    timeline = {rule(p).code for rule, p in _firing() if rule in planning.TIMELINE_RULES}
+    timeline = {rule(p).code for rule, p in _firing() if rule in TIMELINE_RULES}
     for code in (rule(p).code for rule, p in _firing()):
         assert rows[code].strip() == ("logged" if code in timeline else "—"), code
 

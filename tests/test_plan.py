@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from drainhook import plan as planning
+from drainhook import timeline
 from drainhook.config import EXIT_ALLOWANCE, Reach, WaitConfig
 from drainhook.drain import Outcome, drain
 from drainhook.errors import UsageError
@@ -277,31 +278,31 @@ def test_warnings_name_the_numbers() -> None:
 def test_timeline_rules_and_advice_rules_split_the_table() -> None:
     """`wait` logs TIMELINE_RULES only: every rule is in exactly one of the two, and
     the engine and role advice (about the Pod spec, not the run) is not logged."""
-    assert planning.RULES == planning.TIMELINE_RULES + planning.ADVICE_RULES
+    assert planning.RULES == timeline.TIMELINE_RULES + planning.ADVICE_RULES
     assert len(set(planning.RULES)) == len(planning.RULES)
     everything = planning.wait_config(grace=7.0, settle=6.0, exit_reserve=1.0, engine="vllm")
-    assert {w.code for w in planning.timeline_warnings(everything)} == {
+    assert {w.code for w in timeline.timeline_warnings(everything)} == {
         "grace-range",
         "settle-past-deadline",
         "exit-reserve-short",
     }
     assert "vllm-shutdown-timeout" in codes(planning.make_plan(everything))
     config = planning.wait_config(grace=17.0, exit_reserve=10.5, settle=4.6, engine="vllm")
-    found = planning.timeline_warnings(config)
+    found = timeline.timeline_warnings(config)
     assert [w.code for w in found] == ["no-room", "settle-short"]  # in RULES' order
     assert found == tuple(w for w in planning.make_plan(config).warnings if w in found)
-    assert planning.timeline_warnings(planning.wait_config(engine="vllm")) == ()
-    assert planning.timeline_warnings(planning.wait_config(grace=30.5)) == (
+    assert timeline.timeline_warnings(planning.wait_config(engine="vllm")) == ()
+    assert timeline.timeline_warnings(planning.wait_config(grace=30.5)) == (
         planning.make_plan(planning.wait_config(grace=30.5)).warnings
     )
 
 
 def test_timeline_warnings_never_raise(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(plan: planning.Plan) -> planning.PlanWarning | None:
+    def broken(instants: timeline.Instants) -> timeline.PlanWarning | None:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(planning, "TIMELINE_RULES", (broken,))
-    (w,) = planning.timeline_warnings(planning.wait_config())
+    monkeypatch.setattr(timeline, "TIMELINE_RULES", (broken,))
+    (w,) = timeline.timeline_warnings(planning.wait_config())
     assert w.code == "timeline-unchecked" and "ZeroDivisionError: a bug" in w.message
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from drainhook import plan as planning
 from drainhook.exposition import scan
+from drainhook.timeline import timeline_warnings
 from drainhook.verdict import Verdict
 from tests.conftest import Hook, Run, connections_fit, fields
 from tests.loopback import Loopback, sample, serve
@@ -92,7 +93,7 @@ def codes_of(*flags: str) -> list[str]:
     config = planning.wait_config(
         **{k.lstrip("-").replace("-", "_"): float(v) for k, v in values.items()}
     )
-    return [w.code for w in planning.timeline_warnings(config)]
+    return [w.code for w in timeline_warnings(config)]
 
 
 def test_grace_5_says_why_it_returns_at_once(hook: Hook) -> None:
