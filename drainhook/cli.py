@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from drainhook import __version__, build_info
+from drainhook import __version__, build_info, exits
 from drainhook.clock import start_time
 from drainhook.config import (
     DEFAULT_PATH,
@@ -24,7 +24,7 @@ from drainhook.config import (
     Reach,
     WaitConfig,
 )
-from drainhook.errors import EXIT_INTERNAL, EXIT_USAGE, DrainhookError, UsageError
+from drainhook.errors import DrainhookError, UsageError
 from drainhook.flags import DURATION, option, reach_options, wait_options
 from drainhook.gauges import BY_NAME
 from drainhook.hook import run_probe, run_wait
@@ -336,18 +336,18 @@ def run(argv: list[str]) -> int:
     except click.UsageError as exc:
         where = f"drainhook {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "drainhook"
         _error(f"{where}: {exc.format_message()}")
-        return EXIT_USAGE
+        return exits.USAGE
     except click.ClickException as exc:
         _error(f"drainhook: {exc.format_message()}")
-        return EXIT_USAGE
+        return exits.USAGE
     except click.Abort:
-        return EXIT_USAGE
+        return exits.USAGE
     except DrainhookError as exc:
         _error(f"drainhook: {exc}")
         return exc.exit_code
     except Exception as exc:  # a bug; never a traceback (CONTRACT §6)
         _error(f"drainhook: internal error: {type(exc).__name__}: {exc}")
-        return EXIT_INTERNAL
+        return exits.INTERNAL
     return int(code) if isinstance(code, int) else 0
 
 

@@ -12,10 +12,11 @@ and listener discovery over them when the config turns it on.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import time
 from collections.abc import Callable
 
-from drainhook import signals, termination
+from drainhook import exits, signals, termination
 from drainhook.config import LOADS_PATH, Reach, WaitConfig
 from drainhook.discover import Discovering, Search
 from drainhook.drain import Interrupted, Outcome, Result, drain
@@ -29,16 +30,11 @@ from drainhook.target import Target, parse_url, ssl_context
 from drainhook.timeline import timeline_warnings
 from drainhook.verdict import Reading, Scanner, Verdict
 
-EXIT_DRAINED = 0
-EXIT_DEADLINE = 3
-EXIT_UNREACHABLE = 4
-
-PROBE_EXIT = {
-    Verdict.IDLE: 0,
-    Verdict.BUSY: 1,
-    Verdict.UNKNOWN: 3,
-    Verdict.UNREACHABLE: 4,
-}
+# The codes by name, as tests and tools have used them; drainhook.exits holds them all.
+EXIT_DRAINED = exits.WAIT["drained"]
+EXIT_DEADLINE = exits.WAIT["deadline"]
+EXIT_UNREACHABLE = exits.WAIT["unreachable"]
+PROBE_EXIT = {verdict: exits.PROBE[verdict.value] for verdict in Verdict}
 
 
 def scanner_for(reach: Reach) -> Scanner:
@@ -147,14 +143,10 @@ def run_wait(config: WaitConfig, t0: float) -> int:
 def exit_code(result: Result, exit_zero: bool = False) -> int:
     """CONTRACT §5: the exit code of an outcome."""
     if exit_zero:
-        return 0
+        return exits.EXIT_ZERO
     if result.outcome is Outcome.INTERRUPTED:
-        return 128 + (result.signum or 15)
-    return {
-        Outcome.DRAINED: EXIT_DRAINED,
-        Outcome.DEADLINE: EXIT_DEADLINE,
-        Outcome.UNREACHABLE: EXIT_UNREACHABLE,
-    }[result.outcome]
+        return exits.interrupted(result.signum or signal.SIGTERM)
+    return exits.WAIT[result.outcome.value]
 
 
 def run_probe(reach: Reach, as_json: bool, list_all: bool = False) -> tuple[str, int]:
