@@ -126,13 +126,13 @@ def gather(
     if reach is None:
         assert read_file is not None
         return from_bodies([(str(p), read_file(p, max_body)) for p in files], engine)
-    first = _read_targets(reach)
+    first = _read_histograms(reach)
     if window is None:
         return _observation(first, engine, reach.display)
     start = clock()
     while (left := start + window - clock()) > 0:
         sleep(left)
-    second = _read_targets(reach)
+    second = _read_histograms(reach)
     return _window_observation(first, second, engine, reach.display, clock() - start)
 
 
@@ -157,19 +157,14 @@ def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, 
     return scan_families(body, names, until=until)
 
 
-def _read_targets(reach: Reach) -> list[tuple[str, dict[str, Family]]]:
-    """Each target read once; the scan runs inside the read's time, as for a verdict."""
-    from drainhook.read import Reader
-    from drainhook.target import ssl_context
+def _read_histograms(reach: Reach) -> list[tuple[str, dict[str, Family]]]:
+    """Each target read once (drainhook.readers makes the readers, as for probe);
+    the scan runs inside the read's time, as for a verdict."""
+    from drainhook.readers import plain_reader
 
     found = []
     for target in reach.targets:
-        reader = Reader(
-            target,
-            max_body=reach.max_body,
-            ssl_context=ssl_context(target, reach.cacert, reach.insecure),
-            tls_server_name=reach.tls_server_name,
-        )
+        reader = plain_reader(reach, target)
         try:
             got = reader.read_with(reach.read_timeout, _scanner(reach.engine))
         finally:

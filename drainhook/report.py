@@ -16,7 +16,7 @@ import sys
 import typing
 from pathlib import Path
 
-from drainhook.discover import Search
+from drainhook.discover import SearchRecord
 from drainhook.drain import Result
 from drainhook.verdict import Reading, Series
 
@@ -114,7 +114,7 @@ class Log:
                 self._warned.add(warning)
                 self.warning(warning)
 
-    def discovery(self, t: float, search: Search) -> None:
+    def discovery(self, t: float, search: SearchRecord) -> None:
         """Listener discovery's one line: the configured targets, what was found,
         how many listeners were read, and how long it took."""
         found = search.discovery
@@ -198,7 +198,7 @@ class Log:
             pass  # stderr closed
 
 
-def probe_json(reading: Reading, target: str, search: Search | None = None) -> str:
+def probe_json(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
     """The stable `probe --json` object (schema 1). Beyond the contract's fields:
     `source` (what was counted: metrics, loads, mixed; null when nothing was),
     `warnings`, `targets` (each target's own read, with several) and
@@ -242,7 +242,7 @@ def _part_json(name: str, reading: Reading) -> dict[str, object]:
     }
 
 
-def probe_text(reading: Reading, target: str, search: Search | None = None) -> str:
+def probe_text(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
     """`probe` for people: a key/value block, then every counted series, each
     target's read (with several), the engine listeners found (when a search ran)."""
     rows = [

@@ -11,11 +11,13 @@ import time
 import pytest
 
 from drainhook.config import EXIT_ALLOWANCE, Reach, WaitConfig
+from drainhook.discover import DiscoveringReader
 from drainhook.drain import Outcome, Result
 from drainhook.exposition import ACCEPT, MetricsScanner
-from drainhook.hook import exit_code, reader_for, run_probe, run_wait, scanner_for
+from drainhook.hook import exit_code, run_probe, run_wait
 from drainhook.loads import LoadsScanner
 from drainhook.read import Reader
+from drainhook.readers import hook_reader, reader_for, scanner_for
 from drainhook.rounds import Round
 from drainhook.sources import AutoReader
 from drainhook.target import parse_url
@@ -97,6 +99,27 @@ def test_one_target_is_one_reader_and_several_a_round() -> None:
     finally:
         for r in readers:
             r.close()
+
+
+def test_no_discovering_reader_unless_discovery_can_search() -> None:
+    """Discovery off (or a target outside the Pod): the configured targets' reader
+    itself; on, or probe --discover (`always`): a DiscoveringReader over it."""
+    here = parse_url("http://127.0.0.1:8000/metrics")
+    remote = parse_url("http://10.0.0.7:8000/metrics")
+    cases = [
+        (Reach(target=here, source="metrics"), False, Reader),
+        (Reach(target=here), False, AutoReader),
+        (Reach(target=here, source="metrics", discover=True), False, DiscoveringReader),
+        (Reach(target=remote, source="metrics", discover=True, allow_remote=True), False, Reader),
+        (Reach(target=here, source="metrics"), True, DiscoveringReader),
+    ]
+    for reach, always, kind in cases:
+        reader = hook_reader(reach, always=always)
+        try:
+            assert type(reader) is kind, (reach, always)
+            assert reader.name == reach.display
+        finally:
+            reader.close()
 
 
 @pytest.mark.parametrize(
