@@ -32,7 +32,7 @@ import pytest
 from drainhook.config import Reach, WaitConfig
 from drainhook.hook import run_wait
 from drainhook.target import parse_url
-from tests.conftest import base_env, connections_fit, hook_lines
+from tests.conftest import HOOK_LATE, SPAWN_LATE, base_env, connections_fit, hook_lines, late
 from tests.loopback import Behaviour, Heard, Loopback, record, response_bytes, sample, serve
 from tests.test_hostile_servers import PEAK_RSS_LIMIT, Measured, fields, spawn_measured
 
@@ -55,7 +55,6 @@ FAST = (
     "--exit-reserve",
     "0.5",
 )  # fmt: skip  D = 2.5
-SLACK = 0.5  # a subprocess on a loaded 2-core machine
 
 
 def assert_drained(run: Measured, reads: int = 2) -> dict[str, str]:
@@ -66,7 +65,7 @@ def assert_drained(run: Measured, reads: int = 2) -> dict[str, str]:
         str(reads),
         "0",
     ), run.stderr
-    assert run.elapsed <= SETTLE + reads * INTERVAL + SLACK + run.starved, run.stderr
+    assert run.elapsed <= late(SETTLE + reads * INTERVAL, SPAWN_LATE, run.starved), run.stderr
     assert run.peak_rss < PEAK_RSS_LIMIT
     return summary
 
@@ -124,7 +123,7 @@ def test_two_hooks_at_once_both_drain_and_neither_blocks_the_other(
         assert summary["outcome"] == "drained", run.stderr
         verdicts = [r["verdict"] for r in run.reads]
         assert verdicts[0] == "busy" and verdicts[-2:] == ["idle", "idle"], run.stderr
-        bound = 0.6 + 0.15 + SETTLE + 3 * INTERVAL + SLACK + run.starved
+        bound = late(0.6 + 0.15 + SETTLE + 3 * INTERVAL, SPAWN_LATE, run.starved)
         assert run.elapsed <= bound, run.stderr
     # Their lives overlapped: b read before a's last read, neither waited for the other.
     assert 0.15 + float(b.reads[0]["t"]) < float(a.reads[-1]["t"]), (a.stderr, b.stderr)
@@ -353,7 +352,7 @@ def test_wait_with_stdout_and_stderr_closed(entry: list[str], tmp_path: Path, en
         assert len(lines) == 3 and srv.connections == 2
     else:
         assert run.code == 3
-        assert float(summary["elapsed"]) <= 0.6 + SLACK + run.starved
+        assert float(summary["elapsed"]) <= late(0.6, HOOK_LATE, run.starved)
         reads = [fields(line) for line in lines[:-1]]
         assert connections_fit(srv.connections, reads), lines
 
