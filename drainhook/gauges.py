@@ -120,6 +120,12 @@ ENGINE_NAMES: tuple[str, ...] = tuple(e.name for e in ENGINES)
 
 BY_NAME: dict[str, Engine] = {e.name: e for e in ENGINES}
 
+
+def default_port(engine: str) -> int:
+    """The port an engine serves on by default; vLLM's for `auto` (the default engine)."""
+    return (BY_NAME.get(engine) or BY_NAME["vllm"]).default_port
+
+
 # Series label with this name and a non-empty value: SGLang's per-priority
 # breakdown of the priority="" total (0.5.x, --enable-priority-scheduling).
 PRIORITY_LABEL = "priority"

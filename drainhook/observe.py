@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drainhook import plan as planning
-from drainhook.config import Reach, WaitConfig
+from drainhook.config import DEFAULT_MAX_BODY, Reach, WaitConfig
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
 from drainhook.gauges import ENGINES, Engine
 from drainhook.histogram import (
@@ -115,7 +115,7 @@ def gather(
     engine: str = "auto",
     reach: Reach | None = None,
     files: Sequence[Path] = (),
-    max_body: int = 16 * 1024 * 1024,
+    max_body: int = DEFAULT_MAX_BODY,
     window: float | None = None,
     read_file: Callable[[Path, int], bytes] | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -384,44 +384,50 @@ def observe_warnings(
 # -- the command ------------------------------------------------------------------------
 
 
-def run_observe(
-    config: WaitConfig,
-    role: str,
-    binary: str,
-    output: str,
-    reach: Reach | None,
-    files: Sequence[Path],
-    quantile: float,
-    window: float | None,
-    max_body: int,
-) -> int:
-    """`plan --observe`: read, recommend, print; 0 (an error raises, with its code)."""
-    import click
+@dataclass(frozen=True)
+class ObserveRequest:
+    """What `plan --observe` is asked: the plan's values, where the evidence is
+    (a reach to read, or saved scrapes), and how to read it."""
 
+    config: WaitConfig
+    role: str = "unified"
+    binary: str = planning.DEFAULT_BINARY
+    output: str = "text"
+    reach: Reach | None = None  # None: read `files` instead
+    files: tuple[Path, ...] = ()
+    quantile: float = DEFAULT_QUANTILE
+    window: float | None = None
+    max_body: int = DEFAULT_MAX_BODY
+
+
+def run_observe(request: ObserveRequest) -> str:
+    """`plan --observe`: read, recommend; the text to print (an error raises, with
+    its exit code). Every usage error comes before any read."""
     from drainhook.target import read_small_file
 
-    plan = planning.make_plan(config, role, binary)  # usage errors before any read
-    if output not in planning.OUTPUTS:
+    r = request
+    planning.check_role(r.role)
+    r.config.check()
+    if r.output not in planning.OUTPUTS:
         raise UsageError(f"--output must be one of {', '.join(planning.OUTPUTS)}")
-    if window is not None and files:
+    if r.window is not None and r.files:
         raise UsageError("--window needs two reads of a target, not --from-file")
-    if window is not None and not (0 < window < math.inf):
-        raise UsageError(f"--window must be a number of seconds > 0, not {window}")
-    if not 0 < quantile <= 1:
-        raise UsageError(f"--quantile must be in (0, 1], not {quantile}")
+    if r.window is not None and not (0 < r.window < math.inf):
+        raise UsageError(f"--window must be a number of seconds > 0, not {r.window}")
+    if not 0 < r.quantile <= 1:
+        raise UsageError(f"--quantile must be in (0, 1], not {r.quantile}")
     observed = gather(
-        engine=config.reach.engine,
-        reach=reach,
-        files=files,
-        max_body=max_body,
-        window=window,
+        engine=r.config.reach.engine,
+        reach=r.reach,
+        files=r.files,
+        max_body=r.max_body,
+        window=r.window,
         read_file=lambda path, cap: read_small_file(path, cap, "--from-file"),
     )
-    rec = recommend(config, observed, quantile)
+    rec = recommend(r.config, observed, r.quantile)
     # The engine is known from its histogram: its advice comes even with --engine auto.
-    plan = planning.make_plan(config, role, binary, observed.engine)
-    click.echo(render(plan, observed, rec, output), nl=False)
-    return 0
+    plan = planning.make_plan(r.config, r.role, r.binary, observed.engine)
+    return render(plan, observed, rec, r.output)
 
 
 # -- renderings -------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from drainhook.config import (
     WaitConfig,
 )
 from drainhook.errors import UsageError
-from drainhook.gauges import BY_NAME
+from drainhook.gauges import default_port
 from drainhook.numfmt import json_number, number, seconds
 from drainhook.target import build_url, parse_url
 from drainhook.timeline import (
@@ -98,8 +98,7 @@ def wait_config(
     engine: str = "auto",
 ) -> WaitConfig:
     """The `WaitConfig` that `wait` would build from these flags (default target)."""
-    port = BY_NAME[engine].default_port if engine in BY_NAME else BY_NAME["vllm"].default_port
-    target = parse_url(build_url("http", "127.0.0.1", port, "/metrics"))
+    target = parse_url(build_url("http", "127.0.0.1", default_port(engine), "/metrics"))
     return WaitConfig(
         reach=Reach(target=target, engine=engine, read_timeout=read_timeout),
         grace=grace,
@@ -112,6 +111,11 @@ def wait_config(
     )
 
 
+def check_role(role: str) -> None:
+    if role not in ROLES:
+        raise UsageError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+
+
 def make_plan(
     config: WaitConfig,
     role: str = "unified",
@@ -120,8 +124,7 @@ def make_plan(
 ) -> Plan:
     """The timeline `wait` runs for config, and what is wrong with it. known_engine:
     the engine when something other than --engine showed it (a latency histogram)."""
-    if role not in ROLES:
-        raise UsageError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+    check_role(role)
     config.check()
     t = instants(config)
     return Plan(
@@ -134,11 +137,13 @@ def make_plan(
 # order of RULES (the order `plan` prints them). A new warning is one function
 # and one entry in TIMELINE_RULES or ADVICE_RULES. They read only the plan, so
 # any WaitConfig's plan has them: `make_plan(config).warnings`. A rule whose
-# advice names values (`fixes`) has them applied by `apply_advice`.
+# advice names values (`fixes`) has them applied by `apply_advice`. A rule's
+# docstring is `code: when`, one line: `plan --help` lists them (help_text).
 Rule = Callable[[Plan], PlanWarning | None]
 
 
 def _sglang_pd_exit(plan: Plan) -> PlanWarning | None:
+    """sglang-pd-exit: an SGLang prefill/decode server needs R >= 20 s and G >= 45 s"""
     g, r, role = plan.grace, plan.config.exit_reserve, plan.role
     if plan.engine not in ("sglang", "auto") or role not in ("prefill", "decode"):
         return None
@@ -171,6 +176,7 @@ def _sglang_pd_exit(plan: Plan) -> PlanWarning | None:
 
 
 def _vllm_prefill_linger(plan: Plan) -> PlanWarning | None:
+    """vllm-prefill-linger: a vLLM prefill without --linger"""
     if plan.engine not in ("vllm", "auto") or plan.role != "prefill" or plan.config.linger:
         return None
     return PlanWarning(
@@ -191,6 +197,7 @@ def shutdown_timeout(plan: Plan) -> int | None:
 
 
 def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
+    """vllm-shutdown-timeout: vLLM's --shutdown-timeout, R - 1"""
     if plan.engine != "vllm":
         return None
     n = shutdown_timeout(plan)
@@ -216,6 +223,31 @@ ADVICE_RULES: tuple[Rule, ...] = (
     _vllm_shutdown_timeout,
 )
 RULES: tuple[Rule, ...] = TIMELINE_RULES + ADVICE_RULES
+
+
+def help_text() -> str:
+    """`plan --help`: what it shows, and the warnings, listed from RULES."""
+
+    def when(rules: Sequence[Callable[..., object]]) -> str:
+        return "; ".join((rule.__doc__ or "").strip() for rule in rules)
+
+    return f"""The timeline of `wait` for these values, with warnings; or its Pod-spec fragment.
+
+    Warns, with the reason, on the timeline's own values ({when(TIMELINE_RULES)}; `wait`
+    logs these at its start too), and with advice for the Pod spec and the engine
+    ({when(ADVICE_RULES)}).
+
+    --output yaml applies the advice that names a value (an SGLang prefill/decode
+    server's R and G; the recommended G with --observe), over values given too,
+    and names each change in a comment; text and json show the same changes.
+
+    --observe reads vLLM's or SGLang's e2e_request_latency_seconds histogram
+    (every series and target summed) and recommends G = ceil(S + latency + R),
+    latency being the upper bound of the bucket holding --quantile; it shows
+    p50/p99/p99.9 and the share of requests longer than D - S for the G given.
+    Exit: 0, 2 usage or no histogram, 3 unreadable or malformed histogram, 4
+    unreachable.
+    """
 
 
 # -- the advice, applied -----------------------------------------------------------

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 import httpcore
 import httpx
 
+from drainhook.config import DEFAULT_MAX_BODY
 from drainhook.exposition import MetricsScanner
 from drainhook.target import Target
 from drainhook.verdict import Reading, Scanner, Verdict
@@ -387,7 +388,7 @@ class Reader:
         target: Target,
         *,
         scanner: Scanner | None = None,
-        max_body: int = 16 * 1024 * 1024,
+        max_body: int = DEFAULT_MAX_BODY,
         ssl_context: ssl.SSLContext | None = None,
         tls_server_name: str | None = None,
         api_key: str | None = None,

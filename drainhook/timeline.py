@@ -93,12 +93,14 @@ def instants(config: WaitConfig) -> Instants:
 
 
 # The timeline's rules: one function each, `(instants) -> PlanWarning | None`,
-# about the run's own instants from its own flags. `wait` logs what they find
+# about the run's own instants from its own flags; its docstring is `code: when`,
+# one line, which `plan --help` lists. `wait` logs what they find
 # at its start, each once; `plan` checks them first (plan.RULES).
 TimelineRule = Callable[[Instants], PlanWarning | None]
 
 
 def _grace_range(t: Instants) -> PlanWarning | None:
+    """grace-range: G is outside 15..3600 s"""
     g = t.grace
     if g < GRACE_MIN:
         return PlanWarning(
@@ -117,6 +119,7 @@ def _grace_range(t: Instants) -> PlanWarning | None:
 
 
 def _grace_fraction(t: Instants) -> PlanWarning | None:
+    """grace-fraction: G is not whole seconds (terminationGracePeriodSeconds is an integer)"""
     if t.grace == int(t.grace):
         return None
     return PlanWarning(
@@ -127,6 +130,7 @@ def _grace_fraction(t: Instants) -> PlanWarning | None:
 
 
 def _settle_past_deadline(t: Instants) -> PlanWarning | None:
+    """settle-past-deadline: the settle lasts to the deadline (no read)"""
     if t.first_read is not None:
         return None
     s, d = t.config.settle, t.deadline
@@ -140,6 +144,7 @@ def _settle_past_deadline(t: Instants) -> PlanWarning | None:
 
 
 def _no_room(t: Instants) -> PlanWarning | None:
+    """no-room: D - S leaves no room for the confirming reads"""
     c = t.config
     need = (c.confirm - 1) * c.interval + c.reach.read_timeout
     if c.settle + need <= t.deadline or t.first_read is None:
@@ -155,6 +160,7 @@ def _no_room(t: Instants) -> PlanWarning | None:
 
 
 def _settle_short(t: Instants) -> PlanWarning | None:
+    """settle-short: the settle is under 5 s"""
     s = t.config.settle
     if s >= ROUTER_DEREGISTRATION:
         return None
@@ -168,6 +174,7 @@ def _settle_short(t: Instants) -> PlanWarning | None:
 
 
 def _exit_reserve_short(t: Instants) -> PlanWarning | None:
+    """exit-reserve-short: the exit reserve is under 2 s"""
     r = t.config.exit_reserve
     if r >= KUBELET_MIN_STOP:
         return None
