@@ -257,3 +257,14 @@ def test_shell_examples_parse(where: str, words: list[str]) -> None:
 def test_docs_show_plan_and_probe_commands() -> None:
     names = {words[1] for _, words in COMMANDS}
     assert {"plan", "probe"} <= names
+
+
+def test_plan_help_names_every_warning_from_its_rule() -> None:
+    """`plan --help` is generated from RULES: each rule's docstring is `code: when`
+    with the code it fires with, and the help lists every one."""
+    text = " ".join(planning.help_text().split())
+    for rule, p in _firing():
+        doc = " ".join((rule.__doc__ or "").split())
+        fired = rule(p)
+        assert fired is not None and doc.split(":")[0] == fired.code, rule
+        assert doc in text, fired.code
