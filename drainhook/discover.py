@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from drainhook.listeners import Listener, candidates, read_listeners
 from drainhook.rounds import Round, TargetReader, combine
 from drainhook.target import Target
-from drainhook.verdict import Reading, Verdict
+from drainhook.verdict import Reading, Verdict, engine_shown
 
 ReadOne = Callable[[str, float], Reading]
 # At most this many reads at once: with discovery's 64 candidates, every read
@@ -90,18 +90,9 @@ def _daemon(task: Callable[[], None], name: str) -> None:
 
 
 def names_engine(reading: Reading, engine: str = "auto") -> bool:
-    """Whether a listener's reading is an engine's, as `--engine` recognises one.
-
-    With `auto` the scanner names an engine only when its gauges are in the
-    body. With a pinned engine it names that engine for any 2xx body (a
-    sidecar's too, as `unknown`), so there a listener is the engine's only
-    when at least one of its counted series was read.
-    """
-    if reading.engine is None:
-        return False
-    if engine == "auto":
-        return True
-    return reading.engine == engine and bool(reading.series)
+    """Whether a listener's reading is an engine's (verdict.engine_shown's rule)."""
+    shown = engine_shown(reading, engine)
+    return shown is not None and engine in ("auto", shown)
 
 
 def read_candidates(

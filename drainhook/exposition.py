@@ -24,7 +24,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from drainhook.errors import Malformed
-from drainhook.gauges import BY_NAME, ENGINES, PRIORITY_LABEL, TP_RANK_LABEL, Engine, counted_name
+from drainhook.gauges import (
+    BY_NAME,
+    ENGINES,
+    PRIORITY_LABEL,
+    Engine,
+    counted_name,
+    series_key,
+    spellings,
+)
 from drainhook.verdict import Scan, Series, Verdict, count, value_problem
 
 ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
@@ -32,7 +40,7 @@ ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
 # Every counted name starts with `<prefix>:num_` or `<prefix>_num_`; `bytes.find`
 # locates those far faster than a regular expression would.
 _NEEDLES: dict[str, tuple[bytes, ...]] = {
-    e.name: (f"{e.prefix}:num_".encode(), f"{e.prefix}_num_".encode()) for e in ENGINES
+    e.name: tuple(n.encode() for n in spellings(f"{e.prefix}:num_")) for e in ENGINES
 }
 _LONGEST_NAME = max(len(n) for e in ENGINES for n in e.counted)
 _NAME_END = re.compile(rb"[{ \t\r]|$")
@@ -214,7 +222,7 @@ def scan(
             continue  # SGLang's per-priority breakdown of the priority="" total
         sampled.add(canonical)
         # Series that differ only in tp_rank describe one batch: keep the largest.
-        key = (canonical, tuple(sorted(kv for kv in labels if kv[0] != TP_RANK_LABEL)))
+        key = series_key(canonical, labels)
         table = kept[eng.name]
         held = table.get(key)
         if held is None:

@@ -6,6 +6,7 @@ histogram) and the README's table all read `ENGINES`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -134,6 +135,26 @@ PRIORITY_LABEL = "priority"
 TP_RANK_LABEL = "tp_rank"
 
 
+# A name's `:` after the engine prefix, as a body may write it: as is, or `_`
+# (OpenMetrics escaping of `:`). The one rule for every scanner.
+NAME_SEPARATORS = ":_"
+
+
+def spellings(name: str) -> tuple[str, ...]:
+    """A canonical `prefix:rest` name as a body may write it: itself, then `prefix_rest`."""
+    prefix, colon, rest = name.partition(":")
+    return (name, f"{prefix}_{rest}") if colon else (name,)
+
+
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def series_key(name: str, labels: Iterable[tuple[str, str]]) -> SeriesKey:
+    """What makes two series one: the name and the labels (any order), tp_rank
+    aside. Series that differ only in tp_rank describe one batch (§3)."""
+    return name, tuple(sorted(kv for kv in labels if kv[0] != TP_RANK_LABEL))
+
+
 def counted_name(raw: str) -> tuple[Engine, str] | None:
     """Map a sample or family name to (engine, canonical name), or None if not counted.
 
@@ -142,7 +163,7 @@ def counted_name(raw: str) -> tuple[Engine, str] | None:
     """
     for engine in ENGINES:
         p = engine.prefix
-        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in ":_":
+        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in NAME_SEPARATORS:
             canonical = f"{p}:{raw[len(p) + 1 :]}"
             if canonical in engine.counted:
                 return engine, canonical

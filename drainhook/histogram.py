@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
 from drainhook.errors import Malformed
 from drainhook.exposition import _BLANKS, _META, _NAME_END, _NUMBER, MAX_LABELS, _parse_rest
+from drainhook.gauges import spellings
 
 Body = bytes | bytearray | mmap.mmap
 Labels = tuple[tuple[str, str], ...]
@@ -168,8 +169,7 @@ def scan_families(
     families = {name: Family(name) for name in names}
     needles: list[tuple[bytes, Family]] = []
     for name in names:
-        prefix, _, rest = name.partition(":")
-        needles += [(name.encode(), families[name]), (f"{prefix}_{rest}".encode(), families[name])]
+        needles += [(spelled.encode(), families[name]) for spelled in spellings(name)]
     looked = 0
     for needle, family in needles:
         plain = _plain_line(needle)

@@ -26,7 +26,7 @@ from pathlib import Path
 from drainhook import plan as planning
 from drainhook.config import DEFAULT_MAX_BODY, Reach, WaitConfig
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
-from drainhook.gauges import ENGINES, Engine
+from drainhook.gauges import BY_NAME, ENGINES, Engine, spellings
 from drainhook.histogram import (
     INF,
     Body,
@@ -40,6 +40,7 @@ from drainhook.histogram import (
     exact,
     scan_families,
 )
+from drainhook.numfmt import json_number, number, seconds
 from drainhook.plan import Plan
 from drainhook.timeline import GRACE_MAX, GRACE_MIN, PlanWarning
 from drainhook.verdict import Reading, Verdict
@@ -48,8 +49,6 @@ DEFAULT_QUANTILE = 0.999
 SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little
 QUANTILES = (0.5, 0.99, 0.999)  # shown as evidence whatever --quantile is
 
-
-BY_ENGINE = {e.name: e for e in ENGINES}  # each names its latency histogram
 
 # vLLM's other request histograms, for the bound a request cannot pass unless
 # max_tokens grows: TTFT + max_tokens x time per output token. The per-request
@@ -145,13 +144,12 @@ def from_bodies(bodies: Sequence[tuple[str, Body]], engine: str = "auto") -> Obs
 def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, Family]:
     """The latency families of one body, and vLLM's max_tokens-bound families: of the
     time-per-output-token ones, only the first the body has (each costs a scan)."""
-    engines = [BY_ENGINE[engine]] if engine in BY_ENGINE else list(ENGINES)
+    engines = [BY_NAME[engine]] if engine in BY_NAME else list(ENGINES)
     names = [e.latency.name for e in engines]
     if engine in ("auto", "vllm"):
         names += [VLLM_MAX_TOKENS, VLLM_TTFT]
         for name in VLLM_TPOT:
-            prefix, _, rest = name.partition(":")
-            if any(body.find(f"{n}_bucket".encode(), 0) >= 0 for n in (name, f"{prefix}_{rest}")):
+            if any(body.find(f"{n}_bucket".encode(), 0) >= 0 for n in spellings(name)):
                 names.append(name)
                 break
     return scan_families(body, names, until=until)
@@ -208,7 +206,7 @@ def _family(parts: list[tuple[str, dict[str, Family]]], pin: str) -> Engine:
         engines |= here
     if len(engines) > 1:
         raise NoHistogram("the targets disagree on the engine (vLLM and SGLang): pin --engine")
-    return BY_ENGINE[engines.pop()]
+    return BY_NAME[engines.pop()]
 
 
 def _series(where: str, families: dict[str, Family], name: str) -> dict[Labels, RawSeries]:
@@ -321,8 +319,8 @@ def observe_warnings(
         )
     if rec.latency == INF:
         largest = h.largest_bound
-        shown = "no finite bucket" if largest is None else f"the largest bound, {_s(largest)}"
-        flag = BY_ENGINE[observed.engine].latency.bucket_flag
+        shown = "no finite bucket" if largest is None else f"the largest bound, {seconds(largest)}"
+        flag = BY_NAME[observed.engine].latency.bucket_flag
         found.append(
             PlanWarning(
                 "observe-inf",
@@ -334,7 +332,7 @@ def observe_warnings(
         found.append(
             PlanWarning(
                 "observe-floor",
-                f"ceil(S + {label} + R) = {rec.raw_grace}s, raised to {_s(GRACE_MIN)}",
+                f"ceil(S + {label} + R) = {rec.raw_grace}s, raised to {seconds(GRACE_MIN)}",
                 "under 15 s there is no room to settle, read and let the engine exit",
             )
         )
@@ -342,7 +340,7 @@ def observe_warnings(
         found.append(
             PlanWarning(
                 "observe-grace-range",
-                f"the recommended G = {rec.grace}s is over {_s(GRACE_MAX)}",
+                f"the recommended G = {rec.grace}s is over {seconds(GRACE_MAX)}",
                 "the evidence asks for it, but a drain that long outlasts node drains "
                 "and holds every rollout as long; consider capping requests (max_tokens, "
                 "a request timeout) instead",
@@ -352,8 +350,8 @@ def observe_warnings(
         found.append(
             PlanWarning(
                 "observe-cuts",
-                f"with G = {_s(config.grace)} now, at most {_pct(rec.longer)} of observed "
-                f"requests ran longer than D - S = {_s(rec.window_s)}",
+                f"with G = {seconds(config.grace)} now, at most {_pct(rec.longer)} of observed "
+                f"requests ran longer than D - S = {seconds(rec.window_s)}",
                 "a request that starts as the Pod is deleted has D - S to finish; "
                 "longer ones are cut at SIGTERM",
             )
@@ -368,7 +366,9 @@ def observe_warnings(
             )
         )
     if h.dropped:
-        shown = ", ".join(_s(b) for b in h.dropped[:6]) + (", ..." if len(h.dropped) > 6 else "")
+        shown = ", ".join(seconds(b) for b in h.dropped[:6]) + (
+            ", ..." if len(h.dropped) > 6 else ""
+        )
         found.append(
             PlanWarning(
                 "observe-bounds",
@@ -437,7 +437,7 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
     """The `observed` object of `plan --observe --output json`."""
     bound = observed.bound
     return {
-        "requests": _j(observed.requests),
+        "requests": json_number(observed.requests),
         "quantile": rec.quantile,
         "latency_s": _finite(rec.latency),
         "quantiles": {_key(q): _finite(v) for q, v in rec.quantiles.items()},
@@ -451,10 +451,10 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
         "max_tokens_bound": None
         if bound is None
         else {
-            "latency_s": _j(bound.latency_s),
-            "max_tokens": _j(bound.max_tokens),
-            "ttft_s": _j(bound.ttft_s),
-            "tpot_s": _j(bound.tpot_s),
+            "latency_s": json_number(bound.latency_s),
+            "max_tokens": json_number(bound.max_tokens),
+            "ttft_s": json_number(bound.ttft_s),
+            "tpot_s": json_number(bound.tpot_s),
             "tpot_histogram": bound.tpot_family,
         },
     }
@@ -492,22 +492,23 @@ def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     if observed.bound is not None:
         b = observed.bound
         lines.append(
-            f"max_tokens bound: TTFT p99.9 {_s(b.ttft_s)} + max_tokens {_n(b.max_tokens)} x "
-            f"time per output token p99.9 {_s(b.tpot_s)} = {_s(b.latency_s)} "
+            f"max_tokens bound: TTFT p99.9 {seconds(b.ttft_s)} + "
+            f"max_tokens {number(b.max_tokens)} x "
+            f"time per output token p99.9 {seconds(b.tpot_s)} = {seconds(b.latency_s)} "
             f"(an estimate, beside the observed {label})"
         )
     lines.append("")
     if rec.grace is not None and rec.latency is not None:
-        raised = f", raised to the {_s(GRACE_MIN)} floor" if rec.raw_grace != rec.grace else ""
+        raised = f", raised to the {seconds(GRACE_MIN)} floor" if rec.raw_grace != rec.grace else ""
         lines.append(
-            f"recommended: G = {rec.grace}s  (ceil(S {_s(c.settle)} + {label} "
-            f"{_s(rec.latency)} + R {_s(c.exit_reserve)}) = {rec.raw_grace}s{raised})"
+            f"recommended: G = {rec.grace}s  (ceil(S {seconds(c.settle)} + {label} "
+            f"{seconds(rec.latency)} + R {seconds(c.exit_reserve)}) = {rec.raw_grace}s{raised})"
         )
     else:
         lines.append("recommended: none (see the warnings)")
     if rec.longer is not None:
         lines.append(
-            f"with G = {_s(c.grace)} now: D - S = {_s(rec.window_s)}; at most "
+            f"with G = {seconds(c.grace)} now: D - S = {seconds(rec.window_s)}; at most "
             f"{_pct(rec.longer)} of observed requests ran longer"
         )
     done = applied(plan, observed, rec)
@@ -534,9 +535,9 @@ def draw(h: Histogram, rec: Recommendation) -> list[str]:
     last = max(used[-1], line_after)
     most = max(n for _, _, n in rows)
     quantile_row = next((i for i, (_, hi, _) in enumerate(rows) if hi == rec.latency), None)
-    labels = [f"({_n(lo)}, {'+Inf' if hi == INF else _n(hi)}]" for lo, hi, _ in rows]
+    labels = [f"({number(lo)}, {'+Inf' if hi == INF else number(hi)}]" for lo, hi, _ in rows]
     width = max(len(labels[i]) for i in range(first, last + 1))
-    counts = [_n(n) for _, _, n in rows]
+    counts = [number(n) for _, _, n in rows]
     cwidth = max(len(counts[i]) for i in range(first, last + 1))
     out = [f"  {'latency (s)'.ljust(width)}  {'requests'.rjust(cwidth)}"]
     for i in range(first, last + 1):
@@ -546,8 +547,10 @@ def draw(h: Histogram, rec: Recommendation) -> list[str]:
         out.append(f"  {labels[i].ljust(width)}  {counts[i].rjust(cwidth)} |{bar}{mark}")
         if i == line_after:
             inside = lo < cut < hi
-            note = f" (inside the bucket above: its {_n(n)} may end either side)" if inside else ""
-            out.append(f"  {'-' * (width + cwidth + 3)} D - S = {_s(cut)}{note}")
+            note = (
+                f" (inside the bucket above: its {number(n)} may end either side)" if inside else ""
+            )
+            out.append(f"  {'-' * (width + cwidth + 3)} D - S = {seconds(cut)}{note}")
     return out
 
 
@@ -569,8 +572,8 @@ def formula(config: WaitConfig, rec: Recommendation) -> str:
     assert rec.latency is not None
     raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
     return (
-        f"G = ceil(S {_n(config.settle)} + {_q(rec.quantile)} {_n(rec.latency)} "
-        f"+ R {_n(config.exit_reserve)}) = {rec.raw_grace}{raised}"
+        f"G = ceil(S {number(config.settle)} + {_q(rec.quantile)} {number(rec.latency)} "
+        f"+ R {number(config.exit_reserve)}) = {rec.raw_grace}{raised}"
     )
 
 
@@ -591,13 +594,13 @@ def to_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     notes = [f"# observed: {_count(observed.requests)} in {observed.histogram.name}"]
     if mine.grace is None or mine.latency is None:
         kept = "keeps" if c.grace == plan.grace else "has"
-        notes.append(f"# no recommended G: the fragment {kept} --grace {_n(c.grace)}")
+        notes.append(f"# no recommended G: the fragment {kept} --grace {number(c.grace)}")
     elif not any(ch.field == "grace" for ch in done.changes):
         notes.append(f"# {formula(c, mine)}")  # else the change names it
     if rec.grace is not None and mine.longer is not None:
         # What the fragment's G leaves uncovered; the share for the G given is text's and JSON's.
         notes.append(
-            f"# with G = {_n(c.grace)}: D - S = {_s(mine.window_s)}; at most "
+            f"# with G = {number(c.grace)}: D - S = {seconds(mine.window_s)}; at most "
             f"{_pct(mine.longer)} of observed requests ran longer"
         )
     notes += [
@@ -630,22 +633,14 @@ def _key(q: float) -> str:
     return repr(q)
 
 
-def _n(value: float) -> str:
-    return str(int(value)) if value == int(value) else f"{value:g}"
-
-
-def _s(value: float) -> str:
-    return _n(value) + "s"
-
-
 def _bound(value: float | None) -> str:
     if value is None:
         return "-"
-    return "+Inf" if value == INF else _s(value)
+    return "+Inf" if value == INF else seconds(value)
 
 
 def _count(n: float) -> str:
-    return f"{_n(n)} request" + ("" if n == 1 else "s")
+    return f"{number(n)} request" + ("" if n == 1 else "s")
 
 
 def _pct(share: float) -> str:
@@ -656,8 +651,4 @@ def _finite(value: float | None) -> float | int | None:
     """A number for JSON; null for none or +Inf (JSON has no infinity)."""
     if value is None or value == INF:
         return None
-    return _j(value)
-
-
-def _j(value: float) -> int | float:
-    return int(value) if value == int(value) else value
+    return json_number(value)

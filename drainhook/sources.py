@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from drainhook.rounds import TargetReader
-from drainhook.verdict import Reading, Verdict
+from drainhook.verdict import Reading, Verdict, engine_shown
 
 # The statuses that say /v1/loads will not answer this hook: it is not asked again.
 _FOR_GOOD = {
@@ -42,9 +42,8 @@ _METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
 
 
 def is_sglang(reading: Reading, engine: str = "auto") -> bool:
-    """Whether a /metrics reading is an SGLang server's: named so by the scan and,
-    with a pinned engine (which names any 2xx body), with counted series read."""
-    return reading.engine == "sglang" and (engine == "auto" or bool(reading.series))
+    """Whether a /metrics reading is an SGLang server's (verdict.engine_shown's rule)."""
+    return engine_shown(reading, engine) == "sglang"
 
 
 class AutoReader:

@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from drainhook import plan as planning
+from drainhook.gauges import BY_NAME
 from drainhook.histogram import INF, scan_families
 from drainhook.observe import (
-    BY_ENGINE,
     Observation,
     ceil_sum,
     gather,
@@ -132,11 +132,11 @@ def test_samples_are_current() -> None:
 def test_default_bounds_are_the_engines() -> None:
     """The bounds the samples carry are the ones the engine table records."""
     for sample, engine in (("vllm-chat-dp2.txt", "vllm"), ("sglang-streaming.txt", "sglang")):
-        family = BY_ENGINE[engine].latency
+        family = BY_NAME[engine].latency
         fams = scan_families(body(sample), [family.name])
         bounds = {b for s in fams[family.name].series.values() for b in s.buckets}
         assert bounds == {*family.default_bounds, INF}
-    vllm, sglang = BY_ENGINE["vllm"].latency, BY_ENGINE["sglang"].latency
+    vllm, sglang = BY_NAME["vllm"].latency, BY_NAME["sglang"].latency
     assert (vllm.default_bounds[0], vllm.default_bounds[-1]) == (0.3, 7680)
     assert (sglang.default_bounds[0], sglang.default_bounds[-1]) == (0.1, 2400)
 
@@ -229,7 +229,7 @@ def test_inf_warning_names_the_largest_bound_and_the_engines_flag() -> None:
     (inf,) = [w for w in rec.warnings if w.code == "observe-inf"]
     assert "7680s" in inf.message
     assert "--custom-histogram-buckets" in inf.reason
-    assert "--bucket-e2e-request-latency" in BY_ENGINE["sglang"].latency.bucket_flag
+    assert "--bucket-e2e-request-latency" in BY_NAME["sglang"].latency.bucket_flag
 
 
 def test_several_files_are_summed() -> None:
@@ -592,7 +592,7 @@ def test_a_remote_target_is_refused_before_any_read(entry: list[str]) -> None:
 def test_every_engine_has_its_own_latency_family() -> None:
     from drainhook.gauges import ENGINE_NAMES
 
-    assert set(BY_ENGINE) == set(ENGINE_NAMES)
-    for name, engine in BY_ENGINE.items():
+    assert set(BY_NAME) == set(ENGINE_NAMES)
+    for name, engine in BY_NAME.items():
         assert engine.latency.name == f"{engine.prefix}:e2e_request_latency_seconds", name
         assert engine.latency.default_bounds == tuple(sorted(set(engine.latency.default_bounds)))
