@@ -269,6 +269,20 @@ def pod_command() -> Pod:
     return run
 
 
+# ---- the `slow` marker -------------------------------------------------------------
+#
+# One rule, applied here rather than by hand: a case that runs the hook as a real
+# process (it uses one of these fixtures) is `slow`; `pytest -m "not slow"` runs the
+# rest, the in-process cases, in seconds.
+PROCESS_FIXTURES = frozenset({"entry", "hook", "pod", "pod_command"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 # ---- no silent skips -------------------------------------------------------------
 #
 # Every skip prints its reason (`-rs` in pyproject.toml). Under CI=true no skip is

@@ -22,8 +22,6 @@ import trustme
 from tests.conftest import Hook, Run, base_env, fields, measure, netns
 from tests.loopback import Loopback, route, sample, serve
 
-pytestmark = pytest.mark.slow
-
 SETTLE, INTERVAL = 0.1, 0.05
 FAST = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--read-timeout", "0.5")
 IDLE = sample("vllm-http-plain-idle.txt")

@@ -22,8 +22,6 @@ from drainhook.listeners import MAX_READS
 from tests.conftest import HOOK_LATE, POD_LATE, Pod, fields, hook_lines, late
 from tests.podns import PodRun, Reply, Server, hanging, sidecar
 
-pytestmark = pytest.mark.slow
-
 IN_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
 CONFIGURED = "http://127.0.0.1:8000/metrics"
 SETTLE, INTERVAL = 0.2, 0.2

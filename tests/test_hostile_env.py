@@ -36,8 +36,6 @@ from tests.conftest import HOOK_LATE, SPAWN_LATE, base_env, connections_fit, hoo
 from tests.loopback import Behaviour, Heard, Loopback, record, response_bytes, sample, serve
 from tests.test_hostile_servers import PEAK_RSS_LIMIT, Measured, fields, spawn_measured
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = sample("vllm-single-dp2-idle.txt")
 BUSY = sample("vllm-single-dp2.txt")  # in_flight 6

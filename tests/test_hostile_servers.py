@@ -72,8 +72,6 @@ from tests.loopback import (
     tls_stall,
 )
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[1]
 KIB, MIB, GIB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 IDLE = sample("vllm-single-dp2-idle.txt")

@@ -247,7 +247,6 @@ def run_closed_stdin(argv: list[str], env: dict[str, str]) -> subprocess.Complet
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["directory", "onefile"])
 def test_installed_copy_drains_without_lang_stdin_or_a_cert_file(tmp_path: Path, kind: str) -> None:
     if not BINARY:

@@ -156,7 +156,6 @@ def test_recommendation_equals_the_hand_computation(hand: Hand) -> None:
     assert {w.code for w in rec.warnings} == hand.warnings
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("hand", HAND, ids=IDS)
 def test_cli_from_file_gives_the_hand_computation(hook: Hook, hand: Hand) -> None:
     obj = plan_json(hook("plan", "--from-file", str(SAMPLES / hand.file), "--output", "json"))
@@ -256,7 +255,6 @@ def test_max_tokens_bound_beside_the_quantile() -> None:
 # -- outputs ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_text_output_draws_the_histogram_and_the_deadline_line(hook: Hook) -> None:
     run = hook("plan", "--from-file", str(SAMPLES / "vllm-chat-dp2.txt"))
     assert run.code == 0, run.stderr
@@ -278,7 +276,6 @@ def test_text_output_draws_the_histogram_and_the_deadline_line(hook: Hook) -> No
     assert "max_tokens bound" in text and "127.5s" in text
 
 
-@pytest.mark.slow
 def test_yaml_output_carries_the_recommended_g(hook: Hook) -> None:
     run = hook("plan", "--from-file", str(SAMPLES / "sglang-streaming.txt"), "--output", "yaml",
                "--engine", "sglang")  # fmt: skip
@@ -297,7 +294,6 @@ def test_yaml_output_carries_the_recommended_g(hook: Hook) -> None:
     assert "# with G = 210: D - S = 200s; at most 0% of observed requests ran longer" in run.stdout
 
 
-@pytest.mark.slow
 def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice(hook: Hook) -> None:
     """The engine is known from its histogram: the advice comes even with --engine auto."""
     run = hook("plan", "--from-file", str(SAMPLES / "vllm-chat-dp2.txt"), "--output", "yaml",
@@ -307,7 +303,6 @@ def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice(hook: Hook) ->
     assert "suggest --shutdown-timeout 7 (R - 1)" in run.stdout
 
 
-@pytest.mark.slow
 def test_yaml_without_a_recommendation_keeps_the_given_g(hook: Hook) -> None:
     run = hook("plan", "--from-file", str(SAMPLES / "vllm-long-tail-inf.txt"), "--output", "yaml",
                "--grace", "60")  # fmt: skip
@@ -341,7 +336,6 @@ def observe(hook: Hook, *args: str, timeout: float = 30) -> Run:
     return hook("plan", "--observe", *args, timeout=timeout)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("hand", HAND, ids=IDS)
 def test_a_loopback_read_gives_the_hand_computation(hook: Hook, hand: Hand) -> None:
     with Loopback(serve(body(hand.file))) as srv:
@@ -353,7 +347,6 @@ def test_a_loopback_read_gives_the_hand_computation(hook: Hook, hand: Hand) -> N
     assert obj["observed"]["source"] == url
 
 
-@pytest.mark.slow
 def test_several_targets_are_summed(hook: Hook) -> None:
     # As test_several_files_are_summed: N = 2040, p99.9 in (20, 30]: G = 40.
     with (
@@ -370,7 +363,6 @@ def test_several_targets_are_summed(hook: Hook) -> None:
     assert obj["observed"]["source"] == ",".join(f"http://127.0.0.1:{p}/metrics" for p in ports)
 
 
-@pytest.mark.slow
 def test_window_uses_the_difference_of_two_reads(hook: Hook) -> None:
     """Before: 1000 at 1.2 s and an old tail of 10 at 300 s; 2000 at 4 s come in between.
     Difference: 2000 in (2.5, 5] -> p99.9 = 5 -> G = ceil(5 + 5 + 5) = 15. The second
@@ -390,7 +382,6 @@ def test_window_uses_the_difference_of_two_reads(hook: Hook) -> None:
     assert whole["observed"]["window_s"] is None
 
 
-@pytest.mark.slow
 def test_window_across_a_restart_counts_the_second_read_whole(hook: Hook) -> None:
     """The engine restarted between the reads (its counts went down): the 300 requests
     of 4 s since the restart are the window: p99.9 = 5 -> G = 15, and a warning."""
@@ -405,7 +396,6 @@ def test_window_across_a_restart_counts_the_second_read_whole(hook: Hook) -> Non
     assert reset["message"].startswith("1 series")
 
 
-@pytest.mark.slow
 def test_window_with_no_traffic_recommends_nothing(hook: Hook) -> None:
     with Loopback(serve(body("vllm-window-before.txt"))) as srv:
         obj = plan_json(observe(hook, "--url", srv.url, "--window", "0.2", "--output", "json"))
@@ -415,7 +405,6 @@ def test_window_with_no_traffic_recommends_nothing(hook: Hook) -> None:
     assert "observe-small-sample" in {w["code"] for w in obj["warnings"]}
 
 
-@pytest.mark.slow
 def test_targets_with_other_bounds_are_summed_at_the_shared_ones(hook: Hook) -> None:
     # The small sample's engine with its own buckets: 0.3, 5, 50 only (its 30 @0.3, 39 @5,
     # 40 @50 keep their counts). Shared with the chat sample's defaults: 0.3, 5, 50.
@@ -433,7 +422,6 @@ def test_targets_with_other_bounds_are_summed_at_the_shared_ones(hook: Hook) -> 
     assert "observe-bounds" in {w["code"] for w in obj["warnings"]}
 
 
-@pytest.mark.slow
 def test_https_with_cacert(hook: Hook, tmp_path: Path) -> None:
     import ssl
 
@@ -461,7 +449,6 @@ def one_line(run: Run) -> str:
     return lines[0]
 
 
-@pytest.mark.slow
 def test_no_histogram_is_a_usage_error_naming_what_is_missing(hook: Hook) -> None:
     gauges = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
     with Loopback(serve(gauges)) as srv:
@@ -477,7 +464,6 @@ def test_no_histogram_is_a_usage_error_naming_what_is_missing(hook: Hook) -> Non
     assert "--enable-metrics" in one_line(pinned)
 
 
-@pytest.mark.slow
 def test_both_engines_histograms_ask_for_an_engine(hook: Hook, tmp_path: Path) -> None:
     both = tmp_path / "both.txt"
     both.write_bytes(body("vllm-small-sample.txt") + body("sglang-streaming.txt"))
@@ -489,7 +475,6 @@ def test_both_engines_histograms_ask_for_an_engine(hook: Hook, tmp_path: Path) -
     assert pinned["recommended_grace"] == 210
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "words"),
     [
@@ -510,7 +495,6 @@ def test_a_broken_histogram_is_an_error_not_a_wrong_g(hook: Hook, text: str, wor
     assert words in one_line(run)
 
 
-@pytest.mark.slow
 def test_unreachable_exits_4(hook: Hook) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -521,7 +505,6 @@ def test_unreachable_exits_4(hook: Hook) -> None:
     assert "connection refused" in one_line(run)
 
 
-@pytest.mark.slow
 def test_a_read_that_times_out_exits_3_within_the_read_timeout(hook: Hook) -> None:
     with Loopback(hang) as srv:
         run = observe(hook, "--url", srv.url, "--read-timeout", "0.3")
@@ -530,7 +513,6 @@ def test_a_read_that_times_out_exits_3_within_the_read_timeout(hook: Hook) -> No
     assert run.elapsed < 10
 
 
-@pytest.mark.slow
 def test_a_body_over_max_body_exits_3(hook: Hook) -> None:
     with Loopback(serve(body("vllm-chat-dp2.txt"))) as srv:
         run = observe(hook, "--url", srv.url, "--max-body", "1KiB")
@@ -538,7 +520,6 @@ def test_a_body_over_max_body_exits_3(hook: Hook) -> None:
     assert "--max-body" in one_line(run)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "words"),
     [
@@ -561,7 +542,6 @@ def test_usage_errors(hook: Hook, args: tuple[str, ...], words: str) -> None:
     assert words in one_line(run)
 
 
-@pytest.mark.slow
 def test_the_environment_names_the_target_as_for_wait(hook: Hook) -> None:
     """`kubectl exec POD -- drainhook plan --observe` reads what the hook reads; plan
     without --observe is not disturbed by the hook's DRAINHOOK_URL."""
@@ -577,7 +557,6 @@ def test_the_environment_names_the_target_as_for_wait(hook: Hook) -> None:
 UNSHARE = netns() or []
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not UNSHARE, reason="no empty network namespace (`unshare -n`) here")
 def test_a_remote_target_is_refused_before_any_read(entry: list[str]) -> None:
     argv = [*UNSHARE, *entry, "plan", "--observe", "--host", "10.1.2.3"]

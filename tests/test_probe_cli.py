@@ -13,8 +13,6 @@ import pytest
 from tests.conftest import SPAWN_LATE, Hook, Run, late
 from tests.loopback import EXPECTED, Loopback, hang, route, sample, serve
 
-pytestmark = pytest.mark.slow
-
 PROBE_EXIT = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
 # CONTRACT §4's fields, `source` (what was counted: metrics or loads; null unless
 # idle or busy) and `warnings` (shapes that usually mean trouble; a list, often

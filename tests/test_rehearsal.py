@@ -300,7 +300,6 @@ def cells() -> Cells:
     return {(r["strategy"], r["scenario"]): r for r in rows}
 
 
-@pytest.mark.slow
 def test_every_cell_reports_the_fields(cells: Cells) -> None:
     assert set(cells) == {
         ("none", "idle"),
@@ -316,14 +315,12 @@ def test_every_cell_reports_the_fields(cells: Cells) -> None:
         assert 0 <= row["late_s"] < 0.1
 
 
-@pytest.mark.slow
 def test_each_cell_ran_in_a_network_namespace_of_its_own(cells: Cells) -> None:
     spaces = {row["netns"] for row in cells.values()}
     assert len(spaces) == len(cells)
     assert os.stat("/proc/self/ns/net").st_ino not in spaces
 
 
-@pytest.mark.slow
 def test_short_requests_drainhook_cuts_none_where_no_hook_cuts(
     cells: Cells,
 ) -> None:
@@ -340,7 +337,6 @@ def test_short_requests_drainhook_cuts_none_where_no_hook_cuts(
     assert 0.5 <= mine["sigterm_at_s"] <= 2.5 + 0.5
 
 
-@pytest.mark.slow
 def test_idle_drainhook_returns_after_two_reads(
     cells: Cells,
 ) -> None:
@@ -357,7 +353,6 @@ def test_idle_drainhook_returns_after_two_reads(
     assert mine["held_s"] >= mine["sigterm_at_s"]
 
 
-@pytest.mark.slow
 def test_a_rollout_is_one_row_per_recipe_with_its_totals() -> None:
     rows = {
         r["strategy"]: r

@@ -18,8 +18,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
 from drainhook.exposition import scan
 from drainhook.loads import scan_loads
 from drainhook.sim import Engine, EngineConfig, Outcome, SimServer, complete
@@ -213,7 +211,6 @@ def test_sglang_notices_sigterm_on_its_watchdog_grid_and_drains() -> None:
         assert 0.8 <= time.monotonic() - term < 1.6
 
 
-@pytest.mark.slow
 def test_demo_drains_every_stream() -> None:
     import subprocess
     import sys

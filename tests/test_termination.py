@@ -149,7 +149,6 @@ def parse(path: Path) -> tuple[str, float, int, str]:
     return m.group(1), float(m.group(2)), int(m.group(3)), m.group(4)
 
 
-@pytest.mark.slow
 def test_drained(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "termination-log"
     with Loopback(serve(IDLE)) as srv:
@@ -162,7 +161,6 @@ def test_drained(hook: Hook, tmp_path: Path) -> None:
     assert "warning" not in "".join(hook_lines(run.lines))
 
 
-@pytest.mark.slow
 def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(serve(BUSY)) as srv:
@@ -184,7 +182,6 @@ def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
     assert 1.0 <= elapsed <= 1.1
 
 
-@pytest.mark.slow
 def test_deadline_with_reads_unknown(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(hang) as srv:
@@ -195,7 +192,6 @@ def test_deadline_with_reads_unknown(hook: Hook, tmp_path: Path) -> None:
     assert work.startswith("work in flight unknown (last read unknown: read timed out")
 
 
-@pytest.mark.slow
 def test_deadline_before_any_read(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     run = hook("wait", "--url", f"http://127.0.0.1:{free_port()}/metrics", "--settle", "2",
@@ -204,7 +200,6 @@ def test_deadline_before_any_read(hook: Hook, tmp_path: Path) -> None:
     assert parse(path)[2:] == (0, "no read before it, work in flight unknown")
 
 
-@pytest.mark.slow
 def test_unreachable(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     run = wait(hook, f"http://127.0.0.1:{free_port()}/metrics", "--termination-log", str(path))
@@ -214,7 +209,6 @@ def test_unreachable(hook: Hook, tmp_path: Path) -> None:
     assert work == "no work could be measured: cannot connect: connection refused"
 
 
-@pytest.mark.slow
 def test_exit_zero_keeps_the_outcome_in_the_line(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(serve(BUSY)) as srv:
@@ -223,7 +217,6 @@ def test_exit_zero_keeps_the_outcome_in_the_line(hook: Hook, tmp_path: Path) -> 
     assert parse(path)[0] == "deadline"
 
 
-@pytest.mark.slow
 def test_interrupted_by_sigterm(entry: list[str], tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(serve(BUSY)) as srv:
@@ -248,7 +241,6 @@ def test_interrupted_by_sigterm(entry: list[str], tmp_path: Path) -> None:
     assert work == "3 requests at the last read"
 
 
-@pytest.mark.slow
 def test_a_fifo_without_reader_does_not_block(hook: Hook, tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -261,7 +253,6 @@ def test_a_fifo_without_reader_does_not_block(hook: Hook, tmp_path: Path) -> Non
     assert "no process reads that FIFO" in run.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "why"),
     [("dir", "Is a directory"), ("/dev/full", "No space left on device"),
@@ -282,7 +273,6 @@ def test_a_path_that_cannot_be_written_never_changes_the_outcome(
     assert run.lines[-1] == summary(run)  # the summary stays the last line
 
 
-@pytest.mark.slow
 def test_the_failure_is_a_json_warning_with_log_format_json(hook: Hook, tmp_path: Path) -> None:
     with Loopback(serve(IDLE)) as srv:
         run = wait(hook, srv.url, "--log-format", "json", "--termination-log", str(tmp_path))
@@ -349,7 +339,6 @@ def in_private_dev(
     return run, out.read_text() if out.exists() else None
 
 
-@pytest.mark.slow
 @needs_mountns
 def test_default_path_is_written_when_it_exists(entry: list[str], tmp_path: Path) -> None:
     with Loopback(serve(IDLE)) as srv:
@@ -359,7 +348,6 @@ def test_default_path_is_written_when_it_exists(entry: list[str], tmp_path: Path
     assert text.endswith("after 2 reads; nothing in flight")
 
 
-@pytest.mark.slow
 @needs_mountns
 def test_default_path_is_not_made_when_missing(entry: list[str], tmp_path: Path) -> None:
     with Loopback(serve(IDLE)) as srv:
@@ -369,7 +357,6 @@ def test_default_path_is_not_made_when_missing(entry: list[str], tmp_path: Path)
     assert "termination-log" not in run.stderr
 
 
-@pytest.mark.slow
 @needs_mountns
 @pytest.mark.parametrize(
     ("args", "env"),
@@ -385,7 +372,6 @@ def test_empty_turns_it_off(
     assert text == ""  # the file the kubelet made, left empty
 
 
-@pytest.mark.slow
 @needs_mountns
 def test_the_variable_names_the_path(entry: list[str], tmp_path: Path) -> None:
     mine = tmp_path / "mine"
@@ -397,7 +383,6 @@ def test_the_variable_names_the_path(entry: list[str], tmp_path: Path) -> None:
     assert mine.read_text().startswith("drainhook: drained in ")
 
 
-@pytest.mark.slow
 @needs_mountns
 def test_a_read_only_filesystem(entry: list[str], tmp_path: Path) -> None:
     path = tmp_path / "work" / "ro" / "tl"

@@ -35,8 +35,6 @@ from tests.loopback import (
     serve,
 )
 
-pytestmark = pytest.mark.slow
-
 SETTLE, INTERVAL, READ_TIMEOUT = 0.2, 0.1, 0.3  # S, I and the read timeout
 TICK = 0.011  # one kernel clock tick (USER_HZ 100), the resolution of the process start
 TIMELINE = ("--settle", str(SETTLE), "--interval", str(INTERVAL),

@@ -177,7 +177,6 @@ def test_quiet_keeps_them_in_the_log_file_only(hook: Hook, tmp_path: Path) -> No
     assert [fields(line).get("code") for line in logged[:-1]] == codes_of("--grace", "5")
 
 
-@pytest.mark.slow
 def test_good_values_give_no_warning_line(hook: Hook) -> None:
     """S = 5 s, G = 15 s, R = 2 s: nothing for `plan` to say, so nothing logged."""
     with Loopback(serve(IDLE)) as srv:
