@@ -434,42 +434,45 @@ class Reader:
 
     def read(self, timeout: float) -> Reading:
         """One read, ending within `timeout` seconds, whatever the server does."""
-        start = self._clock()
-        self._deadline.start(timeout)
-        body = _Body()
-        try:
-            self._fetch(timeout, body)
+
+        def scan(body: Body, until: float) -> Reading:
             # The scan is part of the read: it ends by the read's deadline too.
-            found = self._scanner(body.contents(), until=self._deadline.at, clock=self._clock)
+            try:
+                found = self._scanner(body, until=until, clock=self._clock)
+            except Exception as exc:  # a scanner's bug: the read is unknown, as any
+                verdict, reason = classify(exc)
+                return Reading.failed(verdict, reason, self._ms_since(start), source=self.source)
             return Reading.from_scan(found, self._ms_since(start), self.source)
-        except _Failed as exc:
-            ms = self._ms_since(start)
-            return Reading.failed(
-                exc.verdict, exc.reason, ms, source=self.source, status=exc.status
-            )
-        except Exception as exc:
-            verdict, reason = classify(exc)
-            ms = self._ms_since(start)
-            return Reading.failed(verdict, reason, ms, source=self.source, refused=is_refused(exc))
-        finally:
-            body.close()
+
+        start = self._clock()
+        return self._get(timeout, scan, start)
 
     def read_with(self, timeout: float, parse: Callable[[Body, float], T]) -> T | Reading:
         """One GET like `read`, within `timeout`, whose body goes to `parse(body,
         until)` instead of the scanner (`until`: the read's deadline on the reader's
-        clock); a read that fails is a failed Reading, as from `read`. The body is
-        valid only inside `parse`; what `parse` raises passes through."""
-        start = self._clock()
+        clock); a read that fails is the failed Reading `read` would give. The body
+        is valid only inside `parse`; what `parse` raises passes through."""
+        return self._get(timeout, parse, self._clock())
+
+    def _get(self, timeout: float, parse: Callable[[Body, float], T], start: float) -> T | Reading:
+        """The one GET under `read` and `read_with`, and the one place a failure
+        becomes its verdict: a body to `parse`, or the failed Reading of why not."""
         self._deadline.start(timeout)
         body = _Body()
         try:
             try:
                 self._fetch(timeout, body)
             except _Failed as exc:
-                return Reading.failed(exc.verdict, exc.reason, self._ms_since(start))
+                return Reading.failed(
+                    exc.verdict, exc.reason, self._ms_since(start), source=self.source,
+                    status=exc.status,
+                )  # fmt: skip
             except Exception as exc:
                 verdict, reason = classify(exc)
-                return Reading.failed(verdict, reason, self._ms_since(start))
+                return Reading.failed(
+                    verdict, reason, self._ms_since(start), source=self.source,
+                    refused=is_refused(exc),
+                )  # fmt: skip
             return parse(body.contents(), self._deadline.at)
         finally:
             body.close()
