@@ -300,85 +300,135 @@ def recommend(config: WaitConfig, observed: Observation, quantile: float) -> Rec
     return dataclasses.replace(draft, warnings=observe_warnings(config, observed, draft))
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What the observation rules read: the plan's values, the observation, and
+    the recommendation drafted from it (its warnings not yet there)."""
+
+    config: WaitConfig
+    observed: Observation
+    rec: Recommendation
+
+    @property
+    def label(self) -> str:
+        return _q(self.rec.quantile)
+
+
+# The honest edges of the evidence, as a table of rules like plan's RULES: one
+# function each, `(evidence) -> PlanWarning | None` (codes `observe-*`), checked
+# in the order of OBSERVE_RULES; a new warning is one function and one entry.
+ObserveRule = Callable[[Evidence], PlanWarning | None]
+
+
+def _small_sample(e: Evidence) -> PlanWarning | None:
+    """observe-small-sample: under 100 requests observed"""
+    n = e.observed.histogram.total
+    if n >= SMALL_SAMPLE:
+        return None
+    return PlanWarning(
+        "observe-small-sample",
+        f"{_count(n)} observed" + ("" if n else ": no recommendation"),
+        f"under {SMALL_SAMPLE} requests a {e.label} says little about the long "
+        "requests a drain leaves; observe longer, or under real traffic",
+    )
+
+
+def _inf(e: Evidence) -> PlanWarning | None:
+    """observe-inf: the quantile is in the +Inf bucket"""
+    if e.rec.latency != INF:
+        return None
+    largest = e.observed.histogram.largest_bound
+    shown = "no finite bucket" if largest is None else f"the largest bound, {seconds(largest)}"
+    flag = BY_NAME[e.observed.engine].latency.bucket_flag
+    return PlanWarning(
+        "observe-inf",
+        f"the {e.label} is in the +Inf bucket, above {shown}: no G can be read from it",
+        f"the requests there may take any time; give the engine larger buckets ({flag})",
+    )
+
+
+def _floor(e: Evidence) -> PlanWarning | None:
+    """observe-floor: the recommended G was raised to 15 s"""
+    raw, grace = e.rec.raw_grace, e.rec.grace
+    if raw is None or grace is None or raw >= grace:
+        return None
+    return PlanWarning(
+        "observe-floor",
+        f"ceil(S + {e.label} + R) = {raw}s, raised to {seconds(GRACE_MIN)}",
+        "under 15 s there is no room to settle, read and let the engine exit",
+    )
+
+
+def _grace_range(e: Evidence) -> PlanWarning | None:
+    """observe-grace-range: the recommended G is over 3600 s"""
+    if e.rec.grace is None or e.rec.grace <= GRACE_MAX:
+        return None
+    return PlanWarning(
+        "observe-grace-range",
+        f"the recommended G = {e.rec.grace}s is over {seconds(GRACE_MAX)}",
+        "the evidence asks for it, but a drain that long outlasts node drains "
+        "and holds every rollout as long; consider capping requests (max_tokens, "
+        "a request timeout) instead",
+    )
+
+
+def _cuts(e: Evidence) -> PlanWarning | None:
+    """observe-cuts: more requests than the quantile leaves ran longer than D - S"""
+    rec = e.rec
+    if rec.longer is None or rec.longer <= 1 - rec.quantile + 1e-12:
+        return None
+    return PlanWarning(
+        "observe-cuts",
+        f"with G = {seconds(e.config.grace)} now, at most {_pct(rec.longer)} of observed "
+        f"requests ran longer than D - S = {seconds(rec.window_s)}",
+        "a request that starts as the Pod is deleted has D - S to finish; "
+        "longer ones are cut at SIGTERM",
+    )
+
+
+def _reset(e: Evidence) -> PlanWarning | None:
+    """observe-reset: a series restarted from 0 during --window"""
+    if not e.observed.resets:
+        return None
+    return PlanWarning(
+        "observe-reset",
+        f"{e.observed.resets} series restarted from 0 during the window",
+        "an engine restarted between the two reads; its requests before the "
+        "restart are not in the difference",
+    )
+
+
+def _bounds(e: Evidence) -> PlanWarning | None:
+    """observe-bounds: the series disagree on bucket bounds"""
+    dropped = e.observed.histogram.dropped
+    if not dropped:
+        return None
+    more = ", ..." if len(dropped) > 6 else ""
+    shown = ", ".join(seconds(b) for b in dropped[:6]) + more
+    return PlanWarning(
+        "observe-bounds",
+        f"the series disagree on bucket bounds: summed at the bounds they share ({shown} left out)",
+        "an engine or target with other custom buckets; the shared bounds are exact, only coarser",
+    )
+
+
+OBSERVE_RULES: tuple[ObserveRule, ...] = (
+    _small_sample,
+    _inf,
+    _floor,
+    _grace_range,
+    _cuts,
+    _reset,
+    _bounds,
+)
+
+
 def observe_warnings(
     config: WaitConfig, observed: Observation, rec: Recommendation
 ) -> tuple[PlanWarning, ...]:
-    """The honest edges of the evidence, as plan warnings (codes `observe-*`)."""
-    h = observed.histogram
-    found: list[PlanWarning] = []
-    n = h.total
-    label = _q(rec.quantile)
-    if n < SMALL_SAMPLE:
-        found.append(
-            PlanWarning(
-                "observe-small-sample",
-                f"{_count(n)} observed" + ("" if n else ": no recommendation"),
-                f"under {SMALL_SAMPLE} requests a {label} says little about the long "
-                "requests a drain leaves; observe longer, or under real traffic",
-            )
-        )
-    if rec.latency == INF:
-        largest = h.largest_bound
-        shown = "no finite bucket" if largest is None else f"the largest bound, {seconds(largest)}"
-        flag = BY_NAME[observed.engine].latency.bucket_flag
-        found.append(
-            PlanWarning(
-                "observe-inf",
-                f"the {label} is in the +Inf bucket, above {shown}: no G can be read from it",
-                f"the requests there may take any time; give the engine larger buckets ({flag})",
-            )
-        )
-    if rec.raw_grace is not None and rec.grace is not None and rec.raw_grace < rec.grace:
-        found.append(
-            PlanWarning(
-                "observe-floor",
-                f"ceil(S + {label} + R) = {rec.raw_grace}s, raised to {seconds(GRACE_MIN)}",
-                "under 15 s there is no room to settle, read and let the engine exit",
-            )
-        )
-    if rec.grace is not None and rec.grace > GRACE_MAX:
-        found.append(
-            PlanWarning(
-                "observe-grace-range",
-                f"the recommended G = {rec.grace}s is over {seconds(GRACE_MAX)}",
-                "the evidence asks for it, but a drain that long outlasts node drains "
-                "and holds every rollout as long; consider capping requests (max_tokens, "
-                "a request timeout) instead",
-            )
-        )
-    if rec.longer is not None and rec.longer > 1 - rec.quantile + 1e-12:
-        found.append(
-            PlanWarning(
-                "observe-cuts",
-                f"with G = {seconds(config.grace)} now, at most {_pct(rec.longer)} of observed "
-                f"requests ran longer than D - S = {seconds(rec.window_s)}",
-                "a request that starts as the Pod is deleted has D - S to finish; "
-                "longer ones are cut at SIGTERM",
-            )
-        )
-    if observed.resets:
-        found.append(
-            PlanWarning(
-                "observe-reset",
-                f"{observed.resets} series restarted from 0 during the window",
-                "an engine restarted between the two reads; its requests before the "
-                "restart are not in the difference",
-            )
-        )
-    if h.dropped:
-        shown = ", ".join(seconds(b) for b in h.dropped[:6]) + (
-            ", ..." if len(h.dropped) > 6 else ""
-        )
-        found.append(
-            PlanWarning(
-                "observe-bounds",
-                f"the series disagree on bucket bounds: summed at the bounds they share "
-                f"({shown} left out)",
-                "an engine or target with other custom buckets; the shared bounds are exact, "
-                "only coarser",
-            )
-        )
-    return tuple(found)
+    """What OBSERVE_RULES find in the evidence, in their order."""
+    evidence = Evidence(config, observed, rec)
+    return tuple(w for rule in OBSERVE_RULES if (w := rule(evidence)) is not None)
 
 
 # -- the command ------------------------------------------------------------------------
@@ -461,15 +511,14 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
 
 
 def to_json(plan: Plan, observed: Observation, rec: Recommendation) -> str:
-    """The plan's JSON for the values given, with `observed` and `recommended_grace`;
-    the observation's warnings join the plan's."""
-    whole = planning.to_json(plan)
-    whole["observed"] = observed_json(observed, rec)
-    whole["recommended_grace"] = rec.grace
-    whole["applied"] = planning.applied_json(applied(plan, observed, rec))
-    warnings = whole["warnings"]
-    assert isinstance(warnings, list)
-    warnings += [{"code": w.code, "message": w.message, "reason": w.reason} for w in rec.warnings]
+    """The plan's JSON for the values given (the observation's warnings after the
+    plan's, the advice applied with the evidence), then `observed` and
+    `recommended_grace`."""
+    whole = {
+        **planning.to_json(plan, applied(plan, observed, rec), rec.warnings),
+        "observed": observed_json(observed, rec),
+        "recommended_grace": rec.grace,
+    }
     return json.dumps(whole, indent=2) + "\n"
 
 

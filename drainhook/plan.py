@@ -373,8 +373,12 @@ def render(plan: Plan, output: str) -> str:
     raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
 
 
-def to_json(plan: Plan) -> dict[str, object]:
-    """The stable JSON form (schema 1): inputs, every instant, the command, warnings."""
+def to_json(
+    plan: Plan, applied: Applied | None = None, more: Sequence[PlanWarning] = ()
+) -> dict[str, object]:
+    """The stable JSON form (schema 1): inputs, every instant, the command, warnings.
+    `applied`: the advice as applied with evidence (plan --observe), and `more`:
+    the evidence's own warnings, after the plan's."""
     c = plan.config
     return {
         "schema": SCHEMA,
@@ -402,12 +406,12 @@ def to_json(plan: Plan) -> dict[str, object]:
         "exit_window": json_number(plan.kill - plan.sigterm_latest),
         "termination_grace_period_seconds": int(c.grace) if c.grace == int(c.grace) else None,
         "command": list(plan.command),
-        "warnings": warnings_json(plan.warnings),
-        "applied": applied_json(apply_advice(plan)),
+        "warnings": warnings_json((*plan.warnings, *more)),
+        "applied": applied_json(apply_advice(plan) if applied is None else applied),
     }
 
 
-def warnings_json(warnings: tuple[PlanWarning, ...]) -> list[dict[str, str]]:
+def warnings_json(warnings: Sequence[PlanWarning]) -> list[dict[str, str]]:
     return [{"code": w.code, "message": w.message, "reason": w.reason} for w in warnings]
 
 
