@@ -198,15 +198,17 @@ def test_warnings(role: str, flags: dict[str, object], expected: set[str]) -> No
         assert w.message and w.reason
 
 
-@pytest.mark.parametrize(("reserve", "advice"), [(5.0, "4"), (10.0, "9"), (2.5, "1")])
-def test_vllm_shutdown_timeout_is_r_minus_one(reserve: float, advice: str) -> None:
-    (w,) = [w for w in make(engine="vllm", exit_reserve=reserve).warnings]
-    assert f"--shutdown-timeout {advice} (R - 1)" in w.message
+@pytest.mark.parametrize(("reserve", "advice"), [(5.0, 4), (10.0, 9), (2.5, 1)])
+def test_vllm_shutdown_timeout_is_r_minus_one(reserve: float, advice: int) -> None:
+    p = make(engine="vllm", exit_reserve=reserve)
+    assert codes(p) == {"vllm-shutdown-timeout"}
+    assert planning.shutdown_timeout(p) == advice
 
 
 def test_vllm_shutdown_timeout_without_room() -> None:
-    (w,) = [w for w in make(engine="vllm", exit_reserve=1.5).warnings if w.code.startswith("vllm")]
-    assert "raise --exit-reserve" in w.message
+    p = make(engine="vllm", exit_reserve=1.5)
+    assert "vllm-shutdown-timeout" in codes(p)  # it says to raise R instead
+    assert planning.shutdown_timeout(p) is None
 
 
 @pytest.mark.parametrize(
@@ -223,13 +225,12 @@ def test_json_names_the_engine_args_its_advice_gives(
     flags: dict[str, typing.Any], engine_args: list[str]
 ) -> None:
     """The structured form of the --shutdown-timeout advice, for tooling (the
-    rehearsal reads it): the same number as the warning's text."""
+    rehearsal reads it): R - 1, whenever the advice can give one."""
     p = make(**flags)
     applied = typing.cast(dict[str, typing.Any], planning.to_json(p)["applied"])
     assert applied["engine_args"] == engine_args
-    if engine_args:
-        (w,) = [w for w in p.warnings if w.code == "vllm-shutdown-timeout"]
-        assert f"--shutdown-timeout {engine_args[1]} (R - 1)" in w.message
+    n = planning.shutdown_timeout(p)
+    assert engine_args == ([] if n is None else ["--shutdown-timeout", str(n)])
 
 
 def test_each_rule_owns_one_code_and_fires_alone() -> None:
@@ -269,10 +270,11 @@ def test_the_rules_read_a_wait_config_as_wait_builds_it() -> None:
 
 def test_warnings_name_the_numbers() -> None:
     (w,) = make(grace=17.0, exit_reserve=10.5).warnings
-    assert "D - S = 1.5s" in w.message and "2 confirming reads" in w.message
+    assert w.code == "no-room"
     (w,) = make("decode", engine="sglang", grace=45.0, exit_reserve=5.0).warnings
     # G rises with R (D stays 40 s): the numbers the fragment will carry.
-    assert "--exit-reserve 20 (now 5s) and G = 60s (now 45s)" in w.message
+    assert w.code == "sglang-pd-exit"
+    assert [(f.field, f.value) for f in w.fixes] == [("exit_reserve", 20.0), ("grace", 60.0)]
 
 
 def test_timeline_rules_and_advice_rules_split_the_table() -> None:
@@ -381,8 +383,8 @@ def test_vllm_shutdown_timeout_advice_follows_the_applied_reserve() -> None:
     done = planning.apply_advice(make("decode", grace=30.0))  # auto: the SGLang rule raises R
     assert done.plan.config.exit_reserve == 20
     vllm = planning.make_plan(done.plan.config, "decode", known_engine="vllm")
-    (w,) = vllm.warnings
-    assert "--shutdown-timeout 19 (R - 1)" in w.message
+    assert codes(vllm) == {"vllm-shutdown-timeout"}
+    assert planning.shutdown_timeout(vllm) == 19
 
 
 def test_invalid_values_are_usage_errors() -> None:
