@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from drainhook import plan as planning
 from drainhook.exposition import scan
 from drainhook.gauges import BY_NAME
-from drainhook.histogram import combine, scan_families
+from drainhook.histogram import scan_families, sum_series
 from drainhook.observe import Observation, from_bodies, recommend
 from drainhook.read import Reader
 from drainhook.target import parse_url
@@ -135,7 +135,7 @@ def main() -> None:
 
     def e2e_only() -> object:
         family = scan_families(body, [e2e])[e2e]
-        observed = Observation("vllm", combine(e2e, family.series.values()), "bench")
+        observed = Observation("vllm", sum_series(e2e, family.series.values()), "bench")
         rec = recommend(config, observed, 0.999)
         assert rec.grace == expected_g, rec
         return rec

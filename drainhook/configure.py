@@ -21,7 +21,7 @@ from drainhook.config import (
     DEFAULT_SCHEME,
     IN_POD_VARIABLE,
     LOADS_PATH,
-    Reach,
+    ReadConfig,
     WaitConfig,
 )
 from drainhook.errors import UsageError
@@ -110,8 +110,8 @@ def reach_of(
     *,
     source: str | None = None,
     discover: bool | None = None,
-) -> Reach:
-    """The Reach of target_options (and source_options, unless `source` and
+) -> ReadConfig:
+    """The ReadConfig of target_options (and source_options, unless `source` and
     `discover` are fixed: `plan --observe` reads /metrics, with no key and no
     discovery)."""
     if source is None:
@@ -125,7 +125,7 @@ def reach_of(
         from drainhook.auth import read_api_key
 
         api_key = read_api_key(params["api_key_file"])
-    reach = Reach(
+    reach = ReadConfig(
         target=first,
         more=tuple(more),
         source=source,

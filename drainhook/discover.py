@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from drainhook.listeners import Listener, candidates, read_listeners
-from drainhook.rounds import Round, TargetReader, combine
+from drainhook.rounds import Round, TargetReader, combine_readings
 from drainhook.target import Target
 from drainhook.verdict import Reading, Verdict, engine_shown
 
@@ -337,4 +337,4 @@ class DiscoveringReader:
         parts += [
             (n, t.reading) for n, t in zip(names, found.found, strict=True) if t.reading is not None
         ]
-        return combine(parts, names, configured)
+        return combine_readings(parts, names, configured)

@@ -39,7 +39,7 @@ from drainhook.gauges import ENGINE_NAMES
 F = typing.TypeVar("F", bound=Callable[..., typing.Any])
 
 
-class Duration(click.ParamType[float, typing.Any]):
+class DurationType(click.ParamType[float, typing.Any]):
     """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
 
     name = "seconds"
@@ -80,7 +80,7 @@ class ByteSize(click.ParamType[int, typing.Any]):
         return int(m.group(1)) * self._UNITS[unit]
 
 
-DURATION = Duration()
+DURATION = DurationType()
 BYTES = ByteSize()
 
 

@@ -27,7 +27,6 @@ OpenMetrics exemplar after the value is dropped.
 from __future__ import annotations
 
 import math
-import mmap
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,8 +36,8 @@ from dataclasses import dataclass, field
 from drainhook.errors import Malformed
 from drainhook.exposition import _BLANKS, _META, _NAME_END, _NUMBER, MAX_LABELS, _parse_rest
 from drainhook.gauges import spellings
+from drainhook.verdict import Body
 
-Body = bytes | bytearray | mmap.mmap
 Labels = tuple[tuple[str, str], ...]
 
 # Bounds on each family in one body. vLLM writes 23 lines per histogram series
@@ -362,7 +361,7 @@ def _check(family: Family) -> None:
             below, below_bound = value, bound
 
 
-def combine(name: str, series: Iterable[RawSeries]) -> Histogram:
+def sum_series(name: str, series: Iterable[RawSeries]) -> Histogram:
     """Checked series summed into one histogram.
 
     Series with different bounds (a target with other `--custom-histogram-buckets`)

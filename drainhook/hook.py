@@ -13,7 +13,7 @@ import signal
 import time
 
 from drainhook import exits, signals, termination
-from drainhook.config import LOADS_PATH, Reach, WaitConfig
+from drainhook.config import LOADS_PATH, ReadConfig, WaitConfig
 from drainhook.drain import Interrupted, Outcome, Result, drain
 from drainhook.readers import hook_reader, last_search, reader_for
 from drainhook.report import Log, probe_both, probe_json, probe_text
@@ -79,7 +79,7 @@ def exit_code(result: Result, exit_zero: bool = False) -> int:
     return exits.WAIT[result.outcome.value]
 
 
-def run_probe(reach: Reach, as_json: bool, list_all: bool = False) -> tuple[str, int]:
+def run_probe(reach: ReadConfig, as_json: bool, list_all: bool = False) -> tuple[str, int]:
     """`probe`: one read now; the text to print and the exit code.
 
     With `--source both`: /metrics as the flags name it, then /v1/loads on the
@@ -108,7 +108,7 @@ def run_probe(reach: Reach, as_json: bool, list_all: bool = False) -> tuple[str,
     return out(reading, reach.display, last_search(reader)), PROBE_EXIT[reading.verdict]
 
 
-def read_once(reach: Reach) -> Reading:
+def read_once(reach: ReadConfig) -> Reading:
     """One read of reach within its read timeout (no discovery)."""
     reader = reader_for(reach)
     try:

@@ -24,26 +24,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drainhook import plan as planning
-from drainhook.config import DEFAULT_MAX_BODY, Reach, WaitConfig
+from drainhook.config import DEFAULT_MAX_BODY, ReadConfig, WaitConfig
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
 from drainhook.gauges import BY_NAME, ENGINES, Engine, spellings
 from drainhook.histogram import (
     INF,
-    Body,
     Family,
     Histogram,
     Labels,
     RawSeries,
     ScanLimit,
-    combine,
     difference,
     exact,
     scan_families,
+    sum_series,
 )
 from drainhook.numfmt import json_number, number, seconds
 from drainhook.plan import Plan
 from drainhook.timeline import GRACE_MAX, GRACE_MIN, PlanWarning
-from drainhook.verdict import Reading, Verdict
+from drainhook.verdict import Body, Reading, Verdict
 
 DEFAULT_QUANTILE = 0.999
 SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little
@@ -112,7 +111,7 @@ class Recommendation:
 def gather(
     *,
     engine: str = "auto",
-    reach: Reach | None = None,
+    reach: ReadConfig | None = None,
     files: Sequence[Path] = (),
     max_body: int = DEFAULT_MAX_BODY,
     window: float | None = None,
@@ -155,7 +154,7 @@ def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, 
     return scan_families(body, names, until=until)
 
 
-def _read_histograms(reach: Reach) -> list[tuple[str, dict[str, Family]]]:
+def _read_histograms(reach: ReadConfig) -> list[tuple[str, dict[str, Family]]]:
     """Each target read once (drainhook.readers makes the readers, as for probe);
     the scan runs inside the read's time, as for a verdict."""
     from drainhook.readers import plain_reader
@@ -222,7 +221,7 @@ def _observation(parts: list[tuple[str, dict[str, Family]]], pin: str, source: s
     series = [s for where, fams in parts for s in _series(where, fams, name).values()]
     return Observation(
         engine.name,
-        combine(name, series),
+        sum_series(name, series),
         source,
         bound=_max_tokens_bound([fams for _, fams in parts]),
     )
@@ -243,7 +242,7 @@ def _window_observation(
         got, reset = difference(_series(where, before, name), _series(where, after, name))
         series += got
         resets += reset
-    return Observation(engine.name, combine(name, series), source, window=took, resets=resets)
+    return Observation(engine.name, sum_series(name, series), source, window=took, resets=resets)
 
 
 def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
@@ -254,7 +253,7 @@ def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
     def usable(name: str) -> Histogram | None:
         if any(name not in fams or fams[name].problem or not fams[name].seen for fams in parts):
             return None
-        h = combine(name, [s for fams in parts for s in fams[name].series.values()])
+        h = sum_series(name, [s for fams in parts for s in fams[name].series.values()])
         return h if h.total > 0 else None
 
     max_tokens = usable(VLLM_MAX_TOKENS)
@@ -311,7 +310,7 @@ class Evidence:
 
     @property
     def label(self) -> str:
-        return _q(self.rec.quantile)
+        return _quantile_label(self.rec.quantile)
 
 
 # The honest edges of the evidence, as a table of rules like plan's RULES: one
@@ -443,7 +442,7 @@ class ObserveRequest:
     role: str = "unified"
     binary: str = planning.DEFAULT_BINARY
     output: str = "text"
-    reach: Reach | None = None  # None: read `files` instead
+    reach: ReadConfig | None = None  # None: read `files` instead
     files: tuple[Path, ...] = ()
     quantile: float = DEFAULT_QUANTILE
     window: float | None = None
@@ -490,7 +489,7 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
         "requests": json_number(observed.requests),
         "quantile": rec.quantile,
         "latency_s": _finite(rec.latency),
-        "quantiles": {_key(q): _finite(v) for q, v in rec.quantiles.items()},
+        "quantiles": {_quantile_key(q): _finite(v) for q, v in rec.quantiles.items()},
         "longer_than_deadline": rec.longer,
         "source": observed.source,
         "engine": observed.engine,
@@ -528,7 +527,7 @@ def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     evidence."""
     h = observed.histogram
     c = plan.config
-    label = _q(rec.quantile)
+    label = _quantile_label(rec.quantile)
     where = f"difference of two reads {observed.window:.1f}s apart" if observed.window else ""
     lines = [
         f"drainhook plan --observe: {_count(observed.requests)} in {h.name} "
@@ -536,7 +535,7 @@ def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
         "",
     ]
     lines += draw(h, rec)
-    shown = "  ".join(f"{_q(q)} <= {_bound(v)}" for q, v in rec.quantiles.items())
+    shown = "  ".join(f"{_quantile_label(q)} <= {_bound(v)}" for q, v in rec.quantiles.items())
     lines += ["", f"{shown}  (bucket upper bounds)"]
     if observed.bound is not None:
         b = observed.bound
@@ -592,7 +591,7 @@ def draw(h: Histogram, rec: Recommendation) -> list[str]:
     for i in range(first, last + 1):
         lo, hi, n = rows[i]
         bar = "#" * (math.ceil(n / most * BAR) if n else 0)
-        mark = f"  <- {_q(rec.quantile)}" if i == quantile_row else ""
+        mark = f"  <- {_quantile_label(rec.quantile)}" if i == quantile_row else ""
         out.append(f"  {labels[i].ljust(width)}  {counts[i].rjust(cwidth)} |{bar}{mark}")
         if i == line_after:
             inside = lo < cut < hi
@@ -621,7 +620,8 @@ def formula(config: WaitConfig, rec: Recommendation) -> str:
     assert rec.latency is not None
     raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
     return (
-        f"G = ceil(S {number(config.settle)} + {_q(rec.quantile)} {number(rec.latency)} "
+        f"G = ceil(S {number(config.settle)} + "
+        f"{_quantile_label(rec.quantile)} {number(rec.latency)} "
         f"+ R {number(config.exit_reserve)}) = {rec.raw_grace}{raised}"
     )
 
@@ -673,12 +673,12 @@ def render(plan: Plan, observed: Observation, rec: Recommendation, output: str) 
 # -- small formatting -------------------------------------------------------------------
 
 
-def _q(q: float) -> str:
+def _quantile_label(q: float) -> str:
     """0.999 as p99.9, 0.5 as p50."""
     return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
 
 
-def _key(q: float) -> str:
+def _quantile_key(q: float) -> str:
     return repr(q)
 
 

@@ -30,7 +30,7 @@ from drainhook.config import (
     DEFAULT_LINGER,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SETTLE,
-    Reach,
+    ReadConfig,
     WaitConfig,
 )
 from drainhook.errors import UsageError
@@ -100,7 +100,7 @@ def wait_config(
     """The `WaitConfig` that `wait` would build from these flags (default target)."""
     target = parse_url(build_url("http", "127.0.0.1", default_port(engine), "/metrics"))
     return WaitConfig(
-        reach=Reach(target=target, engine=engine, read_timeout=read_timeout),
+        reach=ReadConfig(target=target, engine=engine, read_timeout=read_timeout),
         grace=grace,
         settle=settle,
         exit_reserve=exit_reserve,

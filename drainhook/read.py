@@ -49,10 +49,9 @@ import httpx
 from drainhook.config import DEFAULT_MAX_BODY
 from drainhook.exposition import MetricsScanner
 from drainhook.target import Target
-from drainhook.verdict import Reading, Scanner, Verdict
+from drainhook.verdict import Body, Reading, Scanner, Verdict
 
 T = typing.TypeVar("T")
-Body = mmap.mmap | bytearray
 
 USER_AGENT = "drainhook"
 RAN_OUT = "the read's time ran out"

@@ -1,4 +1,4 @@
-"""Reader assembly: a Reach in, the reader that `wait`, `probe` and `plan
+"""Reader assembly: a ReadConfig in, the reader that `wait`, `probe` and `plan
 --observe` read through out. The one place that turns the reach flags into
 Readers (drainhook.read): a Reader per target with the scanner its source
 needs (with `--source auto`, an AutoReader over /metrics and SGLang's
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from drainhook.config import LOADS_PATH, Reach
+from drainhook.config import LOADS_PATH, ReadConfig
 from drainhook.discover import DiscoveringReader, SearchRecord
 from drainhook.exposition import MetricsScanner
 from drainhook.loads import LoadsScanner
@@ -21,13 +21,13 @@ from drainhook.target import Target, parse_url, ssl_context
 from drainhook.verdict import Scanner
 
 
-def scanner_for(reach: Reach) -> Scanner:
+def scanner_for(reach: ReadConfig) -> Scanner:
     """The scanner of reach's source: /v1/loads JSON, or /metrics for its engine."""
     return LoadsScanner() if reach.source == "loads" else MetricsScanner(reach.engine)
 
 
 def plain_reader(
-    reach: Reach, target: Target, scanner: Scanner | None = None, *, in_pod: bool = False
+    reach: ReadConfig, target: Target, scanner: Scanner | None = None, *, in_pod: bool = False
 ) -> Reader:
     """One GET of target with reach's body cap, TLS and key; `scanner` (reach's
     source's by default) names the Accept header and counts the body.
@@ -46,7 +46,7 @@ def plain_reader(
     )
 
 
-def target_reader(reach: Reach, target: Target, *, in_pod: bool = False) -> TargetReader:
+def target_reader(reach: ReadConfig, target: Target, *, in_pod: bool = False) -> TargetReader:
     """The reader of one target: a Reader of reach's source; with `auto` (and an
     engine that may be SGLang's), /metrics with /v1/loads beside it."""
     if reach.source != "auto" or reach.engine == "vllm":
@@ -58,14 +58,14 @@ def target_reader(reach: Reach, target: Target, *, in_pod: bool = False) -> Targ
     )
 
 
-def reader_for(reach: Reach) -> TargetReader:
+def reader_for(reach: ReadConfig) -> TargetReader:
     """The configured targets' reader, without discovery: one target's, or a
     Round over one per target."""
     readers = [target_reader(reach, target) for target in reach.targets]
     return readers[0] if len(readers) == 1 else Round(readers)
 
 
-def discovers(reach: Reach) -> bool:
+def discovers(reach: ReadConfig) -> bool:
     """Whether a refused first read searches the Pod (CONTRACT §2a): when
     reach.discover says so and every target is in the Pod (loopback: a remote
     target that refuses is a remote engine gone, which the Pod's own listeners
@@ -74,7 +74,7 @@ def discovers(reach: Reach) -> bool:
 
 
 def hook_reader(
-    reach: Reach,
+    reach: ReadConfig,
     *,
     always: bool = False,
     on_search: Callable[[SearchRecord], None] = lambda _s: None,

@@ -23,7 +23,7 @@ from drainhook.verdict import Reading, Series
 SCHEMA = 1
 
 
-def _number(value: float | None) -> str:
+def _log_number(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:g}" if value != int(value) or abs(value) >= 1e15 else str(int(value))
@@ -99,7 +99,7 @@ class Log:
         else:
             line = (
                 f"drainhook t={t:.3f} read={n} verdict={reading.verdict.value} "
-                f"in_flight={_number(reading.in_flight)} read_ms={reading.read_ms:.1f}"
+                f"in_flight={_log_number(reading.in_flight)} read_ms={reading.read_ms:.1f}"
             )
             if reading.counted and reading.source:
                 line += f" source={reading.source}"
@@ -177,7 +177,7 @@ class Log:
         else:
             line = (
                 f"drainhook outcome={result.outcome.value} elapsed={result.elapsed:.3f} "
-                f"reads={result.reads} in_flight={_number(in_flight)} reason={_quote(reason)} "
+                f"reads={result.reads} in_flight={_log_number(in_flight)} reason={_quote(reason)} "
                 f"exit={exit_code} deadline={deadline:.3f} target={target}"
             )
         self._emit(line, summary=True)
@@ -250,19 +250,19 @@ def probe_text(reading: Reading, target: str, search: SearchRecord | None = None
         ("engine", reading.engine or "-"),
         ("verdict", reading.verdict.value),
         ("reason", reading.reason or "-"),
-        ("in_flight", _number(reading.in_flight)),
+        ("in_flight", _log_number(reading.in_flight)),
         ("source", (reading.source if reading.counted else None) or "-"),
         ("read_ms", f"{reading.read_ms:.1f}"),
         ("series", str(len(reading.series))),
     ]
     lines = [f"{k:<10} {v}" for k, v in rows]
     width = max((len(series_text(s)) for s in reading.series), default=0)
-    lines += [f"  {series_text(s):<{width}}  {_number(s.value)}" for s in reading.series]
+    lines += [f"  {series_text(s):<{width}}  {_log_number(s.value)}" for s in reading.series]
     if reading.parts:
         lines.append(f"targets    {len(reading.parts)}")
         for name, part in reading.parts:
             lines.append(
-                f"  {name}  {part.verdict.value}  in_flight={_number(part.in_flight)}"
+                f"  {name}  {part.verdict.value}  in_flight={_log_number(part.in_flight)}"
                 f"  read_ms={part.read_ms:.1f}  reason={_quote(part.reason)}"
             )
     if search is not None:
@@ -272,7 +272,7 @@ def probe_text(reading: Reading, target: str, search: SearchRecord | None = None
             r = t.reading
             assert r is not None
             lines.append(
-                f"  {t.url}  {r.engine}  {r.verdict.value}  in_flight={_number(r.in_flight)}"
+                f"  {t.url}  {r.engine}  {r.verdict.value}  in_flight={_log_number(r.in_flight)}"
                 f"  source={(r.source if r.counted else None) or '-'}"
             )
         if not found:
@@ -295,7 +295,7 @@ def probe_both(readings: tuple[Reading, Reading], targets: tuple[str, str], as_j
     rows = [("source", "verdict", "in_flight", "read_ms", "reason")]
     for name, r in zip(("metrics", "loads"), readings, strict=True):
         rows.append(
-            (name, r.verdict.value, _number(r.in_flight), f"{r.read_ms:.1f}", r.reason or "-")
+            (name, r.verdict.value, _log_number(r.in_flight), f"{r.read_ms:.1f}", r.reason or "-")
         )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     table = [

@@ -38,7 +38,8 @@ _FOR_GOOD = {
     403: "SGLang's --api-key guards it; give the key with --api-key-file",
     404: "this SGLang has no /v1/loads",
 }
-_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
+# What a read counts when /v1/loads gives no count: said in the warning, a sentence.
+_STALE_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
 
 
 def is_sglang(reading: Reading, engine: str = "auto") -> bool:
@@ -81,7 +82,7 @@ class AutoReader:
             return _with_warning(first, self._loads_off, first.read_ms)
         left = start + timeout - self._clock()
         if left <= 0:
-            why = f"no time left in the read for /v1/loads: that read counts {_METRICS}"
+            why = f"no time left in the read for /v1/loads: that read counts {_STALE_METRICS}"
             return _with_warning(first, why, first.read_ms)
         live = self._loads.read(left)
         took = (self._clock() - start) * 1000.0
@@ -90,9 +91,11 @@ class AutoReader:
             return dataclasses.replace(live, read_ms=took, warnings=warnings, source="loads")
         if live.status in _FOR_GOOD:
             why = _FOR_GOOD[live.status]
-            self._loads_off = f"/v1/loads answered HTTP {live.status} ({why}): counting {_METRICS}"
+            self._loads_off = (
+                f"/v1/loads answered HTTP {live.status} ({why}): counting {_STALE_METRICS}"
+            )
             return _with_warning(first, self._loads_off, took)
-        why = f"/v1/loads gave no count ({_kind(live)}): that read counts {_METRICS}"
+        why = f"/v1/loads gave no count ({_kind(live)}): that read counts {_STALE_METRICS}"
         return _with_warning(first, why, took)
 
 

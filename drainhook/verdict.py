@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+# A body as the readers hold it and the scanners read it (an mmap: read.py says why).
+Body = bytes | bytearray | mmap.mmap
+
 
 class Verdict(str, enum.Enum):
     """Exactly one per read."""
@@ -143,6 +146,4 @@ class Scanner(Protocol):
     @property
     def source(self) -> str: ...
 
-    def __call__(
-        self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
-    ) -> Scan: ...
+    def __call__(self, body: Body, *, until: float, clock: Callable[[], float]) -> Scan: ...

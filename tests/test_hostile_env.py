@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.config import Reach, WaitConfig
+from drainhook.config import ReadConfig, WaitConfig
 from drainhook.hook import run_wait
 from drainhook.target import parse_url
 from tests.conftest import HOOK_LATE, SPAWN_LATE, base_env, connections_fit, hook_lines, late
@@ -420,7 +420,7 @@ def test_a_jumping_wall_clock_does_not_move_the_timeline(
     monkeypatch.setattr(time, "time_ns", clock.time_ns)
     with Loopback(busy_for(0.25)) as srv:
         config = WaitConfig(
-            reach=Reach(target=parse_url(srv.url), read_timeout=0.5),
+            reach=ReadConfig(target=parse_url(srv.url), read_timeout=0.5),
             settle=0.1,
             interval=0.1,
             grace=3,
@@ -546,7 +546,7 @@ def test_no_process_is_started_in_a_whole_drain(
     reads, a log file) with every way of starting a process made to fail."""
     with Loopback(busy_for(0.15)) as srv, nothing_may_spawn(monkeypatch) as tried:
         config = WaitConfig(
-            reach=Reach(target=parse_url(f"http://localhost:{srv.port}/metrics")),
+            reach=ReadConfig(target=parse_url(f"http://localhost:{srv.port}/metrics")),
             settle=0.05,
             interval=0.1,
             grace=3,
@@ -569,7 +569,11 @@ def test_a_server_answer_cannot_make_the_hook_run_anything(
     reply = response_bytes(body, 200, evil.decode(), {"X-Run": evil.decode()})
     with Loopback(record(Heard(), reply)) as srv, nothing_may_spawn(monkeypatch) as tried:
         config = WaitConfig(
-            reach=Reach(target=parse_url(srv.url)), settle=0, interval=0.05, grace=3, exit_reserve=1
+            reach=ReadConfig(target=parse_url(srv.url)),
+            settle=0,
+            interval=0.05,
+            grace=3,
+            exit_reserve=1,
         )
         code = run_wait(config, time.monotonic())
     assert tried == []

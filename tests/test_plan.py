@@ -16,7 +16,7 @@ import yaml
 
 from drainhook import plan as planning
 from drainhook import timeline
-from drainhook.config import EXIT_ALLOWANCE, Reach, WaitConfig
+from drainhook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
 from drainhook.drain import Outcome, drain
 from drainhook.errors import UsageError
 from drainhook.target import parse_url
@@ -255,7 +255,7 @@ def test_the_rules_read_a_wait_config_as_wait_builds_it() -> None:
     # The plan of the very WaitConfig `wait` runs on (a target, log settings):
     # the warnings `wait` could log at its start.
     config = WaitConfig(
-        reach=Reach(target=parse_url("http://127.0.0.1:9000/metrics"), engine="vllm"),
+        reach=ReadConfig(target=parse_url("http://127.0.0.1:9000/metrics"), engine="vllm"),
         grace=12.0,
         settle=2.0,
         log_format="json",
