@@ -34,7 +34,15 @@ from dataclasses import dataclass, field
 
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
 from drainhook.errors import Malformed
-from drainhook.exposition import _BLANKS, _META, _NAME_END, _NUMBER, MAX_LABELS, _parse_rest
+from drainhook.exposition import (
+    _BLANKS,
+    _META,
+    _NAME_END,
+    _NUMBER,
+    _SPECIAL,
+    MAX_LABELS,
+    _parse_rest,
+)
 from drainhook.gauges import spellings
 from drainhook.verdict import Body
 
@@ -239,24 +247,18 @@ def _line(
     return suffix, rest
 
 
-# The common line, read in one match: a label set without escapes, a plain value, an
-# optional timestamp. Anything else (escapes, exemplars, a special value) takes the
-# scanner's full grammar, which accepts everything this does, and more.
+# Two ways to read a line, one grammar: the common line in one match of its bytes
+# (`_plain_line`: a label set without escapes, a plain value, an optional
+# timestamp), and everything else through the scanner's full grammar
+# (exposition._parse_rest), which accepts all the first does, and more.
 _PLAIN_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\\n]*"[ \t]*'
-_PLAIN_SET = rf"\{{((?:{_PLAIN_PAIR},)*(?:{_PLAIN_PAIR})?)\}}"
-_PLAIN = re.compile(rf"[ \t]*{_PLAIN_SET}[ \t]*({_NUMBER})(?:[ \t]+{_NUMBER})?[ \t]*")
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"')
 # A bucket's upper bound, as the Prometheus parsers read one (no `1_000`, no blanks).
-_LE = re.compile(rf"{_NUMBER}|[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])")
+_LE = re.compile(rf"{_NUMBER}|{_SPECIAL}")
 
 
 def _parse(rest: str) -> tuple[Labels, float]:
     """Labels and value; an OpenMetrics exemplar (`... value # {labels} v`) is dropped."""
-    plain = _PLAIN.fullmatch(rest)
-    if plain is not None:
-        pairs = _PAIR.findall(plain.group(1))
-        if len(pairs) <= MAX_LABELS:
-            return tuple(pairs), float(plain.group(2))
     try:
         return _parse_rest(rest)
     except Malformed:
