@@ -62,14 +62,16 @@ def test_probe_prints_the_warnings(hook: Hook) -> None:
 
 def test_wait_logs_each_warning_once(hook: Hook) -> None:
     with Loopback(serve(TWO_RUNS)) as srv:
+        # D = 2.1 s from the process start: room for the interpreter's start-up on a
+        # busy machine and 3 reads; the read timeout keeps the no-room warning.
         run = hook(
             "wait", "--url", srv.url, "--settle", "0.1", "--interval", "0.1",
-            "--grace", "1", "--exit-reserve", "0.5",
+            "--grace", "3", "--exit-reserve", "0.9", "--read-timeout", "2",
         )  # fmt: skip
     assert run.code == 3
     warned = [line for line in run.lines if line.startswith("drainhook warning=")]
     about_reads = [line for line in warned if " code=" not in line]  # not the timeline's
-    # At least 3 reads before D = 0.5 s; one fewer per 0.1 s the machine kept the
+    # At least 3 reads before D = 2.1 s; one fewer per 0.1 s the machine kept the
     # hook off the CPU, but at least 2 for "once" to mean anything.
     fewest = max(2, 3 - math.ceil(run.starved / 0.1))
     assert len(about_reads) == 1 and int(run.summary.split("reads=")[1].split()[0]) >= fewest
@@ -141,7 +143,8 @@ def test_the_exact_examples_warn_as_plan_does() -> None:
 def test_warnings_come_once_before_any_read_and_into_the_log_file(
     hook: Hook, tmp_path: Path, log_format: str
 ) -> None:
-    flags = ("--settle", "0.1", "--interval", "0.1", "--grace", "1", "--exit-reserve", "0.5")
+    # D = 2.1 s from the process start: room for the interpreter's start-up and 3 reads.
+    flags = ("--settle", "0.1", "--interval", "0.1", "--grace", "3", "--exit-reserve", "0.9")
     log = tmp_path / "hook.log"
     with Loopback(serve(BUSY)) as srv:
         run = hook("wait", "--url", srv.url, *flags, "--log-format", log_format,
