@@ -4,13 +4,14 @@ A thin runner over drainhook's engine model (drainhook/sim/): it scales the
 timeline, serves on 127.0.0.1 and a free port, prints `READY <port> <origin>`
 on stdout (origin: the time.monotonic() SGLang's SIGTERM watchdog counts
 from), turns SIGTERM into the model's shutdown and ends the process when the
-model says it exited. Each request's duration is drawn from `--durations`
-(uniform) by its `user` id and `--seed`, so every run of a scenario serves
-the same requests for the same time.
+model says it exited (a vLLM engine with a stalled stream never does: the
+kubelet's SIGKILL ends it, and its streams with it). Each request's duration
+is drawn from `--durations` (uniform) by its `user` id and `--seed`, so every
+run of a scenario serves the same requests for the same time.
 
-Every event (ready, each /metrics or /v1/loads read, SIGTERM, notice, abort,
-exit) goes to `--log` as one JSON line stamped with time.monotonic(), which
-all processes of a run share.
+Every event (ready, each /metrics or /v1/loads read, SIGTERM, notice, stall,
+listener closed, exit) goes to `--log` as one JSON line stamped with
+time.monotonic(), which all processes of a run share.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from rehearsal.timeline import (
     SGLANG_LOG_INTERVAL,
     SGLANG_NOTICE,
     TOKEN_TICK,
+    VLLM_CORE_KILL,
+    VLLM_DRAIN_EXIT,
     VLLM_EXIT,
+    VLLM_LISTENER_CLOSE,
     Scale,
 )
 
@@ -79,7 +83,10 @@ def config(args: argparse.Namespace) -> EngineConfig:
         token_seconds=max(0.01, f(TOKEN_TICK)),
         api_servers=args.api_servers,
         shutdown_timeout=f(args.shutdown_timeout),
+        core_seconds=f(VLLM_CORE_KILL),
+        listener_seconds=f(VLLM_LISTENER_CLOSE),
         exit_seconds=f(VLLM_EXIT if args.kind == "vllm" else SGLANG_EXIT),
+        drain_exit_seconds=f(VLLM_DRAIN_EXIT),
         notice_seconds=f(SGLANG_NOTICE),
         notice_origin=args.watchdog_origin,
         exit_after_sigterm=f(args.exit_after_sigterm),
