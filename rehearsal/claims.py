@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rehearsal import scenarios as scenario_table
 from rehearsal import strategies as strategy_table
 from rehearsal.record import Cell
-from rehearsal.run import DRAINHOOKS, Run
+from rehearsal.run import DRAINHOOKS, NOT_RIVALS, ORACLE, Run
 from rehearsal.timeline import (
     DEADLINE,
     GRACE,
@@ -85,7 +85,7 @@ def _lost_before_deadline(run: Run, key: str) -> Claim | None:
             o
             for o in run.cells
             if o.scenario == sc.key
-            and o.strategy != key
+            and o.strategy not in NOT_RIVALS
             and (o.cut < mine.cut or o.refused < mine.refused)
         ]
         if beaten:
@@ -157,6 +157,31 @@ def _rollout_half(run: Run, key: str) -> Claim | None:
         f"{held:.1f} against {base_held:.1f} accelerator-seconds (ratio {ratio:.2f}); "
         f"cut {cut} vs {b_cut}, refused {refused} vs {b_refused}.",
         why.strip(),
+    )
+
+
+def _rollout_oracle(run: Run, key: str) -> Claim | None:
+    """Against the physical floor: the oracle's SIGTERM the moment each replica's last
+    request ended. drainhook's first idle read comes at its next read, the confirming
+    one an interval later: at most 2I past that end, plus what the engine's exit adds."""
+    mine, floor = run.rollout(key), run.rollout(ORACLE)
+    timeline = run.timeline(key)
+    if mine is None or floor is None or timeline is None:
+        return None
+    _, interval, _ = timeline
+    n = len(mine.cells)
+    over = (sum(mine.holds()) - sum(floor.holds())) / n
+    ratio = sum(mine.holds()) / sum(floor.holds())
+    bound = 2 * interval + IDLE_SLACK
+    return Claim(
+        f"Over the {n}-replica rollout, holds each departing replica at most 2I + "
+        f"{IDLE_SLACK * 1000:.0f} ms longer than the oracle, on average",
+        over <= bound,
+        f"{over:+.2f} s per replica ({sum(mine.holds()):.1f} against "
+        f"{sum(floor.holds()):.1f} accelerator-seconds, ratio {ratio:.2f}; 2I + "
+        f"{IDLE_SLACK * 1000:.0f} ms = {bound:g} s).",
+        "drainhook's release came later after the last request's end than its read grid "
+        "allows, or its engine took longer to exit than the oracle's.",
     )
 
 
@@ -232,7 +257,7 @@ def _no_more_cut(run: Run, key: str) -> Claim | None:
         return None
     worse = []
     for c in mine:
-        others = [o for o in run.cells if o.scenario == c.scenario and o.strategy != key]
+        others = [o for o in run.cells if o.scenario == c.scenario and o.strategy not in NOT_RIVALS]
         fewer = [o for o in others if o.cut < c.cut]
         if fewer:
             best = min(fewer, key=lambda o: o.cut)
@@ -284,6 +309,7 @@ CLAIMS: tuple[Rule, ...] = (
     _lost_before_deadline,
     _idle_half,
     _rollout_half,
+    _rollout_oracle,
     _zero_cut_before_deadline,
     _idle_exit,
     _released_after_work,
@@ -435,7 +461,7 @@ def better(run: Run) -> list[str]:
             wins, trades, winners = [], [], []
             for st in strategy_table.STRATEGIES:
                 other = run.cell(st.key, sc.key)
-                if other is None or st.key in DRAINHOOKS:  # not the same hook at another G
+                if other is None or st.key in NOT_RIVALS:  # not the same hook, not the floor
                     continue
                 columns = _wins(run, mine, other)
                 lost = other.cut + other.refused - mine.cut - mine.refused
