@@ -196,10 +196,11 @@ def advice_text(run: Run) -> list[str]:
             "- **What it buys after a drained hook:** a clean end for a request that slips in "
             "after the last idle read. Slipped requests in this run: "
             + ", ".join(slips)
-            + ". With S = 5 s and a router that stops sending within S, none can: the hook "
-            "reads only from S, so its last idle read comes after the router's last request "
-            "(here the router stops 2 s after the delete, and in `router-lag-20` the work "
-            "keeps the engine busy until after the router stops at 20 s)."
+            + f". With S = {SETTLE:g} s and a router that stops sending within S, none can: "
+            "the hook reads only from S, so its last idle read comes after the router's last "
+            f"request (here the router stops {run.lag():g} s after the delete, and in "
+            "`router-lag-20` the work keeps the engine busy until after the router stops at "
+            "20 s)."
         )
     plain, flagged = run.cell("drainhook", "outlive"), run.cell("drainhook-st", "outlive")
     if plain is not None and flagged is not None:

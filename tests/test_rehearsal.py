@@ -274,6 +274,35 @@ def test_rollout_halving_claim(mine: float, base: float, cut: int, holds: bool) 
     assert (claim.why == "") is holds
 
 
+@pytest.mark.parametrize(
+    ("mine", "holds"),
+    [
+        (7.0, True),  # 2 s over the oracle's 5 s: 2I exactly
+        (7.05, True),  # within 2I + 100 ms
+        (7.15, False),  # past it
+    ],
+)
+def test_rollout_oracle_claim_states_the_hold_against_the_physical_floor(
+    mine: float, holds: bool
+) -> None:
+    """Measured seconds at scale 0.5: the oracle holds each replica 2.5 (5 real s)."""
+    run = made_run(mine / 2, 8.0)
+    floor = [cell("oracle", replica=i, held_s=2.5) for i in range(8)]
+    run.rollouts = [*run.rollouts, rollout.Rollout("oracle", floor, 60.0)]
+    plain = [cell("drainhook", replica=i, held_s=mine / 2) for i in range(8)]
+    run.rollouts = [*run.rollouts, rollout.Rollout("drainhook", plain, 60.0)]
+    claim = claims._rollout_oracle(run, "drainhook")
+    assert claim is not None and claim.holds is holds
+    assert f"{mine - 5:+.2f} s per replica" in claim.evidence
+    assert f"ratio {mine / 5:.2f}" in claim.evidence
+    assert claims._rollout_oracle(made_run(3.0, 8.0), "drainhook+st") is None  # no oracle ran
+    table = "\n".join(report.rollout_table(run))
+    # Each recipe's hold against the oracle's and kserve's, in seconds and as a ratio.
+    assert f"| drainhook | 30 | 8 | {mine:.1f}-{mine:.1f} | {mine:.2f} | {mine - 5:+.2f} |" in table
+    # held total, / oracle, / kserve (whose replicas are held 16 real s each)
+    assert f"| {8 * mine:.1f} | {mine / 5:.2f} | {mine / 16:.2f} |" in table
+
+
 def test_idle_halving_claim() -> None:
     assert claims._idle_half(made_run(3.0, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
     assert not claims._idle_half(made_run(4.5, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
