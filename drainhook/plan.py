@@ -59,8 +59,8 @@ KUBELET_MIN_STOP = 2.0
 # `vllm serve --shutdown-timeout N` (vLLM >= 0.18.0, vllm-project/vllm#34730)
 # lets running requests go on for N s after SIGTERM; what still runs at N stalls
 # until the kubelet's SIGKILL, as every running request does without the flag.
-# Measured on vLLM 0.32: the exit then takes about 3.5 s after the last request
-# ends (0.4 s without the flag), on every SIGTERM, idle or not.
+# Measured on vLLM 0.32: the engine core is killed only at N, idle or not, so
+# the exit takes about N + 0.5 s on every SIGTERM (0.4 s without the flag).
 VLLM_SHUTDOWN_TIMEOUT_SINCE = "0.18"
 
 
@@ -314,9 +314,10 @@ def _vllm_prefill_linger(plan: Plan) -> PlanWarning | None:
 
 
 def shutdown_timeout(plan: Plan) -> int | None:
-    """vLLM's `--shutdown-timeout` worth its exit for this timeline: R - 1 whole seconds,
-    or None. It costs about 3 s more exit on every SIGTERM and buys a clean end only for
-    a request still running at SIGTERM: one left at D, which plan cannot rule out unless
+    """vLLM's `--shutdown-timeout` worth its exit for this timeline: R - 1 whole seconds
+    (the exit, N + 0.5 s, then fits before G when SIGTERM comes at D), or None. It costs
+    N more seconds of exit on every SIGTERM and buys a clean end only for a request still
+    running at SIGTERM: one left at D, which plan cannot rule out unless
     G came from observed request times (`plan --observe`), or one that slipped in after
     the last idle read, which a settle shorter than the router's deregistration allows.
     With both ruled out: None. None too for another engine, or when R leaves no whole
@@ -347,9 +348,10 @@ def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
         f"last idle read) hangs until the kill at G; with it, those that end within N "
         f"complete; {advice}",
         "on SIGTERM vLLM kills its engine core at once and sends no abort: running requests "
-        "stall and the process waits for their connections until SIGKILL. The flag costs "
-        "about 3 s more exit per SIGTERM (3.5 s against 0.4 s, measured on vLLM 0.32); "
-        "G from `plan --observe` with S >= 5 s leaves it nothing to save",
+        "stall and the process waits for their connections until SIGKILL. With the flag "
+        "the engine core is killed at N, idle or not: N more seconds of exit on every "
+        "SIGTERM (N + 0.5 s against 0.4 s, measured on vLLM 0.32); G from `plan --observe` "
+        "with S >= 5 s leaves it nothing to save",
     )
 
 

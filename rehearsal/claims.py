@@ -22,7 +22,6 @@ from rehearsal.timeline import (
     SETTLE,
     SGLANG_NOTICE,
     SGLANG_PD_EXIT,
-    VLLM_DRAIN_EXIT,
     VLLM_EXIT,
 )
 
@@ -123,7 +122,7 @@ def _idle_half(run: Run, key: str) -> Claim | None:
         f"held {run.real(mine.held_s):.2f} s against {run.real(base.held_s):.2f} s "
         f"(ratio {ratio:.2f}).",
         f"An idle replica is held S + I = {s + i:g} s plus the engine's exit "
-        f"({VLLM_DRAIN_EXIT:g} s with vLLM's `--shutdown-timeout`, {VLLM_EXIT:g} s without); "
+        f"(N + {VLLM_EXIT:g} s with vLLM's `--shutdown-timeout N`, {VLLM_EXIT:g} s without); "
         f"{_label(BASELINE)}'s sleep lasts {strategy_table.BY_KEY[BASELINE].sleep:g} s, and "
         f"its own `--shutdown-timeout` exit follows.",
     )
@@ -183,8 +182,9 @@ def _rollout_oracle(run: Run, key: str) -> Claim | None:
         f"{over:+.2f} s per replica ({sum(mine.holds()):.1f} against "
         f"{sum(floor.holds()):.1f} accelerator-seconds, ratio {ratio:.2f}; 2I + "
         f"{IDLE_SLACK * 1000:.0f} ms = {bound:g} s).",
-        f"vLLM's `--shutdown-timeout` makes every exit take {VLLM_DRAIN_EXIT:g} s after the "
-        f"last request against the oracle's {VLLM_EXIT:g} s."
+        f"vLLM's `--shutdown-timeout {mine.cells[0].shutdown_timeout:g}` kills the engine core "
+        f"only then, idle or not: every exit takes N + {VLLM_EXIT:g} s after SIGTERM against "
+        f"the oracle's {VLLM_EXIT:g} s."
         if mine.cells[0].shutdown_timeout
         else "drainhook's release came later after the last request's end than its read grid "
         "allows, or its engine took longer to exit than the oracle's.",
@@ -363,11 +363,12 @@ _PHASE = (
 )
 _VLLM_DRAIN = (
     "kserve and llm-d send SIGTERM at 15 s while streams still run, and vLLM with "
-    "`--shutdown-timeout 45` drains them itself and exits {drain_exit:g} s after the last "
-    "one ends; {me} sends SIGTERM only once two reads 1 s apart found the engine idle (up "
-    "to 2 s after that end), and vLLM then takes {my_exit:g} s to exit. That drain answers "
-    "every request that arrives meanwhile with HTTP 500 (`router-lag-20`), and with several "
-    "API servers it cuts the streams instead (`dp-api-servers`)."
+    "`--shutdown-timeout 45` drains them itself, but kills its engine core only at 45 s "
+    "after SIGTERM, idle or not: it exits at about 60 s (kserve: the SIGKILL at G). {me} "
+    "sends SIGTERM only once two reads 1 s apart found the engine idle, and vLLM then takes "
+    "{my_exit} to exit. Where they win, it is on what their drain answers: new requests "
+    "get HTTP 500 meanwhile (`router-lag-20`), and with several API servers the streams "
+    "are cut instead (`dp-api-servers`)."
 )
 _HANG = (
     "/metrics never answers: {me} cannot tell idle from busy and holds until D = {d:g} s. "
@@ -415,7 +416,8 @@ WHY: dict[tuple[str, str], str] = {
 # The same, for drainhook+st (G 60, D 55, vLLM --shutdown-timeout from the plan).
 WHY_ST: dict[tuple[str, str], str] = {
     ("idle", "*"): "drainhook+st holds an idle engine for S + I, as drainhook does, and its "
-    "vLLM `--shutdown-timeout` makes the exit take {drain_exit:g} s instead of {exit:g} s; "
+    "vLLM `--shutdown-timeout {st:g}` makes the exit take {st:g} + {exit:g} s instead of "
+    "{exit:g} s; "
     "no hook and the loops have no settle and return on their first or second idle read, "
     "and sleep 5 has no confirming read.",
     ("short", "*"): "As for drainhook: its confirming read, about I, after work that is over "
@@ -490,8 +492,9 @@ def better(run: Run) -> list[str]:
                     text = _reason(table, sc.key, winner).format(
                         me=_label(key),
                         exit=VLLM_EXIT,
-                        drain_exit=VLLM_DRAIN_EXIT,
-                        my_exit=VLLM_DRAIN_EXIT if mine.shutdown_timeout else VLLM_EXIT,
+                        my_exit=f"{mine.shutdown_timeout:g} + {VLLM_EXIT:g} s"
+                        if mine.shutdown_timeout
+                        else f"{VLLM_EXIT:g} s",
                         lag=mine.router_lag,
                         notice=SGLANG_NOTICE,
                         pd=SGLANG_PD_EXIT,

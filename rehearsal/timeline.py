@@ -21,13 +21,12 @@ KILL_AFTER_TERM = 2.0  # the kubelet never sends SIGKILL sooner than 2 s after S
 ROUTER_LAG = 2.0  # the router sends new requests this long after the delete
 WARMUP = 4.0  # traffic starts this long before the delete, so the engine is busy at t=0
 TOKEN_TICK = 0.1  # one streamed event per tick
-# vLLM 0.32's stop, measured live (CONTRACT §7): from SIGTERM (or, with
-# --shutdown-timeout, from the end of its drain) the engine core is killed, the
-# listener closes, and the process exits once no request is in progress.
+# vLLM 0.32's stop, measured live (CONTRACT §7): from SIGTERM (with
+# --shutdown-timeout N, from N after it, idle or not) the engine core is killed,
+# the listener closes, and the process exits once no request is in progress.
 VLLM_CORE_KILL = 0.02
 VLLM_LISTENER_CLOSE = 0.25
-VLLM_EXIT = 0.4  # SIGTERM to exit with nothing in flight (--shutdown-timeout 0)
-VLLM_DRAIN_EXIT = 3.5  # --shutdown-timeout N: the last request's end to the exit
+VLLM_EXIT = 0.4  # SIGTERM (or N) to exit with nothing in flight
 SGLANG_EXIT = 1.0  # SGLang's exit once its drain is done
 SGLANG_NOTICE = 5.0  # SGLang's SIGTERM watchdog sleeps 5 s between looks at the flag
 SGLANG_PD_EXIT = 20.0  # an SGLang prefill/decode server exits about 20 s after SIGTERM

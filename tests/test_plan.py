@@ -221,8 +221,8 @@ def test_vllm_shutdown_timeout_without_room() -> None:
 def test_vllm_shutdown_timeout_only_where_a_request_can_be_running_at_sigterm(
     settle: float, observed: bool, advised: bool
 ) -> None:
-    """--shutdown-timeout costs ~3 s of exit on every SIGTERM (3.5 s against 0.4 s,
-    vLLM 0.32) and saves only a request still running at SIGTERM."""
+    """--shutdown-timeout N costs N s of exit on every SIGTERM (vLLM 0.32 kills its
+    engine core at N, idle or not) and saves only a request still running at SIGTERM."""
     p = dataclasses.replace(make(engine="vllm", settle=settle), grace_observed=observed)
     codes = {w.code for w in p.warnings}
     assert ("vllm-shutdown-timeout" in codes) is advised

@@ -6,9 +6,9 @@ by default the engine core dies at once and every stream in flight stalls (no
 error, no [DONE]), the listener closes within 0.25 s and the process stays
 while a connection is open, until SIGKILL (`Engine.kill`), or exits in 0.4 s
 with none; with `--shutdown-timeout N` requests that end within N complete,
-new ones get HTTP 500, /health stays 200, the exit comes a fixed time after
-the last request's end (3.5 s live; shrunk here), and a request left at N
-stalls. Then vLLM with several API servers (streams cut, HTTP 500) and SGLang
+new ones get HTTP 500, /health stays 200, and the engine core is killed at N
+whatever is left (the exit follows N, idle or not: N + 0.5 s live), so a
+request left at N stalls. Then vLLM with several API servers (streams cut, HTTP 500) and SGLang
 (its watchdog's grid; /v1/loads live while /metrics lags). Timelines are
 shrunk to tenths of a second; each test names the bound it tells a broken
 model apart by.
@@ -37,7 +37,6 @@ TOKEN = 0.02  # s per streamed event
 EXIT = 0.05  # s the process takes to exit once its work is over (SGLang)
 # vLLM's stop as measured live (s from SIGTERM, or from the drain's end).
 CORE, LISTENER, VLLM_EXIT = 0.02, 0.25, 0.4
-DRAIN_EXIT = 1.0  # --shutdown-timeout: last request's end to the exit (3.5 s live)
 SLACK = 0.25  # s a busy machine may add to a thread's wake-up
 
 
@@ -96,7 +95,6 @@ def vllm(**fields: Any) -> Iterator[SimServer]:
         "core_seconds": CORE,
         "listener_seconds": LISTENER,
         "exit_seconds": VLLM_EXIT,
-        "drain_exit_seconds": DRAIN_EXIT,
         **fields,
     }
     with SimServer(Engine(EngineConfig(**config))) as server:
@@ -110,6 +108,13 @@ def wait_in_flight(engine: Engine, n: int) -> None:
         time.sleep(0.005)
 
 
+def sigterm(engine: Engine) -> float:
+    """SIGTERM the engine; when it took it (what its timeline counts from)."""
+    engine.sigterm()
+    assert engine.sigterm_at is not None
+    return engine.sigterm_at
+
+
 def refused_at(port: int, until: float) -> float:
     """Poll until a connection to port is refused; when it first was."""
     while time.monotonic() < until:
@@ -117,6 +122,8 @@ def refused_at(port: int, until: float) -> float:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 pass
         except ConnectionRefusedError:
+            return time.monotonic()
+        except ConnectionResetError:  # accepted into the backlog as the listener closed
             return time.monotonic()
         time.sleep(0.005)
     raise AssertionError("the listener never closed")
@@ -140,8 +147,7 @@ def test_default_sigterm_stalls_every_stream_until_the_kill() -> None:
         time.sleep(0.1)  # the first one has tokens
         streams.send(3.0)  # waits for the only slot
         wait_in_flight(engine, 2)
-        engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(engine)
         # Between the engine core's death and the listener's close, /metrics answers
         # with the values it had (1 running, 1 waiting), /health 200.
         time.sleep(CORE + 0.05)
@@ -168,8 +174,7 @@ def test_default_sigterm_stalls_every_stream_until_the_kill() -> None:
 
 def test_default_sigterm_with_nothing_in_flight_exits_in_0_4_s() -> None:
     with vllm() as server:
-        server.engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(server.engine)
         assert server.engine.exited.wait(VLLM_EXIT + 2)
         assert VLLM_EXIT <= time.monotonic() - term < VLLM_EXIT + SLACK
         assert complete(server.port, {"max_tokens": 1}, timeout=5).detail == "connection refused"
@@ -181,8 +186,7 @@ def test_default_sigterm_the_process_waits_for_its_last_connection() -> None:
         streams = Streams(server.port, timeout=1.0)  # the client gives up 1 s after its last byte
         streams.send(5.0)
         wait_in_flight(engine, 1)
-        engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(engine)
         ((stream, end),) = streams.join()
         assert stream.outcome == "cut" and end - term >= 1.0  # it stalled, then timed out
         # The API server exits once that connection is gone, not at 0.4 s, not never.
@@ -191,12 +195,12 @@ def test_default_sigterm_the_process_waits_for_its_last_connection() -> None:
 
 
 def test_shutdown_timeout_drains_and_answers_new_requests_with_http_500() -> None:
-    with vllm(shutdown_timeout=3.0) as server:
+    n = 1.0
+    with vllm(shutdown_timeout=n) as server:
         engine, streams = server.engine, Streams(server.port)
-        streams.send(0.4, 0.4, 0.4)  # two run, the third waits for a slot
+        streams.send(0.3, 0.3, 0.3)  # two run, the third waits for a slot
         wait_in_flight(engine, 3)
-        engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(engine)
         # A new request: HTTP 500 at once with vLLM's error, not queued, not a stream.
         status, body = post(server.port, {"max_tokens": 5, "stream": True})
         error = json.loads(body)["error"]
@@ -207,26 +211,28 @@ def test_shutdown_timeout_drains_and_answers_new_requests_with_http_500() -> Non
         assert get(server.port, "/health")[0] == 200
         status, page = get(server.port, "/metrics")
         assert status == 200 and scan(page).in_flight == 3
-        # Running and waiting requests finish.
+        # Running and waiting requests finish (the last by about 0.6 s, within N).
         ends = streams.join()
         assert [o.outcome for o, _ in ends] == ["completed"] * 3
-        last = max(end for _, end in ends)
-        # /health stays 200 after the drain, until the listener closes; the exit comes
-        # DRAIN_EXIT after the last request's end, far before N = 3 s after SIGTERM.
+        assert max(end for _, end in ends) - term < n
+        # Idle now, yet it goes on until N: /health 200, the listener open; the engine
+        # core is killed at N and the process exits VLLM_EXIT later, not at once.
         assert get(server.port, "/health")[0] == 200
-        assert engine.exited.wait(DRAIN_EXIT + 2)
-        exit_at = time.monotonic()
-        assert last + DRAIN_EXIT - 0.05 <= exit_at < last + DRAIN_EXIT + SLACK
+        assert not engine.exited.is_set()
+        assert engine.exited.wait(n + VLLM_EXIT + 2)
+        assert n + VLLM_EXIT <= time.monotonic() - term < n + VLLM_EXIT + SLACK
         assert complete(server.port, {"max_tokens": 1}, timeout=5).detail == "connection refused"
 
 
-def test_shutdown_timeout_idle_at_sigterm_still_takes_its_exit_time() -> None:
-    with vllm(shutdown_timeout=3.0) as server:
-        server.engine.sigterm()
-        term = time.monotonic()
-        assert server.engine.exited.wait(DRAIN_EXIT + 2)
-        # DRAIN_EXIT (3.5 s live), not the 0.4 s of the default, not N.
-        assert DRAIN_EXIT <= time.monotonic() - term < DRAIN_EXIT + SLACK
+def test_shutdown_timeout_idle_at_sigterm_still_takes_n() -> None:
+    n = 1.0
+    with vllm(shutdown_timeout=n) as server:
+        term = sigterm(server.engine)
+        closed = refused_at(server.port, term + n + 2)
+        assert n + LISTENER <= closed - term < n + LISTENER + SLACK
+        assert server.engine.exited.wait(n + VLLM_EXIT + 2)
+        # N + 0.4 s (4.5-4.8 s live at N = 4), not the 0.4 s of the default.
+        assert n + VLLM_EXIT <= time.monotonic() - term < n + VLLM_EXIT + SLACK
 
 
 def test_shutdown_timeout_stalls_what_is_left_at_n_until_the_kill() -> None:
@@ -234,8 +240,7 @@ def test_shutdown_timeout_stalls_what_is_left_at_n_until_the_kill() -> None:
         engine, streams = server.engine, Streams(server.port)
         streams.send(3.0, 0.1)
         wait_in_flight(engine, 2)
-        engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(engine)
         time.sleep(0.4 + VLLM_EXIT + 0.4)
         # The short one completed; the long one stopped getting tokens at N and stays
         # open with the process, which does not exit by itself.
@@ -253,8 +258,7 @@ def test_several_api_servers_cut_streams_and_answer_500_while_the_engine_works_o
         engine, streams = server.engine, Streams(server.port)
         streams.send(0.6)
         wait_in_flight(engine, 1)
-        engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(engine)
         ((stream, end),) = streams.join()
         assert stream.outcome == "cut" and end - term < 0.3  # dropped at once
         new = complete(server.port, {"max_tokens": 5}, timeout=5)
@@ -305,8 +309,7 @@ def test_sglang_notices_sigterm_on_its_watchdog_grid_and_drains() -> None:
         streams = Streams(server.port)
         streams.send(0.5)
         wait_in_flight(server.engine, 1)
-        server.engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(server.engine)
         # It goes on serving after SIGTERM: a new request completes.
         assert complete(server.port, {"max_tokens": tokens(0.1)}, timeout=5).outcome == "completed"
         assert [o.outcome for o, _ in streams.join()] == ["completed"]
