@@ -85,6 +85,8 @@ def expected(job: Job, router_lag: float) -> float:
     load = sc.load
     work = sc.lag(router_lag) + load.high if load else 0.0
     hold = st.grace if sc.engine.metrics_hang or st.key == "curl-loop" else max(st.sleep, work)
+    if st.shutdown_timeout and sc.engine.kind == "vllm":
+        hold = max(hold, st.sleep + st.shutdown_timeout)  # vLLM holds until N after SIGTERM
     return (WARMUP if load else 0.0) + min(st.grace, hold) + 1.0
 
 

@@ -88,14 +88,14 @@ def rollout_table(run: Run) -> list[str]:
         total = sum(holds)
         if floor is not None:
             floor_total = sum(floor.holds())
-            over = f"{(total - floor_total) / len(holds):+.2f} | {total - floor_total:+.1f}"
+            per, over = f"{(total - floor_total) / len(holds):+.2f}", f"{total - floor_total:+.1f}"
             ratio = f"{total / floor_total:.2f}"
         else:
-            over, ratio = "- | -", "-"
+            per, over, ratio = "-", "-", "-"
         to_base = f"{total / sum(base.holds()):.2f}" if base is not None else "-"
         out.append(
             f"| {st.label} | {r.cells[0].grace:g} | {len(holds)} | {spread} "
-            f"| {total / len(holds):.2f} | {over} | {total:.1f} | {ratio} | {to_base} "
+            f"| {total / len(holds):.2f} | {per} | {total:.1f} | {over} | {ratio} | {to_base} "
             f"| {r.steps()[-1].ready:.0f} | {completed} | {cut} | {refused} |"
         )
     return out
@@ -467,8 +467,8 @@ def write(path: Path, run: Run, picture: str) -> None:
         "closed within 0.25 s, the process kept by any open connection until SIGKILL, an exit "
         "0.4 s after SIGTERM with none; with `--shutdown-timeout N`, HTTP 500 for new "
         "requests and the engine core killed at N, idle or not, so the exit comes at about "
-        "N + 0.4 s (live: 4.5-4.8 s at N = 4, 10.8 s at N = 10). Every delay is scaled with "
-        "the rest. The "
+        "N + 0.4 s (live: 4.5-4.8 s at N = 4, 10.8 s at N = 10; kserve's and llm-d's "
+        "N = 45 is that rule, not a measurement). Every delay is scaled with the rest. The "
         "several-API-server path is read in vLLM's code, not measured: inferred. A request "
         "that reaches vLLM in the 0.25 s between the engine core's death and the listener's "
         "close is taken to stall like those in flight (not measured).",
