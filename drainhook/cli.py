@@ -153,6 +153,8 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
 
     Exit: 0 drained, 3 deadline, 4 unreachable, 143/130 SIGTERM/SIGINT, 2 usage.
+    At the deadline with vLLM requests in flight, the summary adds
+    after_sigterm=hang-until-kill: vLLM sends no abort, they hang until the kill at G.
     """
     t0 = start_time()
     config = WaitConfig(
@@ -256,7 +258,8 @@ def plan(
     the deadline (no read) or D - S leaves no room for the confirming reads, when
     the settle is under 5 s or the exit reserve under 2 s (`wait` logs these at
     its start too), for an SGLang prefill/decode server (R >= 20, G >= 45), a vLLM
-    prefill (--linger) and vLLM's --shutdown-timeout.
+    prefill (--linger) and vLLM's --shutdown-timeout (advised where a request can
+    still run at SIGTERM: G not from --observe, or S under 5 s; it costs N s of exit).
 
     --output yaml applies the advice that names a value (an SGLang prefill/decode
     server's R and G; the recommended G with --observe), over values given too,
