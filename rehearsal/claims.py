@@ -372,8 +372,13 @@ _VLLM_DRAIN = (
 )
 _HANG = (
     "/metrics never answers: {me} cannot tell idle from busy and holds until D = {d:g} s. "
-    "kserve's and llm-d's sleep reads nothing and vLLM's own drain ends with the last stream; "
-    "the loops hold until their G (30 s) or G - 5."
+    "kserve's and llm-d's sleep reads nothing (their vLLM then holds until 45 s after "
+    "SIGTERM); the loops hold until their G (30 s) or G - 5."
+)
+_OWN_FLAG = (
+    "{me}'s own vLLM `--shutdown-timeout {st:g}` keeps the engine until {st:g} s after "
+    "SIGTERM, idle or not (exit {st:g} + {exit:g} s against {exit:g} s without it): "
+    "{st:g} s of the difference."
 )
 WHY: dict[tuple[str, str], str] = {
     ("idle", "*"): "drainhook holds an idle engine for S + I: the settle, then a second, "
@@ -506,6 +511,10 @@ def better(run: Run) -> list[str]:
                     )
                     if text and text not in reasons:
                         reasons.append(text)
+                flag = mine.shutdown_timeout
+                if flag and any("held" in w for w in wins) and _OWN_FLAG not in reasons:
+                    # The recipe's own vLLM flag holds every exit until N.
+                    reasons.insert(0, _OWN_FLAG.format(me=_label(key), st=flag, exit=VLLM_EXIT))
                 lines.append(f"- **{sc.key}**: {', '.join(wins)}. {' '.join(reasons)}".rstrip())
             if trades:
                 lines.append(
