@@ -54,6 +54,8 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
 
     Exit: 0 drained, 3 deadline, 4 unreachable, 143/130 SIGTERM/SIGINT, 2 usage.
+    At the deadline with vLLM requests in flight, the summary adds
+    after_sigterm=hang-until-kill: vLLM sends no abort, they hang until the kill at G.
     """
     t0 = start_time()
     return run_wait(wait_config_of(ctx, params), t0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import sys
 import typing
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from drainhook.discover import SearchRecord
 from drainhook.drain import Result
+from drainhook.termination import hang_note
 from drainhook.verdict import Reading, Series
 
 SCHEMA = 1
@@ -27,6 +29,13 @@ def _log_number(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:g}" if value != int(value) or abs(value) >= 1e15 else str(int(value))
+
+
+def json_count(value: float | None) -> int | float | None:
+    """A count for JSON: an integer when whole (3, not 3.0), else as it is."""
+    if value is not None and math.isfinite(value) and value == int(value):
+        return int(value)
+    return value
 
 
 def _quote(text: str | None) -> str:
@@ -89,7 +98,7 @@ class Log:
                     "t": round(t, 3),
                     "read": n,
                     "verdict": reading.verdict.value,
-                    "in_flight": reading.in_flight,
+                    "in_flight": json_count(reading.in_flight),
                     "read_ms": round(reading.read_ms, 2),
                     "engine": reading.engine,
                     "source": reading.source if reading.counted else None,
@@ -160,6 +169,8 @@ class Log:
         last = result.last
         in_flight = last.in_flight if last else None
         reason = last.reason if last else None
+        # vLLM work left at the deadline: it hangs until the kill at G (`after`, `why`).
+        after, why = hang_note(result) or (None, None)
         if self._fmt == "json":
             line = json.dumps(
                 {
@@ -167,11 +178,13 @@ class Log:
                     "outcome": result.outcome.value,
                     "elapsed": round(result.elapsed, 3),
                     "reads": result.reads,
-                    "in_flight": in_flight,
+                    "in_flight": json_count(in_flight),
                     "reason": reason,
                     "exit": exit_code,
                     "deadline": round(deadline, 3),
                     "target": target,
+                    "after_sigterm": after,
+                    "after_sigterm_why": why,
                 }
             )
         else:
@@ -180,6 +193,8 @@ class Log:
                 f"reads={result.reads} in_flight={_log_number(in_flight)} reason={_quote(reason)} "
                 f"exit={exit_code} deadline={deadline:.3f} target={target}"
             )
+            if after is not None:
+                line += f" after_sigterm={after} why={_quote(why)}"
         self._emit(line, summary=True)
 
     def _emit(self, line: str, *, summary: bool) -> None:
@@ -216,7 +231,7 @@ def probe_json(reading: Reading, target: str, search: SearchRecord | None = None
             "engine": reading.engine,
             "verdict": reading.verdict.value,
             "reason": None if counted else reading.reason,
-            "in_flight": reading.in_flight if counted else None,
+            "in_flight": json_count(reading.in_flight) if counted else None,
             "series": [
                 {"name": s.name, "labels": dict(s.labels), "value": s.value} for s in reading.series
             ],
@@ -236,7 +251,7 @@ def _part_json(name: str, reading: Reading) -> dict[str, object]:
         "engine": reading.engine,
         "verdict": reading.verdict.value,
         "reason": None if counted else reading.reason,
-        "in_flight": reading.in_flight if counted else None,
+        "in_flight": json_count(reading.in_flight) if counted else None,
         "source": reading.source if counted else None,
         "read_ms": round(reading.read_ms, 3),
     }

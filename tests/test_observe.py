@@ -294,14 +294,31 @@ def test_yaml_output_carries_the_recommended_g(hook: Hook) -> None:
     assert "# with G = 210: D - S = 200s; at most 0% of observed requests ran longer" in run.stdout
 
 
-def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice(hook: Hook) -> None:
-    """The engine is known from its histogram: the advice comes even with --engine auto."""
+def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice_only_where_it_saves_work(
+    hook: Hook,
+) -> None:
+    """The engine is known from its histogram (--engine auto). With G from the observed
+    requests and S = 5, nothing is left for vLLM's --shutdown-timeout to save (no request
+    outlives D, none slips in after the settle), and it costs N s of exit: not advised.
+    With a settle shorter than the router's deregistration (5 s) it is."""
     run = hook("plan", "--from-file", str(SAMPLES / "vllm-chat-dp2.txt"), "--output", "yaml",
                "--exit-reserve", "8")  # fmt: skip
     assert run.code == 0, run.stderr
     assert yaml.safe_load(run.stdout)["terminationGracePeriodSeconds"] == 43  # ceil(5+30+8)
-    warned = [line for line in run.stdout.splitlines() if line.startswith("# warning: ")]
-    assert [w.split(":")[1].strip() for w in warned] == ["vllm-shutdown-timeout"]
+    assert "--shutdown-timeout" not in run.stdout
+    short = hook("plan", "--from-file", str(SAMPLES / "vllm-chat-dp2.txt"), "--output", "json",
+                 "--exit-reserve", "8", "--settle", "3")  # fmt: skip
+    assert short.code == 0, short.stderr
+    applied = json.loads(short.stdout)["applied"]
+    assert applied["grace"] == 41  # ceil(3 + 30 + 8)
+    assert applied["engine_args"] == ["--shutdown-timeout", "7"]
+    codes = {w["code"] for w in applied["warnings"]}
+    assert {"vllm-shutdown-timeout", "settle-short"} <= codes
+    # Without G from evidence (the plan as given, G 30): advised, for work left at D.
+    given = json.loads(
+        hook("plan", "--engine", "vllm", "--exit-reserve", "8", "--output", "json").stdout
+    )
+    assert given["applied"]["engine_args"] == ["--shutdown-timeout", "7"]
 
 
 def test_yaml_without_a_recommendation_keeps_the_given_g(hook: Hook) -> None:

@@ -6,6 +6,7 @@ on the same config: what `plan` promises is what `wait` does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -209,6 +210,28 @@ def test_vllm_shutdown_timeout_without_room() -> None:
     p = make(engine="vllm", exit_reserve=1.5)
     assert "vllm-shutdown-timeout" in codes(p)  # it says to raise R instead
     assert planning.shutdown_timeout(p) is None
+
+
+@pytest.mark.parametrize(
+    ("settle", "observed", "advised"),
+    [
+        (5.0, False, True),  # no evidence: work may be left at D
+        (5.0, True, False),  # G covers the observed requests, nothing slips in after S
+        (3.0, True, True),  # S < 5 s: a request may slip in after the last idle read
+        (3.0, False, True),
+    ],
+)
+def test_vllm_shutdown_timeout_only_where_a_request_can_be_running_at_sigterm(
+    settle: float, observed: bool, advised: bool
+) -> None:
+    """--shutdown-timeout N costs N s of exit on every SIGTERM (vLLM 0.32 kills its
+    engine core at N, idle or not) and saves only a request still running at SIGTERM."""
+    p = dataclasses.replace(make(engine="vllm", settle=settle), grace_observed=observed)
+    codes = {w.code for w in p.warnings}
+    assert ("vllm-shutdown-timeout" in codes) is advised
+    assert planning.shutdown_timeout(p) == (4 if advised else None)
+    applied = typing.cast(dict[str, typing.Any], planning.applied_json(planning.Applied(p, ())))
+    assert applied["engine_args"] == (["--shutdown-timeout", "4"] if advised else [])
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,9 @@ def probe_json(run: Run) -> dict[str, Any]:
     if obj["verdict"] in ("idle", "busy"):
         assert obj["reason"] is None
         assert isinstance(obj["in_flight"], (int, float))
+        # A whole count is a JSON integer (`3`, not `3.0`), as the text view prints it.
+        if obj["in_flight"] == int(obj["in_flight"]):
+            assert isinstance(obj["in_flight"], int), out
     else:
         assert isinstance(obj["reason"], str) and obj["reason"]
         assert obj["in_flight"] is None

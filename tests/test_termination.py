@@ -9,6 +9,7 @@ test's own whose /dev is a fresh tmpfs (with or without the file): the machine's
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -55,9 +56,13 @@ def reading(verdict: Verdict, in_flight: float | None, reason: str | None = None
         (Result(Outcome.DRAINED, 8.04, 4, reading(Verdict.IDLE, 0)),
          "drained in 8.0 s after 4 reads; nothing in flight"),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.BUSY, 3)),
-         "deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM"),
+         "deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; "
+         + termination.HANG_WHY),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.BUSY, 1)),
-         "deadline at 25.0 s after 20 reads; 1 request still in flight at SIGTERM"),
+         "deadline at 25.0 s after 20 reads; 1 request still in flight at SIGTERM; "
+         + termination.HANG_WHY),
+        (Result(Outcome.DEADLINE, 25.0, 20, Reading(Verdict.BUSY, "sglang", 2, (), None, 1.0)),
+         "deadline at 25.0 s after 20 reads; 2 requests still in flight at SIGTERM"),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.IDLE, 0)),
          "deadline at 25.0 s after 20 reads; nothing in flight at the last read"),
         (Result(Outcome.DEADLINE, 25.0, 19, reading(Verdict.UNKNOWN, None, "read timed out")),
@@ -74,7 +79,8 @@ def reading(verdict: Verdict, in_flight: float | None, reason: str | None = None
         (Result(Outcome.INTERRUPTED, 2.0, 0, None, signal.SIGINT),
          "interrupted by SIGINT at 2.0 s after 0 reads; no read before it, work in flight unknown"),
     ],
-    ids=["drained", "deadline-busy", "deadline-one", "deadline-idle", "deadline-unknown",
+    ids=["drained", "deadline-busy", "deadline-one", "deadline-sglang", "deadline-idle",
+         "deadline-unknown",
          "deadline-no-read", "unreachable", "interrupted", "interrupted-before-reads"],
 )  # fmt: skip
 def test_message_per_outcome(result: Result, line: str) -> None:
@@ -174,12 +180,34 @@ def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
     # the message then says the work is unknown, and names why.
     if timed_out(lines[-1]):
         assert work.startswith("work in flight unknown (last read unknown: "), work
+        assert "after_sigterm=" not in summary(run)
     else:
-        assert work == "3 requests still in flight at SIGTERM"
+        # vLLM's requests left at SIGTERM hang until the kill at G: the line says so.
+        assert work == f"3 requests still in flight at SIGTERM; {termination.HANG_WHY}"
+        assert fields(summary(run))["after_sigterm"] == termination.HANG_UNTIL_KILL
     assert outcome == "deadline"
     assert n == len(lines) >= 5
     assert connections_fit(reads, lines), run.stderr
     assert 1.0 <= elapsed <= 1.1
+
+
+@pytest.mark.parametrize(("body", "after"), [(BUSY, "hang-until-kill"), (IDLE, None)])
+def test_the_json_summary_says_what_becomes_of_vllm_work_left_at_the_deadline(
+    hook: Hook, body: bytes, after: str | None
+) -> None:
+    """A stable field, not prose: `after_sigterm` is `hang-until-kill` when the deadline
+    came with vLLM requests in flight, null when it came with none (an idle engine whose
+    second idle read never fit: --settle past D)."""
+    extra = ("--settle", "1.2") if body == IDLE else ()
+    with Loopback(serve(body)) as srv:
+        run = wait(hook, srv.url, *SHORT, *extra, "--log-format", "json")
+    assert run.code == 3, run.stderr
+    (line,) = [json.loads(x) for x in run.lines if x.startswith('{"event": "summary"')]
+    if line["reason"] is None and line["in_flight"]:
+        assert line["after_sigterm"] == after and line["after_sigterm_why"]
+        assert line["in_flight"] == 3 and isinstance(line["in_flight"], int)
+    else:
+        assert line["after_sigterm"] is None and line["after_sigterm_why"] is None
 
 
 def test_deadline_with_reads_unknown(hook: Hook, tmp_path: Path) -> None:
