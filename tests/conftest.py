@@ -247,6 +247,25 @@ def pod_command() -> Pod:
     return run
 
 
+# ---- the live tier ----------------------------------------------------------------
+#
+# tests/live/ runs drainhook against a live vLLM that scripts/live-vllm installs
+# and starts; its cases carry the `live` marker. They are deselected (not
+# skipped) unless `--live` is given, and `--live` runs nothing else.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--live", action="store_true", help="run only the live tier (tests/live/)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    live = bool(config.getoption("--live"))
+    keep = [item for item in items if (item.get_closest_marker("live") is not None) == live]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
 # ---- no silent skips -------------------------------------------------------------
 #
 # Every skip prints its reason (`-rs` in pyproject.toml). Under CI=true no skip is
