@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import os
 import signal
 import socket
@@ -211,6 +210,3 @@ class LiveVllm:
                 out[key] = float(value)
         return out
 
-
-def json_line(text: str) -> dict[str, Any]:
-    return dict(json.loads(text))
