@@ -209,4 +209,3 @@ class LiveVllm:
                 key, value = line.rsplit(" ", 1)
                 out[key] = float(value)
         return out
-
