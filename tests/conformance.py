@@ -246,9 +246,7 @@ def in_flight(body: bytes) -> float:
     return total
 
 
-def run(
-    engine: EngineUnderTest, episode: Episode, *, started: Callable[[], None] | None = None
-) -> Observed:
+def run(engine: EngineUnderTest, episode: Episode) -> Observed:
     """Play the episode against a started, idle engine; the engine is gone afterwards."""
     f = engine.scale
     seen = Observed()
@@ -264,9 +262,7 @@ def run(
         out = Ended()
         seen.streams.append(out)
         body = engine.body(engine.tokens(seconds), f"{episode.name}-{i}")
-        spawn(lambda body=body, out=out: send(engine.port, body, out))  # type: ignore[misc]
-    if started is not None:
-        started()
+        spawn(lambda body=body, out=out: send(engine.port, body, out))
     _sleep_until(t0 + f * episode.sigterm)
     before = run_delay(str(engine.pid))
     term = time.monotonic()
@@ -392,19 +388,20 @@ def summary(seen: Observed) -> str:
 # ---- the episodes and what the live engine did --------------------------------------
 #
 # Measured on vLLM 0.32 (CPU build), one API server, a 30M-parameter model, on a
-# busy two-core machine (docs/operations.md has the numbers):
-# - default mode: SIGTERM kills the engine core within about 20 ms and the
-#   listener closes within 0.1-0.5 s. What the streams in flight see is a race
-#   inside the API server: either nothing more (no abort, no error, no
-#   [DONE]: they stall, and the API server waits for their connections with
-#   no bound, until SIGKILL), or an error event and [DONE], and the process
-#   exits about 1 s after SIGTERM. Idle, it exits in 0.4-1.4 s.
+# busy two-core machine (docs/operations.md, "What rests on the live engine"):
+# - default mode: SIGTERM kills the engine core at once and the listener closes
+#   within 0.06-0.46 s. What the streams in flight see is a race inside the API
+#   server: nothing more, no abort, no error, no [DONE] (4 runs of 6: they stall,
+#   and the API server waits for their connections with no bound, until
+#   SIGKILL), or an error event and [DONE], and the process exits 1.0-1.3 s
+#   after SIGTERM (2 of 6). Idle, it exits in 0.7-1.4 s.
 # - `--shutdown-timeout N`: a request that ends within N completes; a new one
 #   gets HTTP 500; /health and /metrics answer 200 until the listener closes.
-#   The engine core's worker does not exit by itself, so the API server's
-#   process manager kills it at N even when nothing is left: the listener
-#   closes at about N + 0.25 s and the process exits about N + 0.8 s after
-#   SIGTERM, idle or not. A request still running at N ends as in default mode.
+#   The engine core's worker process does not exit by itself, so the API
+#   server's process manager kills the engine core at N even when nothing is
+#   left: the listener closes at N + 0.05-0.6 s and the process exits at
+#   N + 0.4-0.85 s, idle or not (N = 4 and N = 10). A request still running at N
+#   ends as in default mode.
 
 N = 4.0  # the episodes' --shutdown-timeout
 

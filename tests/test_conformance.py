@@ -22,11 +22,13 @@ from tests.conftest import ROOT, base_env
 
 SCALE = 0.5  # the simulated engine's seconds per episode second
 
-# What the simulated engine said before it was calibrated to the live engine
-# (issue 21): vLLM aborted every request on SIGTERM with an abort event and
-# `[DONE]`, exited 1 s later whatever was open, and answered a new request
-# during a --shutdown-timeout drain with an empty HTTP 200. Strict: once the
-# calibrated engine lands, these cases pass, fail as XPASS, and this mark goes.
+# What the simulated engine did before it was calibrated to the live one (issue 21):
+# on SIGTERM it ended every stream with an abort event and `[DONE]` and exited
+# 1 s later whatever was open; under --shutdown-timeout it answered a new request
+# with an empty HTTP 200 and cut the request left at N, and, idle, closed its
+# listener at once and exited after 1 s (vLLM: at N, idle or not). Strict: a
+# case that passes once the calibrated engine lands fails as XPASS, and its
+# name leaves XFAIL.
 UNCALIBRATED = pytest.mark.xfail(
     strict=True, reason="the simulated vLLM is not yet calibrated to the live one (issue 21)"
 )

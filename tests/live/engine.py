@@ -75,6 +75,7 @@ class LiveVllm:
         self.flags = flags
         self.log = log
         self.rate = 50.0  # tokens/s of one stream, measured by start()
+        self.durations: list[float] = []  # s, each completion streamed, start to last byte
         argv = [
             python,
             "-m",

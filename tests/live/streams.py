@@ -11,8 +11,6 @@ from tests import conformance
 from tests.live.conftest import Hook
 from tests.live.engine import LiveVllm, body
 
-DURATIONS: list[float] = []  # s, every completion the live cases sent, start to last byte
-
 
 class Streams:
     """Completions on threads; each one's record (conformance.Ended) as its client saw it."""
@@ -39,7 +37,7 @@ class Streams:
         for thread in self._threads:
             thread.join(timeout)
         for sent, s in zip(self.sent, self.ended, strict=True):
-            DURATIONS.append((s.last_byte or sent) - sent)
+            self.engine.durations.append((s.last_byte or sent) - sent)
         return self.ended
 
 

@@ -21,7 +21,7 @@ from tests import conformance
 from tests.conftest import run_delay
 from tests.live.conftest import Hook, wait_for
 from tests.live.engine import LiveVllm
-from tests.live.streams import DURATIONS, Streams, assert_complete, gauges, probe
+from tests.live.streams import Streams, assert_complete, gauges, probe
 
 pytestmark = pytest.mark.live
 
@@ -140,14 +140,14 @@ def test_plan_observe_reads_the_live_histogram(hook: Hook, engine: LiveVllm, rec
     observed = plan["observed"]
     assert observed["requests"] == finished >= 6  # the warm-up and the cases above
     latency = observed["latency_s"]
-    assert latency >= max(DURATIONS)  # p99.9 of a few requests: the longest one's bucket
+    assert latency >= max(engine.durations)  # p99.9 of a few requests: the longest one's bucket
     assert plan["recommended_grace"] == max(15, math.ceil(5 + latency + 5))
     record(
         "plan --observe",
         requests=observed["requests"],
         latency_s=latency,
         recommended_grace=plan["recommended_grace"],
-        longest_s=round(max(DURATIONS), 3),
+        longest_s=round(max(engine.durations), 3),
     )
 
 
