@@ -32,6 +32,8 @@ def test_drain_with_short_and_long_streams_and_a_new_request(
         seen = conformance.run(engine, episode)
     record("shutdown-timeout: short + long + new request", **conformance.numbers(seen))
     short = seen.streams[0]
+    ends = seen.stream_ends
+    assert ends[0] is not None and ends[0] > 0, f"the short stream ended before SIGTERM: {ends}"
     assert (short.done, short.tokens) == (True, short.asked), short  # every token asked came
     assert [s.status for s in seen.late] == [500], seen.late
     assert seen.metrics_in_flight == 2, seen.metrics_in_flight  # both still counted then
