@@ -269,18 +269,31 @@ def pod_command() -> Pod:
     return run
 
 
-# ---- the `slow` marker -------------------------------------------------------------
+# ---- the `slow` and `live` markers -------------------------------------------------
 #
 # One rule, applied here rather than by hand: a case that runs the hook as a real
 # process (it uses one of these fixtures) is `slow`; `pytest -m "not slow"` runs the
 # rest, the in-process cases, in seconds.
+#
+# tests/live/ runs drainhook against a live vLLM that scripts/live-vllm installs
+# and starts; its cases carry the `live` marker. They are deselected (not
+# skipped) unless `--live` is given, and `--live` runs nothing else.
 PROCESS_FIXTURES = frozenset({"entry", "hook", "pod", "pod_command"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--live", action="store_true", help="run only the live tier (tests/live/)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    live = bool(config.getoption("--live"))
+    keep = [item for item in items if (item.get_closest_marker("live") is not None) == live]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
 
 
 # ---- no silent skips -------------------------------------------------------------
