@@ -140,7 +140,19 @@ def bundle(build: Path) -> list[dict[str, object]]:
         shutil.copyfile(source.resolve(), target)
         target.chmod(0o755)
         copied.append({"name": name, "from": str(source), "file": source.resolve().name,
-                       **package_of(source)})  # fmt: skip
+                       "by": "bundle_libc", **package_of(source)})  # fmt: skip
+    # What PyInstaller collected itself (libpython, libssl, libcrypto, zlib...),
+    # named with this machine's package of the same name where there is one.
+    for path in sorted(contents.glob("*.so*")):
+        if path.name in wanted or not is_elf(path):
+            continue
+        source = next((Path(d) / path.name for d in LIBRARY_DIRS
+                       if (Path(d) / path.name).exists()), None)  # fmt: skip
+        info = package_of(source) if source else {"package": None, "version": None,
+                                                  "source": None}  # fmt: skip
+        copied.append({"name": path.name, "from": str(source) if source else None,
+                       "file": source.resolve().name if source else path.name,
+                       "by": "PyInstaller", **info})  # fmt: skip
     return copied
 
 

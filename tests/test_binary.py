@@ -123,7 +123,7 @@ def test_report_written_by_the_build_matches_the_files() -> None:
     assert {"ld-linux-x86-64.so.2", "libc.so.6", "libgcc_s.so.1"} <= names
     for lib in shipped["bundled"]:
         assert (DIRECTORY_BUILD / "_internal" / lib["name"]).is_file(), lib
-        if shutil.which("dpkg-query"):
+        if shutil.which("dpkg-query") and lib["by"] == "bundle_libc":
             assert lib["package"] and lib["version"], lib
     assert re.match(r"\d+\.\d+", shipped["glibc"]), shipped["glibc"]
 
@@ -164,7 +164,9 @@ def test_size_on_disk_is_within_budget() -> None:
 @needs_binary
 def test_left_out_modules_are_not_in_the_directory_build() -> None:
     names = {p.name.split(".")[0] for p in DIRECTORY_BUILD.rglob("*")}
-    assert {"libpython3", "libssl", "_ssl", "_socket", "unicodedata"} <= names
+    # _socket and unicodedata are files with a python.org or pyenv Python, built
+    # into libpython with Debian's (the Dockerfile's build on a plain Debian base).
+    assert {"libpython3", "libssl", "_ssl"} <= names
     for absent in ("_ctypes", "pyexpat", "_bz2", "_lzma", "_decimal", "_tkinter", "_uuid"):
         assert absent not in names, f"{absent} is collected though the hook never imports it"
     assert not list(DIRECTORY_BUILD.rglob("libffi*"))

@@ -15,6 +15,9 @@ network). Roots:
                       a newer glibc than the bundle's
     installed         `drainhook install /hook` run in the root, then reached
                       through the symlink /usr/local/bin/drainhook
+    image-installer   (when DRAINHOOK_IMAGE_ROOT names it: scripts/ci-image) the
+                      Dockerfile's installer target's whole root, run as its
+                      USER through its /usr/local/bin/drainhook link
 
 In each: `--version`; `probe` idle (exit 0) and busy (exit 1, its count);
 `wait` drained (exit 0 at S + I), at the deadline (exit 3, never past D),
@@ -62,6 +65,7 @@ SETTLE, INTERVAL = 0.4, 0.2
 # kernel reports the process sat runnable (Run.starved) is added on top.
 SLACK = 1.0
 
+IMAGE_ROOT = os.environ.get("DRAINHOOK_IMAGE_ROOT", "")
 ROOT_NAMES = [
     "build-proc",
     "build-noproc",
@@ -70,6 +74,7 @@ ROOT_NAMES = [
     "nobody",
     "ld-preload",
     "installed",
+    *(["image-installer"] if IMAGE_ROOT else []),
 ]
 
 
@@ -197,6 +202,8 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Root]:
     )
     assert done.code == 0 and done.stdout == f"{INSTALLED}\n", done.stderr
     made["installed"] = Root("installed", installed, hook=LINK, binds=((target, "hook"),))
+    if IMAGE_ROOT:
+        made["image-installer"] = Root("image-installer", Path(IMAGE_ROOT), hook=LINK, user=NOBODY)
     return made
 
 
@@ -321,9 +328,11 @@ def test_wait_drains_at_settle_plus_interval(roots: dict[str, Root], name: str) 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ROOT_NAMES)
 def test_wait_ends_at_the_deadline(roots: dict[str, Root], name: str) -> None:
-    grace, reserve = 3.0, 1.0
+    # A settle of 1 s leaves a start-up slowed by a loaded machine room before
+    # the reads; from then on the hook alone keeps D.
+    grace, reserve = 4.0, 1.0
     deadline = grace - reserve
-    args = ["wait", "--url", "", "--settle", "0.2", "--interval", str(INTERVAL)]
+    args = ["wait", "--url", "", "--settle", "1", "--interval", str(INTERVAL)]
     args += ["--grace", str(grace), "--exit-reserve", str(reserve)]
     with Loopback(serve(BUSY)) as srv:
         args[2] = srv.url
@@ -333,7 +342,7 @@ def test_wait_ends_at_the_deadline(roots: dict[str, Root], name: str) -> None:
     assert (got["outcome"], got["exit"]) == ("deadline", "3"), done.stderr
     assert float(got["deadline"]) == deadline
     assert deadline - 0.1 <= float(got["elapsed"]) <= deadline, done.stderr  # never past D
-    assert srv.connections >= 3
+    assert srv.connections >= 2
     assert done.elapsed <= deadline + SLACK + done.starved
 
 
@@ -433,3 +442,53 @@ def test_the_launcher_is_static() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# -- name lookups: the image's /etc, the bundle's glibc ------------------------
+
+NSSWITCH = {
+    # What desktop and mDNS-enabled images have: modules the bundle does not carry
+    # (libnss_myhostname, libnss_mdns4*), before and after `files`.
+    "files-first": "hosts: files myhostname mdns4\n",
+    "modules-first": "hosts: mdns4_minimal [NOTFOUND=return] myhostname files dns\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nsswitch", sorted(NSSWITCH))
+def test_a_plain_name_resolves_through_the_images_hosts_file(tmp_path: Path, nsswitch: str) -> None:
+    """The bundled glibc reads the image's /etc/hosts and /etc/nsswitch.conf; NSS
+    modules the image names but the bundle lacks are skipped, not fatal. A name
+    missing from /etc/hosts is unreachable (exit 4), not a crash."""
+    _require()
+    root = _bare(tmp_path, "nss")
+    (root / "etc").mkdir()
+    (root / "etc" / "hosts").write_text("127.0.0.1 engine.local engine\n")
+    (root / "etc" / "nsswitch.conf").write_text(NSSWITCH[nsswitch])
+    (root / "etc" / "resolv.conf").write_text(
+        "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+    )
+    nss = Root("nss", root, binds=((_stage(str(tmp_path)), "opt"),))
+    with Loopback(serve(IDLE)) as srv:
+        for host in ("engine", "engine.local"):
+            url = f"http://{host}:{srv.port}/metrics"
+            done = run_in(nss, ["probe", "--url", url, "--allow-remote", "--json"])
+            assert done.code == 0, done.stderr
+            assert json.loads(done.stdout)["verdict"] == "idle"
+        assert srv.connections == 2
+        done = run_in(nss, ["probe", "--url", f"http://nowhere:{srv.port}/", "--allow-remote"])
+        assert done.code == 4, done.stderr  # unreachable
+        assert "Traceback" not in done.stderr
+        assert srv.connections == 2
+
+
+@pytest.mark.slow
+def test_localhost_needs_no_lookup_even_with_no_etc(roots: dict[str, Root]) -> None:
+    """`localhost` is 127.0.0.1 without a lookup: the build-only root has no /etc."""
+    root = get_root(roots, "build-proc")
+    assert not (root.path / "etc").exists()
+    with Loopback(serve(IDLE)) as srv:
+        done = run_in(root, ["probe", "--url", f"http://localhost:{srv.port}/metrics", "--json"])
+    assert done.code == 0, done.stderr
+    assert json.loads(done.stdout)["verdict"] == "idle"
+    assert srv.connections == 1
