@@ -199,15 +199,17 @@ def main() -> None:
     baseline = startup(PYTHON_PASS, args.runs)
     base = statistics.median(baseline)
     versions: dict[str, list[float]] = {kind: [] for kind in entries}
-    for _ in range(args.runs):  # interleaved: the same moments for every entry
-        for kind, entry in entries.items():
-            versions[kind].append(version_once(entry))
+    reads: dict[str, list[float]] = {kind: [] for kind in entries}
     server = AcceptClock()
     results: dict[str, object] = {"python_pass_ms": stats_ms(baseline)}
     rows = []
     try:
+        for _ in range(args.runs):  # interleaved: the same moments for every entry
+            for kind, entry in entries.items():
+                versions[kind].append(version_once(entry))
+                reads[kind] += first_read(entry, server, 1)
         for kind, entry in entries.items():
-            times = first_read(entry, server, args.runs)
+            times = reads[kind]
             sampled, kernel = peak_rss(entry, server, args.rss_runs)
             median = statistics.median(times)
             version = statistics.median(versions[kind])

@@ -80,6 +80,16 @@ def dynamic(path: Path) -> tuple[str | None, list[str]]:
     return interpreter, needed
 
 
+def build_id(path: Path) -> str | None:
+    """The ELF file's .note.gnu.build-id, which strip keeps."""
+    elf = ELFFile(io.BytesIO(path.resolve().read_bytes()))
+    for section in elf.iter_sections():
+        if section.name == ".note.gnu.build-id":
+            for note in section.iter_notes():  # type: ignore[attr-defined]
+                return str(note["n_desc"])
+    return None
+
+
 def find_library(name: str) -> Path:
     for folder in LIBRARY_DIRS:
         if (Path(folder) / name).exists():
@@ -146,8 +156,12 @@ def bundle(build: Path) -> list[dict[str, object]]:
     for path in sorted(contents.glob("*.so*")):
         if path.name in wanted or not is_elf(path):
             continue
+        # This machine's library of that name is the one collected only when
+        # their build ids agree (a Python built elsewhere brings its own libpython).
         source = next((Path(d) / path.name for d in LIBRARY_DIRS
                        if (Path(d) / path.name).exists()), None)  # fmt: skip
+        if source is not None and build_id(source) != build_id(path):
+            source = None
         info = package_of(source) if source else {"package": None, "version": None,
                                                   "source": None}  # fmt: skip
         copied.append({"name": path.name, "from": str(source) if source else None,
