@@ -1,9 +1,10 @@
 # drainhook, packaged once for every engine image (docs/packaging.md).
 #
-# A PyInstaller build runs on any glibc at least as new as the one it was
-# built against, so the build stage is Debian 11 (glibc 2.31): the result runs
-# on Ubuntu 20.04, 22.04, 24.04 and on every vLLM and SGLang image, and never
-# touches the engine's own Python.
+# The directory build carries its own C library and loader behind a static
+# launcher, so it needs nothing from the image it is copied into but a Linux
+# kernel (3.2 or newer with a Debian 12 builder): glibc 2.31, 2.34, 2.36 and
+# newer, musl, or no libc at all (distroless/static, FROM scratch). The build
+# stage can be any Debian or Ubuntu image, with or without its own Python.
 #
 #   docker build -t drainhook:0.1.0 .                         # FROM scratch, for COPY --from
 #   docker build --target installer -t drainhook-installer .  # runnable, for an initContainer
@@ -12,37 +13,44 @@
 #
 #   COPY --from=drainhook:0.1.0 /drainhook/drainhook/ /opt/drainhook/
 #   # preStop: ["/opt/drainhook/drainhook", "wait", "--grace", "30"]
-#   # or the single file:
-#   COPY --from=drainhook:0.1.0 /drainhook/drainhook-onefile /usr/local/bin/drainhook
+#
+# CI builds this file with buildah from base images made by debootstrap
+# (scripts/build-image); a pip behind a TLS-inspecting proxy can be given its CA
+# bundle by mounting it at /run/drainhook-ca.crt (buildah bud -v, docker build
+# --secret is not needed).
 
-ARG BUILD_IMAGE=python:3.11-slim-bullseye
-ARG INSTALLER_IMAGE=debian:bullseye-slim
+ARG BUILD_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BUILD_IMAGE} AS build
 # binutils: PyInstaller strips the collected libraries with `strip`.
+# musl-tools, gcc, libc6-dev: the static launcher (musl-gcc, else gcc -static).
+# A plain Debian or Ubuntu image has no Python: then Debian's, with its shared
+# library (libpython3-dev), which PyInstaller bundles.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends binutils \
+ && apt-get install -y --no-install-recommends binutils gcc libc6-dev musl-tools ca-certificates \
+ && if ! command -v python3 >/dev/null; then \
+      apt-get install -y --no-install-recommends python3 python3-venv libpython3-dev; \
+    fi \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# scripts/build-binary fails if an artifact needs a glibc newer than this.
-ENV DRAINHOOK_MAX_GLIBC=2.31
-RUN bash scripts/build-binary
+RUN if [ -f /run/drainhook-ca.crt ]; then export PIP_CERT=/run/drainhook-ca.crt; fi \
+ && bash scripts/build-binary \
+ && mkdir -p /out/drainhook /out/usr/local/bin \
+ && cp -a dist/drainhook dist/drainhook-report.json /out/drainhook/ \
+ && ln -s /drainhook/drainhook/drainhook /out/usr/local/bin/drainhook
 
-# A runnable image holding the directory build, for `drainhook install DIR`
-# in an initContainer that fills an emptyDir for a shell-less engine image.
-FROM ${INSTALLER_IMAGE} AS installer
-COPY --from=build /src/dist/drainhook/ /drainhook/drainhook/
-RUN ln -s /drainhook/drainhook/drainhook /usr/local/bin/drainhook
+# A runnable image holding only the directory build (no libc, no shell), for
+# `drainhook install DIR` in an initContainer that fills an emptyDir for a
+# shell-less engine image; /usr/local/bin/drainhook is a link to the launcher.
+FROM scratch AS installer
+COPY --from=build /out/ /
 USER 65534:65534
 ENTRYPOINT ["/usr/local/bin/drainhook"]
 CMD ["--help"]
 
-# The default target: only the builds and their report, nothing to run.
-#   /drainhook/drainhook/drainhook     directory build (with _internal/ beside it)
-#   /drainhook/drainhook-onefile       single file
-#   /drainhook/drainhook-report.json   size, newest glibc needed, libraries from the image
+# The default target: only the build and its report, nothing to run.
+#   /drainhook/drainhook/drainhook     the launcher (with bootloader and _internal/ beside it)
+#   /drainhook/drainhook-report.json   size, bundled libraries and versions, kernel floor
 FROM scratch
-COPY --from=build /src/dist/drainhook/ /drainhook/drainhook/
-COPY --from=build /src/dist/drainhook-onefile /drainhook/drainhook-onefile
-COPY --from=build /src/dist/drainhook-report.json /drainhook/drainhook-report.json
+COPY --from=build /out/drainhook/ /drainhook/

@@ -39,8 +39,9 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 
 from drainhook import plan as planning
 from drainhook.exposition import scan
-from drainhook.histogram import combine, scan_families
-from drainhook.observe import BY_ENGINE, Observation, from_bodies, recommend
+from drainhook.gauges import BY_NAME
+from drainhook.histogram import scan_families, sum_series
+from drainhook.observe import Observation, from_bodies, recommend
 from drainhook.read import Reader
 from drainhook.target import parse_url
 from drainhook.verdict import Reading
@@ -49,7 +50,7 @@ from tests.loopback import Loopback, serve
 
 MIB = 1024 * 1024
 SIZE = 16 * MIB - 64 * 1024  # just under --max-body's default
-E2E = BY_ENGINE["vllm"].latency.default_bounds
+E2E = BY_NAME["vllm"].latency.default_bounds
 TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)  # 1-2-5 up to 8192
 FAMILIES = {
     "vllm:e2e_request_latency_seconds": (E2E, (1.2, 4.0, 25.0)),
@@ -134,7 +135,7 @@ def main() -> None:
 
     def e2e_only() -> object:
         family = scan_families(body, [e2e])[e2e]
-        observed = Observation("vllm", combine(e2e, family.series.values()), "bench")
+        observed = Observation("vllm", sum_series(e2e, family.series.values()), "bench")
         rec = recommend(config, observed, 0.999)
         assert rec.grace == expected_g, rec
         return rec

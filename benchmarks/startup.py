@@ -1,21 +1,29 @@
-"""Packaged builds: start-up to the first read, peak RSS over an idle drain, size on disk.
+"""Packaged builds: `--version` start-up, start-up to the first read, peak RSS, size.
 
-For each entry point (the installed package, the directory build, the single
-file), RUNS times: spawn `drainhook wait --settle 0 --confirm 1` against an
-idle loopback server and time spawn -> the server accepting the hook's first
-connection, i.e. the moment a read is possible (interpreter, bootloader and
-unpacking, imports, config, client). `python -c pass` (this interpreter) is
-timed in the same run, and each median is also given as a ratio to it. Then
-a whole idle drain (settle 1 s, reads every 0.5 s) is run a few times while
-the RSS of the hook's process tree is sampled every 10 ms: for the single
-file that is the bootloader and its child together. Sizes are the build's
-files, as scripts/binary_report.py counts them.
+For each entry point (the installed package, the directory build, and with
+--old an earlier build to compare with, say one made from the previous
+commit), RUNS times, interleaved so that a busy moment of the machine falls
+on all of them alike: spawn-to-exit of `drainhook --version`, and spawn of
+`drainhook wait --settle 0 --confirm 1` against an idle loopback server to
+the server accepting the hook's first connection, i.e. the moment a read is
+possible (launcher, loader, bootloader, imports, config, client). `python -c
+pass` (this interpreter) is timed in the same run, and each median is also
+given as a ratio to it, and the directory build's as a ratio to --old's.
+Then a whole idle drain (settle 1 s, reads every 0.5 s) is run a few times
+while the RSS of the hook's process tree is sampled every 10 ms. Sizes are
+the build's files, as scripts/binary_report.py counts them.
 
-Targets (docs/packaging.md): directory build median <= 250 ms, single file
-<= 450 ms, peak RSS <= 40 MB, directory build <= 25 MB on disk, single file
-<= 12 MB.
+For the installed package it also gives the hook's import time: `python -X
+importtime -m drainhook wait --help`, the cumulative time of the drainhook
+modules (and the idna codec) that `drainhook.__main__` imports at the top
+level, median over RUNS, with the number of drainhook modules loaded and
+whether any of the planning tools (plan, observe, histogram, sim) is one.
 
-    python benchmarks/startup.py [--runs 20] [--dist dist] [--json PATH]
+Targets (docs/packaging.md): directory build first-read median <= 250 ms,
+`--version` median within 10 % of --old's, peak RSS <= 40 MB, directory
+build <= 25 MB on disk.
+
+    python benchmarks/startup.py [--runs 20] [--dist dist] [--old OLD/drainhook/drainhook]
 """
 
 from __future__ import annotations
@@ -47,9 +55,10 @@ from _bench import (
 
 from tests.loopback import response_bytes, sample
 
-TARGET_MS = {"directory": 250.0, "onefile": 450.0}
+TARGET_MS = {"directory": 250.0}
 TARGET_RSS_MB = 40.0
-TARGET_BYTES = {"directory": 25_000_000, "onefile": 12_000_000}
+TARGET_BYTES = {"directory": 25_000_000}
+TARGET_VS_OLD = 1.10
 IDLE = response_bytes(sample("vllm-single-dp2-idle.txt"))
 
 
@@ -90,6 +99,17 @@ class AcceptClock:
         self._sock.close()
 
 
+def version_once(entry: Sequence[str]) -> float:
+    """Spawn-to-exit seconds of `drainhook --version`."""
+    start = time.monotonic()
+    done = subprocess.run([*entry, "--version"], env=clean_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    took = time.monotonic() - start
+    if done.returncode != 0 or not done.stdout.startswith("drainhook "):
+        raise RuntimeError(f"{entry[-1]} --version: exit {done.returncode}\n{done.stderr}")
+    return took
+
+
 def first_read(entry: Sequence[str], server: AcceptClock, runs: int) -> list[float]:
     """Seconds from spawn to the first connection the hook makes, `runs` times."""
     args = ["wait", "--url", server.url, "--settle", "0", "--confirm", "1"]
@@ -107,6 +127,36 @@ def first_read(entry: Sequence[str], server: AcceptClock, runs: int) -> list[flo
                                f"{done.stderr}")  # fmt: skip
         times.append(server.accepted[seen] - start)
     return times
+
+
+PLANNING = ("drainhook.plan", "drainhook.observe", "drainhook.histogram", "drainhook.sim")
+
+
+def hook_imports(runs: int) -> tuple[list[float], list[str]]:
+    """Milliseconds `drainhook wait` spends importing itself, `runs` times (from
+    `-X importtime`: the top-level drainhook rows' cumulative times), and the
+    drainhook modules it loaded."""
+    argv = [sys.executable, "-X", "importtime", "-m", "drainhook", "wait", "--help"]
+    times, names = [], set()
+    for _ in range(runs):
+        done = subprocess.run(
+            argv, env=clean_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=60, check=True,
+        )  # fmt: skip
+        total = 0
+        for line in done.stderr.splitlines():
+            if not line.startswith("import time:") or line.count("|") != 2:
+                continue
+            _, cumulative, name = line.split("|")
+            if not cumulative.strip().isdigit():
+                continue  # the header
+            module = name.strip()
+            if module.startswith("drainhook"):
+                names.add(module)
+            if name[1:2] != " " and module.startswith(("drainhook", "encodings.idna")):
+                total += int(cumulative)  # top level: the row holds its imports too
+        times.append(total / 1e6)
+    return times, sorted(names)
 
 
 def _tree(pid: int) -> Iterator[int]:
@@ -168,31 +218,39 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0], hook=False)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--rss-runs", type=int, default=3)
-    p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the builds are")
+    p.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the build is")
+    p.add_argument("--old", type=Path, help="an earlier build's executable, to compare with")
     args = p.parse_args()
 
     entries = {"python": [sys.executable, "-m", "drainhook"]}
-    for kind, path in (
-        ("directory", args.dist / "drainhook" / "drainhook"),
-        ("onefile", args.dist / "drainhook-onefile"),
-    ):
-        if path.is_file():
-            entries[kind] = [str(path)]
-        else:
-            print(f"(no {kind} build at {path}: scripts/build-binary makes it)")
+    path = args.dist / "drainhook" / "drainhook"
+    if path.is_file():
+        entries["directory"] = [str(path)]
+    else:
+        print(f"(no directory build at {path}: scripts/build-binary makes it)")
+    if args.old:
+        entries["old"] = [str(args.old)]
 
     print(load_note())
     baseline = startup(PYTHON_PASS, args.runs)
     base = statistics.median(baseline)
+    versions: dict[str, list[float]] = {kind: [] for kind in entries}
+    reads: dict[str, list[float]] = {kind: [] for kind in entries}
     server = AcceptClock()
     results: dict[str, object] = {"python_pass_ms": stats_ms(baseline)}
     rows = []
     try:
+        for _ in range(args.runs):  # interleaved: the same moments for every entry
+            for kind, entry in entries.items():
+                versions[kind].append(version_once(entry))
+                reads[kind] += first_read(entry, server, 1)
         for kind, entry in entries.items():
-            times = first_read(entry, server, args.runs)
+            times = reads[kind]
             sampled, kernel = peak_rss(entry, server, args.rss_runs)
             median = statistics.median(times)
+            version = statistics.median(versions[kind])
             results[kind] = {
+                "version_ms": stats_ms(versions[kind]),
                 "first_read_ms": stats_ms(times),
                 "ratio_to_python_pass": round(median / base, 2),
                 "peak_rss_mb": round(sampled, 1),
@@ -200,18 +258,36 @@ def main() -> None:
             }
             target = TARGET_MS.get(kind)
             rows.append([
-                kind, ms(median), ms(sorted(times)[round(0.9 * (len(times) - 1))]),
+                kind, ms(version), ms(median), ms(sorted(times)[round(0.9 * (len(times) - 1))]),
                 f"{median / base:.1f}x", "-" if target is None else f"{target:.0f}",
                 round(sampled, 1), round(kernel, 1),
             ])  # fmt: skip
     finally:
         server.close()
+    imports, modules = hook_imports(args.runs)
+    planning = [m for m in modules if m.startswith(PLANNING)]
+    results["hook_imports"] = {
+        "ms": stats_ms(imports),
+        "drainhook_modules": len(modules),
+        "planning_modules": planning,
+    }
     built = sizes(args.dist) if args.dist.is_dir() else {}
     results["bytes"] = built
+    if "old" in versions and "directory" in versions:
+        ratio = statistics.median(versions["directory"]) / statistics.median(versions["old"])
+        results["version_vs_old"] = round(ratio, 3)
 
     print(f"\npython -c pass: median {ms(base)} ms over {args.runs} runs\n")
-    headers = ["entry", "first read ms", "p90 ms", "vs pass", "target ms"]
+    headers = ["entry", "--version ms", "first read ms", "p90 ms", "vs pass", "target ms"]
     print(table([*headers, "peak RSS MB", "ru_maxrss MB"], rows))
+    print(
+        f"\nhook imports (python -X importtime -m drainhook wait --help): median "
+        f"{ms(statistics.median(imports))} ms over {args.runs} runs, {len(modules)} drainhook "
+        f"modules; planning tools loaded: {', '.join(planning) or 'none'}"
+    )
+    if "version_vs_old" in results:
+        print(f"\n--version median, directory build / old build: {results['version_vs_old']:.3f}"
+              f" (target <= {TARGET_VS_OLD:.2f})")  # fmt: skip
     if built:
         print()
         print(table(

@@ -9,8 +9,7 @@ import os
 import signal
 import sys
 
-from drainhook import signals
-from drainhook.errors import EXIT_INTERNAL
+from drainhook import exits, signals
 
 signals.catch()
 
@@ -27,7 +26,7 @@ def main() -> None:
     except Exception as exc:  # an import that fails in a broken install: one line
         # A bug of the build: the internal error's code, which no outcome uses.
         print(f"drainhook: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(EXIT_INTERNAL)
+        sys.exit(exits.INTERNAL)
     from drainhook.drain import Interrupted
 
     try:
@@ -36,7 +35,7 @@ def main() -> None:
     except Interrupted as exc:
         signals.disarm()
         print(f"drainhook: interrupted by {signal.Signals(exc.signum).name}", file=sys.stderr)
-        code = 128 + exc.signum
+        code = exits.interrupted(exc.signum)
     _exit(code)
 
 

@@ -44,8 +44,10 @@ IN_POD_VARIABLE = "KUBERNETES_SERVICE_HOST"
 
 
 @dataclass(frozen=True)
-class Reach:
-    """How to reach the target: TLS and the loopback rule."""
+class ReadConfig:
+    """How to read the engine's count: the targets, what to count there (source,
+    engine), listener discovery when they refuse, and each read itself (its
+    timeout, the body cap, TLS, the API key); `check` holds the loopback rule."""
 
     target: Target
     engine: str = "auto"
@@ -93,11 +95,15 @@ class Reach:
         _positive("--read-timeout", self.read_timeout)
 
 
+# The former name of ReadConfig, kept while work begun under it moves over.
+Reach = ReadConfig
+
+
 @dataclass(frozen=True)
 class WaitConfig:
     """Everything `drainhook wait` needs, read once at the edge."""
 
-    reach: Reach
+    reach: ReadConfig
     grace: float = DEFAULT_GRACE
     settle: float = DEFAULT_SETTLE
     exit_reserve: float = DEFAULT_EXIT_RESERVE

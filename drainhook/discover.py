@@ -1,6 +1,13 @@
-"""Listener discovery (CONTRACT §2a): one read of every candidate, at once,
-never past D; and `Discovering`, the hook's reader that searches when every
-configured target refused its first read.
+"""Listener discovery (CONTRACT §2a): when every configured target refused the
+hook's first read, a search of the Pod's own listeners for the engine.
+
+The words, each for one thing: *discovery* is the feature; a *search* is one
+run of it (`search`: list the listeners, read each candidate once, keep the
+engines'); `read_candidates` is its reads, all at once and never past D;
+a `Discovery` is what a search found, a `Tried` one candidate's read, and a
+`SearchRecord` a search as the hook ran it (for the log and `probe`). The
+`DiscoveringReader` is the hook's reader that searches on a refused first
+read (drainhook.readers makes it only when discovery is on).
 
 Pure but for its threads: the read, the clock and the wait are handed in, so
 a test runs 64 candidates, one of which never answers, under a fake clock.
@@ -21,12 +28,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from drainhook.listeners import Listener, candidates, read_listeners
-from drainhook.rounds import Round, TargetReader, combine
+from drainhook.rounds import Round, TargetReader, combine_readings
 from drainhook.target import Target
-from drainhook.verdict import Reading, Verdict
+from drainhook.verdict import Reading, Verdict, engine_shown
 
 ReadOne = Callable[[str, float], Reading]
 # At most this many reads at once: with discovery's 64 candidates, every read
@@ -84,21 +90,12 @@ def _daemon(task: Callable[[], None], name: str) -> None:
 
 
 def names_engine(reading: Reading, engine: str = "auto") -> bool:
-    """Whether a listener's reading is an engine's, as `--engine` recognises one.
-
-    With `auto` the scanner names an engine only when its gauges are in the
-    body. With a pinned engine it names that engine for any 2xx body (a
-    sidecar's too, as `unknown`), so there a listener is the engine's only
-    when at least one of its counted series was read.
-    """
-    if reading.engine is None:
-        return False
-    if engine == "auto":
-        return True
-    return reading.engine == engine and bool(reading.series)
+    """Whether a listener's reading is an engine's (verdict.engine_shown's rule)."""
+    shown = engine_shown(reading, engine)
+    return shown is not None and engine in ("auto", shown)
 
 
-def discover(
+def read_candidates(
     urls: Sequence[str],
     read_one: ReadOne,
     *,
@@ -109,8 +106,10 @@ def discover(
     max_parallel: int = MAX_PARALLEL,
     wait: Callable[[threading.Event, float], object] = threading.Event.wait,
     spawn: Callable[[Callable[[], None], str], None] = _daemon,
+    left_out: tuple[str, ...] = (),
 ) -> Discovery:
-    """Read every URL once, `max_parallel` at a time, and keep the engines'.
+    """Read every URL once, `max_parallel` at a time, and keep the engines'
+    (`left_out`: the candidates past the cap, named in the Discovery).
 
     `read_one(url, timeout)` makes one read that ends within timeout;
     `until` is the deadline on `clock`'s scale: no read starts at or after it
@@ -163,19 +162,11 @@ def discover(
         final, when = dict(readings), dict(landed)
     tried = tuple(Tried(urls[i], final.get(i), when.get(i)) for i in range(started))
     found = tuple(t for t in tried if t.reading is not None and is_engine(t.reading))
-    return Discovery(found, tried, tuple(urls[started:]))
-
-
-class OneReader(Protocol):
-    """What the search needs of a reader made for one URL (drainhook.read.Reader)."""
-
-    def read(self, timeout: float) -> Reading: ...
-
-    def close(self) -> None: ...
+    return Discovery(found, tried, tuple(urls[started:]), left_out)
 
 
 def search(
-    reader_for: Callable[[str], OneReader],
+    reader_for: Callable[[str], TargetReader],
     *,
     read_timeout: float,
     until: float,
@@ -201,20 +192,19 @@ def search(
         finally:
             reader.close()
 
-    found = discover(
+    return read_candidates(
         planned.urls(scheme, path),
         read_one,
         read_timeout=read_timeout,
         until=until,
         clock=clock,
         is_engine=is_engine,
+        left_out=tuple(e.url(scheme, path) for e in planned.left_out),
     )
-    left_out = tuple(e.url(scheme, path) for e in planned.left_out)
-    return Discovery(found.found, found.tried, found.not_read, left_out)
 
 
 @dataclass(frozen=True)
-class Search:
+class SearchRecord:
     """One search as the hook ran it: the configured targets (as shown), what
     it found, and when it started and ended (on the reader's clock)."""
 
@@ -234,7 +224,7 @@ class Search:
         return min(times) - self.started if times else None
 
 
-class Discovering:
+class DiscoveringReader:
     """The configured targets' reader, with listener discovery on its first read.
 
     The first read reads the configured targets. When every one of them
@@ -268,7 +258,7 @@ class Discovering:
         always: bool = False,
         clock: Callable[[], float] = time.monotonic,
         listeners: Callable[[], Iterable[Listener]] = read_listeners,
-        on_search: Callable[[Search], None] = lambda _s: None,
+        on_search: Callable[[SearchRecord], None] = lambda _s: None,
     ) -> None:
         self._readers = list(readers)
         self._configured: TargetReader = (
@@ -285,7 +275,7 @@ class Discovering:
         self._on_search = on_search
         self._first = True
         self._round: Round | None = None  # the configured targets and the found listeners
-        self.last_search: Search | None = None
+        self.last_search: SearchRecord | None = None
 
     @property
     def name(self) -> str:
@@ -330,7 +320,7 @@ class Discovering:
             listeners=self._listeners,
         )
         configured = tuple(r.name for r in self._readers)
-        self.last_search = Search(configured, found, started, self._clock())
+        self.last_search = SearchRecord(configured, found, started, self._clock())
         self._on_search(self.last_search)
         return found
 
@@ -347,4 +337,4 @@ class Discovering:
         parts += [
             (n, t.reading) for n, t in zip(names, found.found, strict=True) if t.reading is not None
         ]
-        return combine(parts, names, configured)
+        return combine_readings(parts, names, configured)

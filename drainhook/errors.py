@@ -1,4 +1,5 @@
-"""drainhook's errors: one family, each kind knowing its exit code (CONTRACT §5).
+"""drainhook's errors: one family, each kind knowing its exit code (CONTRACT §5;
+the codes themselves are drainhook.exits').
 
     DrainhookError ...... 70  a bug (EX_SOFTWARE): a code no outcome uses
      ├─ UsageError ....... 2  flags, environment, annotations, --cacert, --api-key-file
@@ -17,9 +18,12 @@ these: see drainhook.read.
 
 from __future__ import annotations
 
-EXIT_INSTALL_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h); probe's busy is 1, so a crash must not be
+from drainhook import exits
+
+# Kept by these names for the entry point and the CLI (drainhook.exits holds them all).
+EXIT_INSTALL_FAILED = exits.INSTALL_FAILED
+EXIT_USAGE = exits.USAGE
+EXIT_INTERNAL = exits.INTERNAL
 
 
 class DrainhookError(Exception):
@@ -45,7 +49,7 @@ class ObserveError(DrainhookError):
     """`plan --observe` has no evidence to plan from: a read that failed, a histogram
     that cannot be right (a count that goes down, NaN, a `_count` other than +Inf)."""
 
-    exit_code = 3
+    exit_code = exits.OBSERVE_UNREADABLE
 
 
 class NoHistogram(ObserveError):
@@ -57,7 +61,7 @@ class NoHistogram(ObserveError):
 class Unreachable(ObserveError):
     """A target refused the connection or answered non-2xx (as `probe`'s exit 4)."""
 
-    exit_code = 4
+    exit_code = exits.OBSERVE_UNREACHABLE
 
 
 class Malformed(DrainhookError):

@@ -29,10 +29,12 @@ from drainhook.gauges import (
     BY_NAME,
     ENGINES,
     PRIORITY_LABEL,
-    TP_RANK_LABEL,
     Engine,
     ExternalWait,
+    SeriesKey,
     sample_kind,
+    series_key,
+    spellings,
 )
 from drainhook.verdict import Progress, Scan, Series, Verdict, count, value_problem
 
@@ -40,13 +42,14 @@ ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
 
 # Every counted name starts with `<prefix>:num_` or `<prefix>_num_`; `bytes.find`
 # locates those far faster than a regular expression would.
-_NEEDLES: dict[str, tuple[bytes, bytes]] = {
-    e.name: (f"{e.prefix}:num_".encode(), f"{e.prefix}_num_".encode()) for e in ENGINES
+_NEEDLES: dict[str, tuple[bytes, ...]] = {
+    e.name: tuple(n.encode() for n in spellings(f"{e.prefix}:num_")) for e in ENGINES
 }
-# A progress counter (CONTRACT §2b) is found by its name after the prefix, one
-# needle for both spellings of `:`; the name then starts the line.
+# A progress counter (CONTRACT §2b) is found by its name after the prefix and
+# its separator, one needle for every spelling (gauges.NAME_SEPARATORS); the
+# name then starts the line, and sample_kind checks the separator.
 _INNER: dict[str, tuple[bytes, ...]] = {
-    e.name: tuple(n.split(":", 1)[1].encode() for n in e.progress) for e in ENGINES
+    e.name: tuple(n[len(e.prefix) + 1 :].encode() for n in e.progress) for e in ENGINES
 }
 _LONGEST_NAME = max(
     len(n) for e in ENGINES for n in (*e.counted, *e.progress, *(w.name for w in e.external))
@@ -144,11 +147,14 @@ class _Candidates:
         self._anchored = len(self._needles)
         # Each needle costs a pass over the body: an engine's progress counters
         # are looked for only in a body that has its counted gauges.
-        for i, engine in enumerate(engines):
-            if progress and any(at >= 0 for at in self._next[2 * i : 2 * i + 2]):
+        first = 0
+        for engine in engines:
+            spelt = len(_NEEDLES[engine.name])
+            if progress and any(at >= 0 for at in self._next[first : first + spelt]):
                 inner = _INNER[engine.name]
                 self._needles += inner
                 self._next += [body.find(n) for n in inner]
+            first += spelt
 
     def first_from(self, pos: int) -> int:
         """The first offset >= pos, or -1."""
@@ -199,9 +205,7 @@ def scan(
     seen: set[str] = set()  # engines whose counted families appear
     sampled: set[str] = set()  # canonical names with at least one total series
     # Per engine, the series kept: one per label set without tp_rank, the largest.
-    kept: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Series]] = {
-        e.name: {} for e in ENGINES
-    }
+    kept: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
     n_kept = 0
     n_labels = 0
     counted_bytes = 0
@@ -209,9 +213,7 @@ def scan(
     # Progress counters (one per label set, the largest) and the uncounted
     # external-waiting gauges' sums, per engine (CONTRACT §2b); a bad line of
     # either leaves the read without progress, never changes its verdict.
-    counters: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Series]] = {
-        e.name: {} for e in ENGINES
-    }
+    counters: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
     outside: dict[str, dict[str, float]] = {e.name: {} for e in ENGINES}
     progress_bad = False
 
@@ -259,7 +261,8 @@ def scan(
                         sums = outside[eng.name]
                         sums[canonical] = sums.get(canonical, 0.0) + value
                 continue
-            key = (canonical, tuple(sorted(labels)))
+            # One counter per label set as written (its largest value).
+            key: SeriesKey = (canonical, tuple(sorted(labels)))
             found = counters[eng.name]
             if key not in found:
                 n_kept += 1
@@ -290,7 +293,7 @@ def scan(
             continue  # SGLang's per-priority breakdown of the priority="" total
         sampled.add(canonical)
         # Series that differ only in tp_rank describe one batch: keep the largest.
-        key = (canonical, tuple(sorted(kv for kv in labels if kv[0] != TP_RANK_LABEL)))
+        key = series_key(canonical, labels)
         table = kept[eng.name]
         held = table.get(key)
         if held is None:

@@ -1,6 +1,12 @@
 """The flags of the commands: names, types, defaults, help, and the
-DRAINHOOK_<FLAG> variable each also reads (CONTRACT §4). Declarations only:
-drainhook.cli turns what they parse into a config.
+DRAINHOOK_<FLAG> variable each also reads (CONTRACT §4). Declarations only,
+in groups each command declares: `target_options` (where and how to read),
+`source_options` (what to count, discovery: wait and probe), `timeline_options`
+(wait and plan) and `log_options` (wait). drainhook.configure turns what they
+parse into a config.
+
+The variables are read from the environment the parse was given
+(`environ_of`): os.environ when the hook runs, any mapping in a test.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ import math
 import os
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import click
@@ -34,7 +40,7 @@ from drainhook.gauges import ENGINE_NAMES
 F = typing.TypeVar("F", bound=Callable[..., typing.Any])
 
 
-class Duration(click.ParamType[float, typing.Any]):
+class DurationType(click.ParamType[float, typing.Any]):
     """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
 
     name = "seconds"
@@ -75,7 +81,7 @@ class ByteSize(click.ParamType[int, typing.Any]):
         return int(m.group(1)) * self._UNITS[unit]
 
 
-DURATION = Duration()
+DURATION = DurationType()
 BYTES = ByteSize()
 
 
@@ -84,24 +90,45 @@ def env_name(name: str) -> str:
     return "DRAINHOOK_" + name.upper().replace("-", "_")
 
 
+# Where a parse's context keeps the environment it reads (click's shared ctx.meta).
+ENVIRON = "drainhook.environ"
+
+
+def environ_of(ctx: click.Context) -> Mapping[str, str]:
+    """The environment this parse reads: the one given to it, else the process's."""
+    found: Mapping[str, str] = ctx.meta.get(ENVIRON, os.environ)
+    return found
+
+
+class EnvOption(click.Option):
+    """An option that reads its DRAINHOOK_<FLAG> from `environ_of(ctx)` (click
+    reads os.environ itself); set but empty is unset, as click has it."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        if not isinstance(self.envvar, str):
+            return None
+        return environ_of(ctx).get(self.envvar) or None
+
+
 def option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
     """A click option that also reads DRAINHOOK_<FLAG>."""
+    kwargs.setdefault("cls", EnvOption)
     return click.option(flag, *names, envvar=env_name(flag.lstrip("-")), show_envvar=True, **kwargs)
 
 
-class EmptyIsAValue(click.Option):
+class EmptyIsAValue(EnvOption):
     """An option whose variable, set but empty, is the value '' (click reads it as unset):
     DRAINHOOK_TERMINATION_LOG= turns the line off, as --termination-log '' does."""
 
     def resolve_envvar_value(self, ctx: click.Context) -> str | None:
         found = super().resolve_envvar_value(ctx)
-        if found is None and isinstance(self.envvar, str) and os.environ.get(self.envvar) == "":
-            return ""
+        if found is None and isinstance(self.envvar, str):
+            return "" if environ_of(ctx).get(self.envvar) == "" else None
         return found
 
 
-def reach_options(f: F) -> F:
-    """The options that say where and how to read: shared by wait and probe."""
+def target_options(f: F) -> F:
+    """Where and how to read: wait, probe and plan (--observe reads the target)."""
     options = [
         option("--url", multiple=True,
                 help="Metrics URL (http or https); instead of the four below. Repeat it "
@@ -130,6 +157,15 @@ def reach_options(f: F) -> F:
                 help="Read a remote https listener without verifying it."),
         option("--allow-remote", is_flag=True,
                 help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost)."),
+    ]  # fmt: skip
+    for each in reversed(options):
+        f = each(f)
+    return f
+
+
+def source_options(f: F) -> F:
+    """What to count and where else to look for it: wait and probe."""
+    options = [
         option("--source", type=click.Choice(["auto", "metrics", "loads", "both"]),
                 default=DEFAULT_SOURCE, show_default=True,
                 help="What to count: auto reads /metrics and, when the body is SGLang's, "
@@ -151,8 +187,8 @@ def reach_options(f: F) -> F:
     return f
 
 
-def wait_options(f: F) -> F:
-    """The options of wait's timeline and log (plan takes the timeline's too)."""
+def timeline_options(f: F) -> F:
+    """The timeline's instants: wait, and plan, which draws wait's timeline."""
     options = [
         option("--grace", type=DURATION, default=DEFAULT_GRACE, show_default=True,
                help="G: the Pod's terminationGracePeriodSeconds."),
@@ -172,6 +208,15 @@ def wait_options(f: F) -> F:
                help="W: return `stalled` (exit 5) when the engine reports work and none of "
                "its progress counters has moved for this long; 0 turns it off  "
                f"[default: {DEFAULT_STALL_AFTER:g}]"),
+    ]  # fmt: skip
+    for each in reversed(options):
+        f = each(f)
+    return f
+
+
+def log_options(f: F) -> F:
+    """What wait says and where: its log lines, the termination message, the exit."""
+    options = [
         option("--log-format", type=click.Choice(["text", "json"]), default="text",
                show_default=True, help="Format of the log lines."),
         # No checks on --log-file: a path that cannot be opened (another user's

@@ -6,6 +6,7 @@ histogram) and the README's table all read `ENGINES`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -216,12 +217,38 @@ ENGINE_NAMES: tuple[str, ...] = tuple(e.name for e in ENGINES)
 
 BY_NAME: dict[str, Engine] = {e.name: e for e in ENGINES}
 
+
+def default_port(engine: str) -> int:
+    """The port an engine serves on by default; vLLM's for `auto` (the default engine)."""
+    return (BY_NAME.get(engine) or BY_NAME["vllm"]).default_port
+
+
 # Series label with this name and a non-empty value: SGLang's per-priority
 # breakdown of the priority="" total (0.5.x, --enable-priority-scheduling).
 PRIORITY_LABEL = "priority"
 # Series that differ only in this label describe one batch
 # (--enable-metrics-for-all-schedulers publishes it once per TP rank).
 TP_RANK_LABEL = "tp_rank"
+
+
+# A name's `:` after the engine prefix, as a body may write it: as is, or `_`
+# (OpenMetrics escaping of `:`). The one rule for every scanner.
+NAME_SEPARATORS = ":_"
+
+
+def spellings(name: str) -> tuple[str, ...]:
+    """A canonical `prefix:rest` name as a body may write it: itself, then `prefix_rest`."""
+    prefix, colon, rest = name.partition(":")
+    return (name, f"{prefix}_{rest}") if colon else (name,)
+
+
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def series_key(name: str, labels: Iterable[tuple[str, str]]) -> SeriesKey:
+    """What makes two series one: the name and the labels (any order), tp_rank
+    aside. Series that differ only in tp_rank describe one batch (§3)."""
+    return name, tuple(sorted(kv for kv in labels if kv[0] != TP_RANK_LABEL))
 
 
 _KINDS: dict[str, tuple[Engine, str]] = {
@@ -239,10 +266,10 @@ _KINDS: dict[str, tuple[Engine, str]] = {
 def sample_kind(raw: str) -> tuple[Engine, str, str] | None:
     """Map a sample name to (engine, canonical name, kind), kind being `counted`,
     `progress` or `external` (CONTRACT §2b), or None if the hook reads no such
-    sample. The same `_`-for-`:` rule as `counted_name`."""
+    sample. The same `_`-for-`:` rule (NAME_SEPARATORS) as `counted_name`."""
     for engine in ENGINES:
         p = engine.prefix
-        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in ":_":
+        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in NAME_SEPARATORS:
             canonical = f"{p}:{raw[len(p) + 1 :]}"
             hit = _KINDS.get(canonical)
             if hit is None or hit[0] is not engine:
@@ -259,7 +286,7 @@ def counted_name(raw: str) -> tuple[Engine, str] | None:
     """
     for engine in ENGINES:
         p = engine.prefix
-        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in ":_":
+        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in NAME_SEPARATORS:
             canonical = f"{p}:{raw[len(p) + 1 :]}"
             if canonical in engine.counted:
                 return engine, canonical

@@ -27,7 +27,6 @@ OpenMetrics exemplar after the value is dropped.
 from __future__ import annotations
 
 import math
-import mmap
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -35,9 +34,18 @@ from dataclasses import dataclass, field
 
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
 from drainhook.errors import Malformed
-from drainhook.exposition import _BLANKS, _META, _NAME_END, _NUMBER, MAX_LABELS, _parse_rest
+from drainhook.exposition import (
+    _BLANKS,
+    _META,
+    _NAME_END,
+    _NUMBER,
+    _SPECIAL,
+    MAX_LABELS,
+    _parse_rest,
+)
+from drainhook.gauges import spellings
+from drainhook.verdict import Body
 
-Body = bytes | bytearray | mmap.mmap
 Labels = tuple[tuple[str, str], ...]
 
 # Bounds on each family in one body. vLLM writes 23 lines per histogram series
@@ -168,8 +176,7 @@ def scan_families(
     families = {name: Family(name) for name in names}
     needles: list[tuple[bytes, Family]] = []
     for name in names:
-        prefix, _, rest = name.partition(":")
-        needles += [(name.encode(), families[name]), (f"{prefix}_{rest}".encode(), families[name])]
+        needles += [(spelled.encode(), families[name]) for spelled in spellings(name)]
     looked = 0
     for needle, family in needles:
         plain = _plain_line(needle)
@@ -240,24 +247,18 @@ def _line(
     return suffix, rest
 
 
-# The common line, read in one match: a label set without escapes, a plain value, an
-# optional timestamp. Anything else (escapes, exemplars, a special value) takes the
-# scanner's full grammar, which accepts everything this does, and more.
+# Two ways to read a line, one grammar: the common line in one match of its bytes
+# (`_plain_line`: a label set without escapes, a plain value, an optional
+# timestamp), and everything else through the scanner's full grammar
+# (exposition._parse_rest), which accepts all the first does, and more.
 _PLAIN_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\\n]*"[ \t]*'
-_PLAIN_SET = rf"\{{((?:{_PLAIN_PAIR},)*(?:{_PLAIN_PAIR})?)\}}"
-_PLAIN = re.compile(rf"[ \t]*{_PLAIN_SET}[ \t]*({_NUMBER})(?:[ \t]+{_NUMBER})?[ \t]*")
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"')
 # A bucket's upper bound, as the Prometheus parsers read one (no `1_000`, no blanks).
-_LE = re.compile(rf"{_NUMBER}|[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])")
+_LE = re.compile(rf"{_NUMBER}|{_SPECIAL}")
 
 
 def _parse(rest: str) -> tuple[Labels, float]:
     """Labels and value; an OpenMetrics exemplar (`... value # {labels} v`) is dropped."""
-    plain = _PLAIN.fullmatch(rest)
-    if plain is not None:
-        pairs = _PAIR.findall(plain.group(1))
-        if len(pairs) <= MAX_LABELS:
-            return tuple(pairs), float(plain.group(2))
     try:
         return _parse_rest(rest)
     except Malformed:
@@ -362,7 +363,7 @@ def _check(family: Family) -> None:
             below, below_bound = value, bound
 
 
-def combine(name: str, series: Iterable[RawSeries]) -> Histogram:
+def sum_series(name: str, series: Iterable[RawSeries]) -> Histogram:
     """Checked series summed into one histogram.
 
     Series with different bounds (a target with other `--custom-histogram-buckets`)

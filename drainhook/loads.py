@@ -49,7 +49,7 @@ DP_RANK_LABEL = "dp_rank"
 _MAX_LABEL = 64  # characters of a dp_rank value kept as a label
 
 
-def _number(entry: dict[str, Any], field: LoadsField) -> float | None:
+def _field_value(entry: dict[str, Any], field: LoadsField) -> float | None:
     """The field's value in one rank entry: None when absent (and not required)."""
     node: Any = entry
     for i, key in enumerate(field.path):
@@ -145,7 +145,7 @@ def scan_loads(
                 raise Malformed(f"rank entry {index} is not an object")
             labels = ((DP_RANK_LABEL, _rank_label(entry, index)),)
             for field in fields:
-                value = _number(entry, field)
+                value = _field_value(entry, field)
                 if value is not None:
                     series.append(Series(field.name, labels, value))
             if counters is not None:
@@ -198,7 +198,7 @@ def _at(entry: dict[str, Any], path: tuple[str | int, ...]) -> float | None:
             node = node[key]
         else:
             return None
-    return _number({"v": node}, LoadsField(("v",), "", required=True))
+    return _field_value({"v": node}, LoadsField(("v",), "", required=True))
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from drainhook.gauges import TP_RANK_LABEL
+from drainhook import gauges
+from drainhook.gauges import SeriesKey
 from drainhook.verdict import Series
-
-SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def series_key(series: Series) -> SeriesKey:
-    """What makes two series the same: the name and the labels (any order), tp_rank aside."""
-    return series.name, tuple(sorted(kv for kv in series.labels if kv[0] != TP_RANK_LABEL))
+    """What makes two series the same: gauges.series_key's rule (tp_rank aside)."""
+    return gauges.series_key(series.name, series.labels)
 
 
 def merge_series(per_target: Sequence[Sequence[Series]]) -> tuple[Series, ...]:

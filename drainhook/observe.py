@@ -24,31 +24,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drainhook import plan as planning
-from drainhook.config import Reach, WaitConfig
+from drainhook.config import DEFAULT_MAX_BODY, ReadConfig, WaitConfig
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
-from drainhook.gauges import ENGINES, Engine
+from drainhook.gauges import BY_NAME, ENGINES, Engine, spellings
 from drainhook.histogram import (
     INF,
-    Body,
     Family,
     Histogram,
     Labels,
     RawSeries,
     ScanLimit,
-    combine,
     difference,
     exact,
     scan_families,
+    sum_series,
 )
-from drainhook.plan import GRACE_MAX, GRACE_MIN, Plan, PlanWarning
-from drainhook.verdict import Reading, Verdict
+from drainhook.numfmt import json_number, number, seconds
+from drainhook.plan import Plan
+from drainhook.timeline import GRACE_MAX, GRACE_MIN, PlanWarning
+from drainhook.verdict import Body, Reading, Verdict
 
 DEFAULT_QUANTILE = 0.999
 SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little
 QUANTILES = (0.5, 0.99, 0.999)  # shown as evidence whatever --quantile is
 
-
-BY_ENGINE = {e.name: e for e in ENGINES}  # each names its latency histogram
 
 # vLLM's other request histograms, for the bound a request cannot pass unless
 # max_tokens grows: TTFT + max_tokens x time per output token. The per-request
@@ -112,9 +111,9 @@ class Recommendation:
 def gather(
     *,
     engine: str = "auto",
-    reach: Reach | None = None,
+    reach: ReadConfig | None = None,
     files: Sequence[Path] = (),
-    max_body: int = 16 * 1024 * 1024,
+    max_body: int = DEFAULT_MAX_BODY,
     window: float | None = None,
     read_file: Callable[[Path, int], bytes] | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -125,13 +124,13 @@ def gather(
     if reach is None:
         assert read_file is not None
         return from_bodies([(str(p), read_file(p, max_body)) for p in files], engine)
-    first = _read_targets(reach)
+    first = _read_histograms(reach)
     if window is None:
         return _observation(first, engine, reach.display)
     start = clock()
     while (left := start + window - clock()) > 0:
         sleep(left)
-    second = _read_targets(reach)
+    second = _read_histograms(reach)
     return _window_observation(first, second, engine, reach.display, clock() - start)
 
 
@@ -144,31 +143,25 @@ def from_bodies(bodies: Sequence[tuple[str, Body]], engine: str = "auto") -> Obs
 def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, Family]:
     """The latency families of one body, and vLLM's max_tokens-bound families: of the
     time-per-output-token ones, only the first the body has (each costs a scan)."""
-    engines = [BY_ENGINE[engine]] if engine in BY_ENGINE else list(ENGINES)
+    engines = [BY_NAME[engine]] if engine in BY_NAME else list(ENGINES)
     names = [e.latency.name for e in engines]
     if engine in ("auto", "vllm"):
         names += [VLLM_MAX_TOKENS, VLLM_TTFT]
         for name in VLLM_TPOT:
-            prefix, _, rest = name.partition(":")
-            if any(body.find(f"{n}_bucket".encode(), 0) >= 0 for n in (name, f"{prefix}_{rest}")):
+            if any(body.find(f"{n}_bucket".encode(), 0) >= 0 for n in spellings(name)):
                 names.append(name)
                 break
     return scan_families(body, names, until=until)
 
 
-def _read_targets(reach: Reach) -> list[tuple[str, dict[str, Family]]]:
-    """Each target read once; the scan runs inside the read's time, as for a verdict."""
-    from drainhook.read import Reader
-    from drainhook.target import ssl_context
+def _read_histograms(reach: ReadConfig) -> list[tuple[str, dict[str, Family]]]:
+    """Each target read once (drainhook.readers makes the readers, as for probe);
+    the scan runs inside the read's time, as for a verdict."""
+    from drainhook.readers import plain_reader
 
     found = []
     for target in reach.targets:
-        reader = Reader(
-            target,
-            max_body=reach.max_body,
-            ssl_context=ssl_context(target, reach.cacert, reach.insecure),
-            tls_server_name=reach.tls_server_name,
-        )
+        reader = plain_reader(reach, target)
         try:
             got = reader.read_with(reach.read_timeout, _scanner(reach.engine))
         finally:
@@ -212,7 +205,7 @@ def _family(parts: list[tuple[str, dict[str, Family]]], pin: str) -> Engine:
         engines |= here
     if len(engines) > 1:
         raise NoHistogram("the targets disagree on the engine (vLLM and SGLang): pin --engine")
-    return BY_ENGINE[engines.pop()]
+    return BY_NAME[engines.pop()]
 
 
 def _series(where: str, families: dict[str, Family], name: str) -> dict[Labels, RawSeries]:
@@ -228,7 +221,7 @@ def _observation(parts: list[tuple[str, dict[str, Family]]], pin: str, source: s
     series = [s for where, fams in parts for s in _series(where, fams, name).values()]
     return Observation(
         engine.name,
-        combine(name, series),
+        sum_series(name, series),
         source,
         bound=_max_tokens_bound([fams for _, fams in parts]),
     )
@@ -249,7 +242,7 @@ def _window_observation(
         got, reset = difference(_series(where, before, name), _series(where, after, name))
         series += got
         resets += reset
-    return Observation(engine.name, combine(name, series), source, window=took, resets=resets)
+    return Observation(engine.name, sum_series(name, series), source, window=took, resets=resets)
 
 
 def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
@@ -260,7 +253,7 @@ def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
     def usable(name: str) -> Histogram | None:
         if any(name not in fams or fams[name].problem or not fams[name].seen for fams in parts):
             return None
-        h = combine(name, [s for fams in parts for s in fams[name].series.values()])
+        h = sum_series(name, [s for fams in parts for s in fams[name].series.values()])
         return h if h.total > 0 else None
 
     max_tokens = usable(VLLM_MAX_TOKENS)
@@ -306,126 +299,184 @@ def recommend(config: WaitConfig, observed: Observation, quantile: float) -> Rec
     return dataclasses.replace(draft, warnings=observe_warnings(config, observed, draft))
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What the observation rules read: the plan's values, the observation, and
+    the recommendation drafted from it (its warnings not yet there)."""
+
+    config: WaitConfig
+    observed: Observation
+    rec: Recommendation
+
+    @property
+    def label(self) -> str:
+        return _quantile_label(self.rec.quantile)
+
+
+# The honest edges of the evidence, as a table of rules like plan's RULES: one
+# function each, `(evidence) -> PlanWarning | None` (codes `observe-*`), checked
+# in the order of OBSERVE_RULES; a new warning is one function and one entry.
+ObserveRule = Callable[[Evidence], PlanWarning | None]
+
+
+def _small_sample(e: Evidence) -> PlanWarning | None:
+    """observe-small-sample: under 100 requests observed"""
+    n = e.observed.histogram.total
+    if n >= SMALL_SAMPLE:
+        return None
+    return PlanWarning(
+        "observe-small-sample",
+        f"{_count(n)} observed" + ("" if n else ": no recommendation"),
+        f"under {SMALL_SAMPLE} requests a {e.label} says little about the long "
+        "requests a drain leaves; observe longer, or under real traffic",
+    )
+
+
+def _inf(e: Evidence) -> PlanWarning | None:
+    """observe-inf: the quantile is in the +Inf bucket"""
+    if e.rec.latency != INF:
+        return None
+    largest = e.observed.histogram.largest_bound
+    shown = "no finite bucket" if largest is None else f"the largest bound, {seconds(largest)}"
+    flag = BY_NAME[e.observed.engine].latency.bucket_flag
+    return PlanWarning(
+        "observe-inf",
+        f"the {e.label} is in the +Inf bucket, above {shown}: no G can be read from it",
+        f"the requests there may take any time; give the engine larger buckets ({flag})",
+    )
+
+
+def _floor(e: Evidence) -> PlanWarning | None:
+    """observe-floor: the recommended G was raised to 15 s"""
+    raw, grace = e.rec.raw_grace, e.rec.grace
+    if raw is None or grace is None or raw >= grace:
+        return None
+    return PlanWarning(
+        "observe-floor",
+        f"ceil(S + {e.label} + R) = {raw}s, raised to {seconds(GRACE_MIN)}",
+        "under 15 s there is no room to settle, read and let the engine exit",
+    )
+
+
+def _grace_range(e: Evidence) -> PlanWarning | None:
+    """observe-grace-range: the recommended G is over 3600 s"""
+    if e.rec.grace is None or e.rec.grace <= GRACE_MAX:
+        return None
+    return PlanWarning(
+        "observe-grace-range",
+        f"the recommended G = {e.rec.grace}s is over {seconds(GRACE_MAX)}",
+        "the evidence asks for it, but a drain that long outlasts node drains "
+        "and holds every rollout as long; consider capping requests (max_tokens, "
+        "a request timeout) instead",
+    )
+
+
+def _cuts(e: Evidence) -> PlanWarning | None:
+    """observe-cuts: more requests than the quantile leaves ran longer than D - S"""
+    rec = e.rec
+    if rec.longer is None or rec.longer <= 1 - rec.quantile + 1e-12:
+        return None
+    return PlanWarning(
+        "observe-cuts",
+        f"with G = {seconds(e.config.grace)} now, at most {_pct(rec.longer)} of observed "
+        f"requests ran longer than D - S = {seconds(rec.window_s)}",
+        "a request that starts as the Pod is deleted has D - S to finish; "
+        "longer ones are cut at SIGTERM",
+    )
+
+
+def _reset(e: Evidence) -> PlanWarning | None:
+    """observe-reset: a series restarted from 0 during --window"""
+    if not e.observed.resets:
+        return None
+    return PlanWarning(
+        "observe-reset",
+        f"{e.observed.resets} series restarted from 0 during the window",
+        "an engine restarted between the two reads; its requests before the "
+        "restart are not in the difference",
+    )
+
+
+def _bounds(e: Evidence) -> PlanWarning | None:
+    """observe-bounds: the series disagree on bucket bounds"""
+    dropped = e.observed.histogram.dropped
+    if not dropped:
+        return None
+    more = ", ..." if len(dropped) > 6 else ""
+    shown = ", ".join(seconds(b) for b in dropped[:6]) + more
+    return PlanWarning(
+        "observe-bounds",
+        f"the series disagree on bucket bounds: summed at the bounds they share ({shown} left out)",
+        "an engine or target with other custom buckets; the shared bounds are exact, only coarser",
+    )
+
+
+OBSERVE_RULES: tuple[ObserveRule, ...] = (
+    _small_sample,
+    _inf,
+    _floor,
+    _grace_range,
+    _cuts,
+    _reset,
+    _bounds,
+)
+
+
 def observe_warnings(
     config: WaitConfig, observed: Observation, rec: Recommendation
 ) -> tuple[PlanWarning, ...]:
-    """The honest edges of the evidence, as plan warnings (codes `observe-*`)."""
-    h = observed.histogram
-    found: list[PlanWarning] = []
-    n = h.total
-    label = _q(rec.quantile)
-    if n < SMALL_SAMPLE:
-        found.append(
-            PlanWarning(
-                "observe-small-sample",
-                f"{_count(n)} observed" + ("" if n else ": no recommendation"),
-                f"under {SMALL_SAMPLE} requests a {label} says little about the long "
-                "requests a drain leaves; observe longer, or under real traffic",
-            )
-        )
-    if rec.latency == INF:
-        largest = h.largest_bound
-        shown = "no finite bucket" if largest is None else f"the largest bound, {_s(largest)}"
-        flag = BY_ENGINE[observed.engine].latency.bucket_flag
-        found.append(
-            PlanWarning(
-                "observe-inf",
-                f"the {label} is in the +Inf bucket, above {shown}: no G can be read from it",
-                f"the requests there may take any time; give the engine larger buckets ({flag})",
-            )
-        )
-    if rec.raw_grace is not None and rec.grace is not None and rec.raw_grace < rec.grace:
-        found.append(
-            PlanWarning(
-                "observe-floor",
-                f"ceil(S + {label} + R) = {rec.raw_grace}s, raised to {_s(GRACE_MIN)}",
-                "under 15 s there is no room to settle, read and let the engine exit",
-            )
-        )
-    if rec.grace is not None and rec.grace > GRACE_MAX:
-        found.append(
-            PlanWarning(
-                "observe-grace-range",
-                f"the recommended G = {rec.grace}s is over {_s(GRACE_MAX)}",
-                "the evidence asks for it, but a drain that long outlasts node drains "
-                "and holds every rollout as long; consider capping requests (max_tokens, "
-                "a request timeout) instead",
-            )
-        )
-    if rec.longer is not None and rec.longer > 1 - rec.quantile + 1e-12:
-        found.append(
-            PlanWarning(
-                "observe-cuts",
-                f"with G = {_s(config.grace)} now, at most {_pct(rec.longer)} of observed "
-                f"requests ran longer than D - S = {_s(rec.window_s)}",
-                "a request that starts as the Pod is deleted has D - S to finish; "
-                "longer ones are cut at SIGTERM",
-            )
-        )
-    if observed.resets:
-        found.append(
-            PlanWarning(
-                "observe-reset",
-                f"{observed.resets} series restarted from 0 during the window",
-                "an engine restarted between the two reads; its requests before the "
-                "restart are not in the difference",
-            )
-        )
-    if h.dropped:
-        shown = ", ".join(_s(b) for b in h.dropped[:6]) + (", ..." if len(h.dropped) > 6 else "")
-        found.append(
-            PlanWarning(
-                "observe-bounds",
-                f"the series disagree on bucket bounds: summed at the bounds they share "
-                f"({shown} left out)",
-                "an engine or target with other custom buckets; the shared bounds are exact, "
-                "only coarser",
-            )
-        )
-    return tuple(found)
+    """What OBSERVE_RULES find in the evidence, in their order."""
+    evidence = Evidence(config, observed, rec)
+    return tuple(w for rule in OBSERVE_RULES if (w := rule(evidence)) is not None)
 
 
 # -- the command ------------------------------------------------------------------------
 
 
-def run_observe(
-    config: WaitConfig,
-    role: str,
-    binary: str,
-    output: str,
-    reach: Reach | None,
-    files: Sequence[Path],
-    quantile: float,
-    window: float | None,
-    max_body: int,
-) -> int:
-    """`plan --observe`: read, recommend, print; 0 (an error raises, with its code)."""
-    import click
+@dataclass(frozen=True)
+class ObserveRequest:
+    """What `plan --observe` is asked: the plan's values, where the evidence is
+    (a reach to read, or saved scrapes), and how to read it."""
 
+    config: WaitConfig
+    role: str = "unified"
+    binary: str = planning.DEFAULT_BINARY
+    output: str = "text"
+    reach: ReadConfig | None = None  # None: read `files` instead
+    files: tuple[Path, ...] = ()
+    quantile: float = DEFAULT_QUANTILE
+    window: float | None = None
+    max_body: int = DEFAULT_MAX_BODY
+
+
+def run_observe(request: ObserveRequest) -> str:
+    """`plan --observe`: read, recommend; the text to print (an error raises, with
+    its exit code). Every usage error comes before any read."""
     from drainhook.target import read_small_file
 
-    plan = planning.make_plan(config, role, binary)  # usage errors before any read
-    if output not in planning.OUTPUTS:
+    r = request
+    planning.check_role(r.role)
+    r.config.check()
+    if r.output not in planning.OUTPUTS:
         raise UsageError(f"--output must be one of {', '.join(planning.OUTPUTS)}")
-    if window is not None and files:
+    if r.window is not None and r.files:
         raise UsageError("--window needs two reads of a target, not --from-file")
-    if window is not None and not (0 < window < math.inf):
-        raise UsageError(f"--window must be a number of seconds > 0, not {window}")
-    if not 0 < quantile <= 1:
-        raise UsageError(f"--quantile must be in (0, 1], not {quantile}")
+    if r.window is not None and not (0 < r.window < math.inf):
+        raise UsageError(f"--window must be a number of seconds > 0, not {r.window}")
+    if not 0 < r.quantile <= 1:
+        raise UsageError(f"--quantile must be in (0, 1], not {r.quantile}")
     observed = gather(
-        engine=config.reach.engine,
-        reach=reach,
-        files=files,
-        max_body=max_body,
-        window=window,
+        engine=r.config.reach.engine,
+        reach=r.reach,
+        files=r.files,
+        max_body=r.max_body,
+        window=r.window,
         read_file=lambda path, cap: read_small_file(path, cap, "--from-file"),
     )
-    rec = recommend(config, observed, quantile)
+    rec = recommend(r.config, observed, r.quantile)
     # The engine is known from its histogram: its advice comes even with --engine auto.
-    plan = planning.make_plan(config, role, binary, observed.engine)
-    click.echo(render(plan, observed, rec, output), nl=False)
-    return 0
+    plan = planning.make_plan(r.config, r.role, r.binary, observed.engine)
+    return render(plan, observed, rec, r.output)
 
 
 # -- renderings -------------------------------------------------------------------------
@@ -435,10 +486,10 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
     """The `observed` object of `plan --observe --output json`."""
     bound = observed.bound
     return {
-        "requests": _j(observed.requests),
+        "requests": json_number(observed.requests),
         "quantile": rec.quantile,
         "latency_s": _finite(rec.latency),
-        "quantiles": {_key(q): _finite(v) for q, v in rec.quantiles.items()},
+        "quantiles": {_quantile_key(q): _finite(v) for q, v in rec.quantiles.items()},
         "longer_than_deadline": rec.longer,
         "source": observed.source,
         "engine": observed.engine,
@@ -449,25 +500,24 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
         "max_tokens_bound": None
         if bound is None
         else {
-            "latency_s": _j(bound.latency_s),
-            "max_tokens": _j(bound.max_tokens),
-            "ttft_s": _j(bound.ttft_s),
-            "tpot_s": _j(bound.tpot_s),
+            "latency_s": json_number(bound.latency_s),
+            "max_tokens": json_number(bound.max_tokens),
+            "ttft_s": json_number(bound.ttft_s),
+            "tpot_s": json_number(bound.tpot_s),
             "tpot_histogram": bound.tpot_family,
         },
     }
 
 
 def to_json(plan: Plan, observed: Observation, rec: Recommendation) -> str:
-    """The plan's JSON for the values given, with `observed` and `recommended_grace`;
-    the observation's warnings join the plan's."""
-    whole = planning.to_json(plan)
-    whole["observed"] = observed_json(observed, rec)
-    whole["recommended_grace"] = rec.grace
-    whole["applied"] = planning.applied_json(applied(plan, observed, rec))
-    warnings = whole["warnings"]
-    assert isinstance(warnings, list)
-    warnings += [{"code": w.code, "message": w.message, "reason": w.reason} for w in rec.warnings]
+    """The plan's JSON for the values given (the observation's warnings after the
+    plan's, the advice applied with the evidence), then `observed` and
+    `recommended_grace`."""
+    whole = {
+        **planning.to_json(plan, applied(plan, observed, rec), rec.warnings),
+        "observed": observed_json(observed, rec),
+        "recommended_grace": rec.grace,
+    }
     return json.dumps(whole, indent=2) + "\n"
 
 
@@ -477,7 +527,7 @@ def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     evidence."""
     h = observed.histogram
     c = plan.config
-    label = _q(rec.quantile)
+    label = _quantile_label(rec.quantile)
     where = f"difference of two reads {observed.window:.1f}s apart" if observed.window else ""
     lines = [
         f"drainhook plan --observe: {_count(observed.requests)} in {h.name} "
@@ -485,27 +535,28 @@ def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
         "",
     ]
     lines += draw(h, rec)
-    shown = "  ".join(f"{_q(q)} <= {_bound(v)}" for q, v in rec.quantiles.items())
+    shown = "  ".join(f"{_quantile_label(q)} <= {_bound(v)}" for q, v in rec.quantiles.items())
     lines += ["", f"{shown}  (bucket upper bounds)"]
     if observed.bound is not None:
         b = observed.bound
         lines.append(
-            f"max_tokens bound: TTFT p99.9 {_s(b.ttft_s)} + max_tokens {_n(b.max_tokens)} x "
-            f"time per output token p99.9 {_s(b.tpot_s)} = {_s(b.latency_s)} "
+            f"max_tokens bound: TTFT p99.9 {seconds(b.ttft_s)} + "
+            f"max_tokens {number(b.max_tokens)} x "
+            f"time per output token p99.9 {seconds(b.tpot_s)} = {seconds(b.latency_s)} "
             f"(an estimate, beside the observed {label})"
         )
     lines.append("")
     if rec.grace is not None and rec.latency is not None:
-        raised = f", raised to the {_s(GRACE_MIN)} floor" if rec.raw_grace != rec.grace else ""
+        raised = f", raised to the {seconds(GRACE_MIN)} floor" if rec.raw_grace != rec.grace else ""
         lines.append(
-            f"recommended: G = {rec.grace}s  (ceil(S {_s(c.settle)} + {label} "
-            f"{_s(rec.latency)} + R {_s(c.exit_reserve)}) = {rec.raw_grace}s{raised})"
+            f"recommended: G = {rec.grace}s  (ceil(S {seconds(c.settle)} + {label} "
+            f"{seconds(rec.latency)} + R {seconds(c.exit_reserve)}) = {rec.raw_grace}s{raised})"
         )
     else:
         lines.append("recommended: none (see the warnings)")
     if rec.longer is not None:
         lines.append(
-            f"with G = {_s(c.grace)} now: D - S = {_s(rec.window_s)}; at most "
+            f"with G = {seconds(c.grace)} now: D - S = {seconds(rec.window_s)}; at most "
             f"{_pct(rec.longer)} of observed requests ran longer"
         )
     done = applied(plan, observed, rec)
@@ -532,20 +583,22 @@ def draw(h: Histogram, rec: Recommendation) -> list[str]:
     last = max(used[-1], line_after)
     most = max(n for _, _, n in rows)
     quantile_row = next((i for i, (_, hi, _) in enumerate(rows) if hi == rec.latency), None)
-    labels = [f"({_n(lo)}, {'+Inf' if hi == INF else _n(hi)}]" for lo, hi, _ in rows]
+    labels = [f"({number(lo)}, {'+Inf' if hi == INF else number(hi)}]" for lo, hi, _ in rows]
     width = max(len(labels[i]) for i in range(first, last + 1))
-    counts = [_n(n) for _, _, n in rows]
+    counts = [number(n) for _, _, n in rows]
     cwidth = max(len(counts[i]) for i in range(first, last + 1))
     out = [f"  {'latency (s)'.ljust(width)}  {'requests'.rjust(cwidth)}"]
     for i in range(first, last + 1):
         lo, hi, n = rows[i]
         bar = "#" * (math.ceil(n / most * BAR) if n else 0)
-        mark = f"  <- {_q(rec.quantile)}" if i == quantile_row else ""
+        mark = f"  <- {_quantile_label(rec.quantile)}" if i == quantile_row else ""
         out.append(f"  {labels[i].ljust(width)}  {counts[i].rjust(cwidth)} |{bar}{mark}")
         if i == line_after:
             inside = lo < cut < hi
-            note = f" (inside the bucket above: its {_n(n)} may end either side)" if inside else ""
-            out.append(f"  {'-' * (width + cwidth + 3)} D - S = {_s(cut)}{note}")
+            note = (
+                f" (inside the bucket above: its {number(n)} may end either side)" if inside else ""
+            )
+            out.append(f"  {'-' * (width + cwidth + 3)} D - S = {seconds(cut)}{note}")
     return out
 
 
@@ -567,8 +620,9 @@ def formula(config: WaitConfig, rec: Recommendation) -> str:
     assert rec.latency is not None
     raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
     return (
-        f"G = ceil(S {_n(config.settle)} + {_q(rec.quantile)} {_n(rec.latency)} "
-        f"+ R {_n(config.exit_reserve)}) = {rec.raw_grace}{raised}"
+        f"G = ceil(S {number(config.settle)} + "
+        f"{_quantile_label(rec.quantile)} {number(rec.latency)} "
+        f"+ R {number(config.exit_reserve)}) = {rec.raw_grace}{raised}"
     )
 
 
@@ -589,13 +643,13 @@ def to_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     notes = [f"# observed: {_count(observed.requests)} in {observed.histogram.name}"]
     if mine.grace is None or mine.latency is None:
         kept = "keeps" if c.grace == plan.grace else "has"
-        notes.append(f"# no recommended G: the fragment {kept} --grace {_n(c.grace)}")
+        notes.append(f"# no recommended G: the fragment {kept} --grace {number(c.grace)}")
     elif not any(ch.field == "grace" for ch in done.changes):
         notes.append(f"# {formula(c, mine)}")  # else the change names it
     if rec.grace is not None and mine.longer is not None:
         # What the fragment's G leaves uncovered; the share for the G given is text's and JSON's.
         notes.append(
-            f"# with G = {_n(c.grace)}: D - S = {_s(mine.window_s)}; at most "
+            f"# with G = {number(c.grace)}: D - S = {seconds(mine.window_s)}; at most "
             f"{_pct(mine.longer)} of observed requests ran longer"
         )
     notes += [
@@ -619,31 +673,23 @@ def render(plan: Plan, observed: Observation, rec: Recommendation, output: str) 
 # -- small formatting -------------------------------------------------------------------
 
 
-def _q(q: float) -> str:
+def _quantile_label(q: float) -> str:
     """0.999 as p99.9, 0.5 as p50."""
     return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
 
 
-def _key(q: float) -> str:
+def _quantile_key(q: float) -> str:
     return repr(q)
-
-
-def _n(value: float) -> str:
-    return str(int(value)) if value == int(value) else f"{value:g}"
-
-
-def _s(value: float) -> str:
-    return _n(value) + "s"
 
 
 def _bound(value: float | None) -> str:
     if value is None:
         return "-"
-    return "+Inf" if value == INF else _s(value)
+    return "+Inf" if value == INF else seconds(value)
 
 
 def _count(n: float) -> str:
-    return f"{_n(n)} request" + ("" if n == 1 else "s")
+    return f"{number(n)} request" + ("" if n == 1 else "s")
 
 
 def _pct(share: float) -> str:
@@ -654,8 +700,4 @@ def _finite(value: float | None) -> float | int | None:
     """A number for JSON; null for none or +Inf (JSON has no infinity)."""
     if value is None or value == INF:
         return None
-    return _j(value)
-
-
-def _j(value: float) -> int | float:
-    return int(value) if value == int(value) else value
+    return json_number(value)

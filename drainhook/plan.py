@@ -5,7 +5,8 @@ Pure: a `WaitConfig` (the same value `wait` runs on, so the deadline is the
 hook's own) plus a role and a binary path in, a `Plan` and its renderings out.
 YAML is written by hand so that the hook never needs a YAML library.
 
-Layout: `Plan` and `make_plan`; the warnings as a table of rules (`RULES`:
+Layout: `Plan` (drainhook.timeline's instants, with a role and the binary)
+and `make_plan`; the warnings as a table of rules (`RULES`: timeline's
 `TIMELINE_RULES`, about the run's own instants, which `wait` logs at its
 start, then `ADVICE_RULES`, advice for the Pod spec and the engine's flags);
 `apply_advice`, the one place that decides the values `--output yaml`
@@ -30,69 +31,49 @@ from drainhook.config import (
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SETTLE,
     DEFAULT_STALL_AFTER,
-    Reach,
+    ReadConfig,
     WaitConfig,
 )
 from drainhook.errors import UsageError
-from drainhook.gauges import BY_NAME
+from drainhook.gauges import default_port
+from drainhook.numfmt import json_number, number, seconds
 from drainhook.target import build_url, parse_url
+from drainhook.timeline import (
+    KUBELET_MIN_STOP,
+    ROUTER_DEREGISTRATION,
+    TIMELINE_RULES,
+    Fix,
+    Instants,
+    PlanWarning,
+    instants,
+)
 
 SCHEMA = 1
 ROLES = ("unified", "prefill", "decode")
 OUTPUTS = ("text", "json", "yaml")
 DEFAULT_BINARY = "/usr/local/bin/drainhook"
 
-# A grace below 15 s leaves no room to settle, read and exit; above an hour, a
-# drain outlasts what node drains allow (the cluster autoscaler's default
-# --max-graceful-termination-sec is 600 s) and holds a rollout that long.
-GRACE_MIN = 15.0
-GRACE_MAX = 3600.0
-# Endpoint controllers, kube-proxy and ingress controllers usually drop a
-# deleted Pod within a few seconds; 5 s is the common allowance.
-ROUTER_DEREGISTRATION = 5.0
 # An SGLang prefill or decode server (disaggregation, 0.5.x) needs about 20 s
 # after SIGTERM to exit; G = 45 then leaves 20 s to drain after a 5 s settle.
 SGLANG_PD_EXIT = 20.0
 SGLANG_PD_GRACE = 45.0
-# The kubelet gives a container at least 2 s between SIGTERM and SIGKILL
-# (minimumGracePeriodInSeconds in kuberuntime), even when the hook used all of G.
-KUBELET_MIN_STOP = 2.0
 # `vllm serve --shutdown-timeout N` (vLLM >= 0.18.0, vllm-project/vllm#34730)
-# lets running requests go on for N s after SIGTERM before it aborts them.
+# lets running requests go on for N s after SIGTERM; what still runs at N stalls
+# until the kubelet's SIGKILL, as every running request does without the flag.
+# Measured on vLLM 0.32: the engine core is killed only at N, idle or not, so
+# the exit takes about N + 0.5 s on every SIGTERM (0.4 s without the flag).
 VLLM_SHUTDOWN_TIMEOUT_SINCE = "0.18"
 
 
 @dataclass(frozen=True)
-class Fix:
-    """A value a warning's advice names, which `--output yaml` applies."""
+class Plan(Instants):
+    """The instants of one timeline (timeline.Instants), for an engine's role and
+    the hook's path in the container."""
 
-    field: str  # a WaitConfig field: "grace" or "exit_reserve"
-    value: float
-    because: str
-
-
-@dataclass(frozen=True)
-class PlanWarning:
-    """One thing the plan's numbers get wrong, and why it matters."""
-
-    code: str
-    message: str
-    reason: str
-    fixes: tuple[Fix, ...] = ()  # the values its advice names, if it names any
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The instants of one timeline, in seconds from the hook's start (t=0)."""
-
-    config: WaitConfig
-    role: str
-    binary: str
-    first_read: float | None  # None: the deadline comes before the settle ends
-    idle_return: float  # when an idle engine's hook returns (reads take no time)
-    idle_drains: bool  # whether that return is `drained` (else the deadline comes first)
-    reads_max: int  # reads that fit before D when each takes no time
+    role: str = "unified"
+    binary: str = DEFAULT_BINARY
     known_engine: str | None = None  # the engine when known otherwise (plan --observe)
+    grace_observed: bool = False  # G came from observed request times (plan --observe)
 
     @property
     def warnings(self) -> tuple[PlanWarning, ...]:
@@ -106,39 +87,8 @@ class Plan:
         return self.known_engine or self.config.reach.engine
 
     @property
-    def grace(self) -> float:
-        return self.config.grace
-
-    @property
-    def settle_end(self) -> float:
-        return min(self.config.settle, self.deadline)
-
-    @property
-    def deadline(self) -> float:
-        return self.config.deadline
-
-    @property
-    def sigterm_latest(self) -> float:
-        """The kubelet sends SIGTERM as soon as the hook returns: at D at the latest."""
-        return self.deadline
-
-    @property
-    def kill(self) -> float:
-        """SIGKILL: at G, or 2 s after the hook when it returned later than G - 2."""
-        return max(self.grace, self.deadline + KUBELET_MIN_STOP)
-
-    @property
     def command(self) -> tuple[str, ...]:
         return prestop_command(self.config, self.binary)
-
-    @property
-    def stall_earliest(self) -> float | None:
-        """When a stalled engine's hook returns at the earliest (CONTRACT §2b): a
-        window of W from the first read; None when off, or not before D."""
-        w = self.config.stall_window
-        if w <= 0 or self.first_read is None or self.first_read + w >= self.deadline:
-            return None
-        return self.first_read + w
 
 
 def wait_config(
@@ -155,10 +105,9 @@ def wait_config(
     engine: str = "auto",
 ) -> WaitConfig:
     """The `WaitConfig` that `wait` would build from these flags (default target)."""
-    port = BY_NAME[engine].default_port if engine in BY_NAME else BY_NAME["vllm"].default_port
-    target = parse_url(build_url("http", "127.0.0.1", port, "/metrics"))
+    target = parse_url(build_url("http", "127.0.0.1", default_port(engine), "/metrics"))
     return WaitConfig(
-        reach=Reach(target=target, engine=engine, read_timeout=read_timeout),
+        reach=ReadConfig(target=target, engine=engine, read_timeout=read_timeout),
         grace=grace,
         settle=settle,
         exit_reserve=exit_reserve,
@@ -170,6 +119,11 @@ def wait_config(
     )
 
 
+def check_role(role: str) -> None:
+    if role not in ROLES:
+        raise UsageError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+
+
 def make_plan(
     config: WaitConfig,
     role: str = "unified",
@@ -178,107 +132,26 @@ def make_plan(
 ) -> Plan:
     """The timeline `wait` runs for config, and what is wrong with it. known_engine:
     the engine when something other than --engine showed it (a latency histogram)."""
-    if role not in ROLES:
-        raise UsageError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+    check_role(role)
     config.check()
-    s, d, i = config.settle, config.deadline, config.interval
-    first_read = s if s < d else None
-    confirmed = s + (config.confirm - 1) * i
-    drains = confirmed < d
-    idle_return = min(confirmed + config.linger, d) if drains else d
-    reads_max = math.ceil((d - s) / i - 1e-9) if d > s else 0
-    return Plan(config, role, binary, first_read, idle_return, drains, reads_max, known_engine)
+    t = instants(config)
+    return Plan(
+        t.config, t.first_read, t.idle_return, t.idle_drains, t.reads_max,
+        role, binary, known_engine,
+    )  # fmt: skip
 
 
 # The warnings: one rule each, `(plan) -> PlanWarning | None`, checked in the
 # order of RULES (the order `plan` prints them). A new warning is one function
 # and one entry in TIMELINE_RULES or ADVICE_RULES. They read only the plan, so
 # any WaitConfig's plan has them: `make_plan(config).warnings`. A rule whose
-# advice names values (`fixes`) has them applied by `apply_advice`.
+# advice names values (`fixes`) has them applied by `apply_advice`. A rule's
+# docstring is `code: when`, one line: `plan --help` lists them (help_text).
 Rule = Callable[[Plan], PlanWarning | None]
 
 
-def _grace_range(plan: Plan) -> PlanWarning | None:
-    g = plan.grace
-    if g < GRACE_MIN:
-        return PlanWarning(
-            "grace-range",
-            f"G = {_s(g)} is under {_s(GRACE_MIN)}",
-            "there is no room to settle, read and still leave the engine time to exit",
-        )
-    if g > GRACE_MAX:
-        return PlanWarning(
-            "grace-range",
-            f"G = {_s(g)} is over {_s(GRACE_MAX)}",
-            "a drain that long outlasts node drains (the cluster autoscaler waits "
-            "600 s by default) and holds every rollout as long",
-        )
-    return None
-
-
-def _grace_fraction(plan: Plan) -> PlanWarning | None:
-    if plan.grace == int(plan.grace):
-        return None
-    return PlanWarning(
-        "grace-fraction",
-        f"G = {_s(plan.grace)} is not whole seconds",
-        "terminationGracePeriodSeconds is an integer and --grace must equal it",
-    )
-
-
-def _settle_past_deadline(plan: Plan) -> PlanWarning | None:
-    if plan.first_read is not None:
-        return None
-    s, d = plan.config.settle, plan.deadline
-    return PlanWarning(
-        "settle-past-deadline",
-        f"the settle S = {_s(s)} lasts to the deadline D = {_s(d)} or past it: not a single read",
-        "the hook returns at D with `deadline` without knowing whether the engine "
-        "is idle; raise G, or lower --settle or --exit-reserve",
-    )
-
-
-def _no_room(plan: Plan) -> PlanWarning | None:
-    c = plan.config
-    need = (c.confirm - 1) * c.interval + c.reach.read_timeout
-    if c.settle + need <= plan.deadline or plan.first_read is None:
-        return None  # (no read at all is settle-past-deadline's)
-    return PlanWarning(
-        "no-room",
-        f"D - S = {_s(plan.deadline - c.settle)} leaves no room for the {c.confirm} confirming "
-        f"reads (they need {_s(need)}: {c.confirm - 1} x interval + read timeout)",
-        "even an idle engine's hook then runs to the deadline; raise G, or lower "
-        "--settle, --exit-reserve or --interval",
-    )
-
-
-def _settle_short(plan: Plan) -> PlanWarning | None:
-    s = plan.config.settle
-    if s >= ROUTER_DEREGISTRATION:
-        return None
-    return PlanWarning(
-        "settle-short",
-        f"settle S = {_s(s)} is shorter than the usual router deregistration "
-        f"({_s(ROUTER_DEREGISTRATION)})",
-        "a router that has not yet dropped the Pod may still send it a request "
-        "after the hook has read it idle; that request dies at SIGTERM",
-    )
-
-
-def _exit_reserve_short(plan: Plan) -> PlanWarning | None:
-    r = plan.config.exit_reserve
-    if r >= KUBELET_MIN_STOP:
-        return None
-    return PlanWarning(
-        "exit-reserve-short",
-        f"exit reserve R = {_s(r)} is under {_s(KUBELET_MIN_STOP)}: the kill lands "
-        f"at D + {_s(KUBELET_MIN_STOP)} = {_s(plan.kill)}, after G",
-        "the kubelet always leaves a container 2 s between SIGTERM and SIGKILL, "
-        "and an engine needs seconds to exit cleanly",
-    )
-
-
 def _sglang_pd_exit(plan: Plan) -> PlanWarning | None:
+    """sglang-pd-exit: an SGLang prefill/decode server needs R >= 20 s and G >= 45 s"""
     g, r, role = plan.grace, plan.config.exit_reserve, plan.role
     if plan.engine not in ("sglang", "auto") or role not in ("prefill", "decode"):
         return None
@@ -289,20 +162,21 @@ def _sglang_pd_exit(plan: Plan) -> PlanWarning | None:
     new_r = max(r, SGLANG_PD_EXIT)
     kept = g + (new_r - r)
     new_g = max(kept, SGLANG_PD_GRACE)
-    needs = f"an SGLang {role} server needs about {_s(SGLANG_PD_EXIT)} after SIGTERM"
+    needs = f"an SGLang {role} server needs about {seconds(SGLANG_PD_EXIT)} after SIGTERM"
     fixes = []
     if new_r != r:
         fixes.append(Fix("exit_reserve", new_r, needs))
     if new_g != g:
         why = (
-            f"G rises with R, so that D stays {_s(plan.deadline)}"
+            f"G rises with R, so that D stays {seconds(plan.deadline)}"
             if kept >= SGLANG_PD_GRACE and new_r != r
-            else f"an SGLang {role} server needs G >= {_s(SGLANG_PD_GRACE)}"
+            else f"an SGLang {role} server needs G >= {seconds(SGLANG_PD_GRACE)}"
         )
         fixes.append(Fix("grace", new_g, why))
     return PlanWarning(
         "sglang-pd-exit",
-        f"{needs}: use --exit-reserve {_n(new_r)} (now {_s(r)}) and G = {_s(new_g)} (now {_s(g)})",
+        f"{needs}: use --exit-reserve {number(new_r)} (now {seconds(r)}) and "
+        f"G = {seconds(new_g)} (now {seconds(g)})",
         "with less, the kubelet kills it before it has exited; G rises with R so "
         "that the deadline stays, and is at least 45 s: 20 s to drain after a 5 s settle",
         tuple(fixes),
@@ -310,6 +184,7 @@ def _sglang_pd_exit(plan: Plan) -> PlanWarning | None:
 
 
 def _vllm_prefill_linger(plan: Plan) -> PlanWarning | None:
+    """vllm-prefill-linger: a vLLM prefill without --linger"""
     if plan.engine not in ("vllm", "auto") or plan.role != "prefill" or plan.config.linger:
         return None
     return PlanWarning(
@@ -322,6 +197,7 @@ def _vllm_prefill_linger(plan: Plan) -> PlanWarning | None:
 
 
 def _stall_after_deadline(plan: Plan) -> PlanWarning | None:
+    """stall-after-deadline: a --stall-after W given cannot close before D"""
     # Only a W given (--stall-after, DRAINHOOK_STALL_AFTER): the default W with a
     # G too short for it is no mistake, and the timeline shows it off.
     c = plan.config
@@ -330,25 +206,38 @@ def _stall_after_deadline(plan: Plan) -> PlanWarning | None:
     start = plan.first_read if plan.first_read is not None else c.settle
     return PlanWarning(
         "stall-after-deadline",
-        f"--stall-after W = {_s(c.stall_after)} cannot end the hook: the first read at "
-        f"{_s(start)} plus W is {_s(start + c.stall_after)}, not before D = {_s(plan.deadline)}",
+        f"--stall-after W = {seconds(c.stall_after)} cannot end the hook: the first read at "
+        f"{seconds(start)} plus W is {seconds(start + c.stall_after)}, not before "
+        f"D = {seconds(plan.deadline)}",
         "a stalled engine then holds the replica to D as a busy one does; lower "
         "--stall-after (above the longest healthy flat stretch) or raise G",
     )
 
 
 def shutdown_timeout(plan: Plan) -> int | None:
-    """vLLM's `--shutdown-timeout` that fits this timeline: R - 1 whole seconds, so
-    requests still running at SIGTERM end before the kill with a second to exit;
-    None for another engine, or when R leaves no whole second for it."""
+    """vLLM's `--shutdown-timeout` worth its exit for this timeline: R - 1 whole seconds
+    (the exit, N + 0.5 s, then fits before G when SIGTERM comes at D), or None. It costs
+    N more seconds of exit on every SIGTERM and buys a clean end only for a request still
+    running at SIGTERM: one left at D, which plan cannot rule out unless
+    G came from observed request times (`plan --observe`), or one that slipped in after
+    the last idle read, which a settle shorter than the router's deregistration allows.
+    With both ruled out: None. None too for another engine, or when R leaves no whole
+    second for it."""
     n = math.floor(plan.config.exit_reserve - 1)
-    return n if plan.engine == "vllm" and n >= 1 else None
+    if plan.engine != "vllm" or n < 1:
+        return None
+    if plan.grace_observed and plan.config.settle >= ROUTER_DEREGISTRATION:
+        return None
+    return n
 
 
 def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
+    """vllm-shutdown-timeout: vLLM's --shutdown-timeout R - 1 unless G is observed and S >= 5 s"""
     if plan.engine != "vllm":
         return None
     n = shutdown_timeout(plan)
+    if n is None and math.floor(plan.config.exit_reserve - 1) >= 1:
+        return None  # G from observed request times and a full settle: nothing to save
     advice = (
         f"suggest --shutdown-timeout {n} (R - 1)"
         if n is not None
@@ -356,23 +245,18 @@ def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
     )
     return PlanWarning(
         "vllm-shutdown-timeout",
-        f"vLLM >= {VLLM_SHUTDOWN_TIMEOUT_SINCE}: `vllm serve --shutdown-timeout N` lets "
-        f"requests still running at D go on for N more seconds; {advice}",
-        "without it vLLM aborts every running request on SIGTERM; N = R - 1 "
-        "ends them before the kill at G with a second to exit",
+        f"vLLM >= {VLLM_SHUTDOWN_TIMEOUT_SINCE}: without `vllm serve --shutdown-timeout N`, "
+        "every request still running at SIGTERM (at D, or one that slipped in after the "
+        f"last idle read) hangs until the kill at G; with it, those that end within N "
+        f"complete; {advice}",
+        "on SIGTERM vLLM kills its engine core at once and sends no abort: running requests "
+        "stall and the process waits for their connections until SIGKILL. With the flag "
+        "the engine core is killed at N, idle or not: N more seconds of exit on every "
+        "SIGTERM (N + 0.5 s against 0.4 s, measured on vLLM 0.32); G from `plan --observe` "
+        "with S >= 5 s leaves it nothing to save",
     )
 
 
-# About the run's own instants, from its own flags: `wait` logs these at its
-# start (timeline_warnings), each once.
-TIMELINE_RULES: tuple[Rule, ...] = (
-    _grace_range,
-    _grace_fraction,
-    _settle_past_deadline,
-    _no_room,
-    _settle_short,
-    _exit_reserve_short,
-)
 # Advice for the Pod spec and the engine's own flags (a role, an engine option):
 # `plan` only; logging them on every drain would say nothing about that drain.
 # `stall-after-deadline` too: with a W given for a longer G (one flag set for
@@ -386,22 +270,29 @@ ADVICE_RULES: tuple[Rule, ...] = (
 RULES: tuple[Rule, ...] = TIMELINE_RULES + ADVICE_RULES
 
 
-def timeline_warnings(config: WaitConfig) -> tuple[PlanWarning, ...]:
-    """What TIMELINE_RULES find wrong with the timeline `wait` is about to run.
+def help_text() -> str:
+    """`plan --help`: what it shows, and the warnings, listed from RULES."""
 
-    Pure arithmetic on the config (microseconds). Never raises: the hook's job is
-    the drain, so a rule that fails (a bug) becomes a warning of its own."""
-    try:
-        plan = make_plan(config)
-        return tuple(w for rule in TIMELINE_RULES if (w := rule(plan)) is not None)
-    except Exception as exc:  # a bug; the drain goes on (CONTRACT §6)
-        return (
-            PlanWarning(
-                "timeline-unchecked",
-                f"the timeline could not be checked: {type(exc).__name__}: {exc}",
-                "a bug in drainhook's rules; the drain itself is not affected",
-            ),
-        )
+    def when(rules: Sequence[Callable[..., object]]) -> str:
+        return "; ".join((rule.__doc__ or "").strip() for rule in rules)
+
+    return f"""The timeline of `wait` for these values, with warnings; or its Pod-spec fragment.
+
+    Warns, with the reason, on the timeline's own values ({when(TIMELINE_RULES)}; `wait`
+    logs these at its start too), and with advice for the Pod spec and the engine
+    ({when(ADVICE_RULES)}).
+
+    --output yaml applies the advice that names a value (an SGLang prefill/decode
+    server's R and G; the recommended G with --observe), over values given too,
+    and names each change in a comment; text and json show the same changes.
+
+    --observe reads vLLM's or SGLang's e2e_request_latency_seconds histogram
+    (every series and target summed) and recommends G = ceil(S + latency + R),
+    latency being the upper bound of the bucket holding --quantile; it shows
+    p50/p99/p99.9 and the share of requests longer than D - S for the G given.
+    Exit: 0, 2 usage or no histogram, 3 unreadable or malformed histogram, 4
+    unreachable.
+    """
 
 
 # -- the advice, applied -----------------------------------------------------------
@@ -429,7 +320,8 @@ class Change:
         return LABELS[self.field]
 
     def text(self) -> str:
-        return f"{self.label} {_n(self.given)} -> {_n(self.applied)} ({'; '.join(self.because)})"
+        why = "; ".join(self.because)
+        return f"{self.label} {number(self.given)} -> {number(self.applied)} ({why})"
 
 
 @dataclass(frozen=True)
@@ -452,6 +344,7 @@ def apply_advice(plan: Plan, evidence: Evidence | None = None) -> Applied:
     stays a warning."""
     reasons: dict[str, list[str]] = {f: [] for f in APPLIED_FIELDS}
     current = _fixed(plan, reasons)
+    observed = False
     if evidence is not None:
         found = evidence(current.config)
         if found is not None:
@@ -460,6 +353,9 @@ def apply_advice(plan: Plan, evidence: Evidence | None = None) -> Applied:
                 reasons["grace"] = [f"observed: {how}"]  # replaces the fixes' G
                 current = _with(current, grace=grace)
             current = _fixed(current, reasons)
+            observed = True  # fixes after it only raise G
+    if observed:  # the rules then know that G covers the observed requests
+        current = dataclasses.replace(current, grace_observed=True)
     changes = tuple(
         Change(f, getattr(plan.config, f), getattr(current.config, f), tuple(reasons[f]))
         for f in APPLIED_FIELDS
@@ -496,7 +392,7 @@ def _with(plan: Plan, **values: float) -> Plan:
 def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[str, ...]:
     """The preStop exec command that runs config: `--grace` always, other flags when
     they differ from the defaults."""
-    args = [binary, "wait", "--grace", _n(config.grace)]
+    args = [binary, "wait", "--grace", number(config.grace)]
     for flag, value, default in (
         ("--settle", config.settle, DEFAULT_SETTLE),
         ("--exit-reserve", config.exit_reserve, DEFAULT_EXIT_RESERVE),
@@ -505,13 +401,13 @@ def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[s
         ("--linger", config.linger, DEFAULT_LINGER),
     ):
         if value != default:
-            args += [flag, _n(value)]
+            args += [flag, number(value)]
     if config.confirm != DEFAULT_CONFIRM:
         args += ["--confirm", str(config.confirm)]
     if config.max_wait is not None:
-        args += ["--max-wait", _n(config.max_wait)]
+        args += ["--max-wait", number(config.max_wait)]
     if config.stall_after is not None and config.stall_after != DEFAULT_STALL_AFTER:
-        args += ["--stall-after", _n(config.stall_after)]
+        args += ["--stall-after", number(config.stall_after)]
     if config.reach.engine != "auto":
         args += ["--engine", config.reach.engine]
     return tuple(args)
@@ -528,43 +424,49 @@ def render(plan: Plan, output: str) -> str:
     raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
 
 
-def to_json(plan: Plan) -> dict[str, object]:
-    """The stable JSON form (schema 1): inputs, every instant, the command, warnings."""
+def to_json(
+    plan: Plan, applied: Applied | None = None, more: Sequence[PlanWarning] = ()
+) -> dict[str, object]:
+    """The stable JSON form (schema 1): inputs, every instant, the command, warnings.
+    `applied`: the advice as applied with evidence (plan --observe), and `more`:
+    the evidence's own warnings, after the plan's."""
     c = plan.config
     return {
         "schema": SCHEMA,
         "engine": c.reach.engine,  # as given (the rules may know it otherwise: plan.engine)
         "role": plan.role,
-        "grace": _j(c.grace),
-        "settle": _j(c.settle),
-        "exit_reserve": _j(c.exit_reserve),
-        "interval": _j(c.interval),
-        "read_timeout": _j(c.reach.read_timeout),
+        "grace": json_number(c.grace),
+        "settle": json_number(c.settle),
+        "exit_reserve": json_number(c.exit_reserve),
+        "interval": json_number(c.interval),
+        "read_timeout": json_number(c.reach.read_timeout),
         "confirm": c.confirm,
-        "linger": _j(c.linger),
-        "max_wait": None if c.max_wait is None else _j(c.max_wait),
-        "stall_after": _j(c.stall_window),
+        "linger": json_number(c.linger),
+        "max_wait": None if c.max_wait is None else json_number(c.max_wait),
+        "stall_after": json_number(c.stall_window),
         "instants": {
             "hook_start": 0,
-            "settle_end": _j(plan.settle_end),
-            "first_read": None if plan.first_read is None else _j(plan.first_read),
-            "idle_return": _j(plan.idle_return),
-            "stall_earliest": None if plan.stall_earliest is None else _j(plan.stall_earliest),
-            "deadline": _j(plan.deadline),
-            "sigterm_latest": _j(plan.sigterm_latest),
-            "kill": _j(plan.kill),
+            "settle_end": json_number(plan.settle_end),
+            "first_read": None if plan.first_read is None else json_number(plan.first_read),
+            "idle_return": json_number(plan.idle_return),
+            "stall_earliest": (
+                None if plan.stall_earliest is None else json_number(plan.stall_earliest)
+            ),
+            "deadline": json_number(plan.deadline),
+            "sigterm_latest": json_number(plan.sigterm_latest),
+            "kill": json_number(plan.kill),
         },
         "idle_outcome": "drained" if plan.idle_drains else "deadline",
         "reads_max": plan.reads_max,
-        "exit_window": _j(plan.kill - plan.sigterm_latest),
+        "exit_window": json_number(plan.kill - plan.sigterm_latest),
         "termination_grace_period_seconds": int(c.grace) if c.grace == int(c.grace) else None,
         "command": list(plan.command),
-        "warnings": warnings_json(plan.warnings),
-        "applied": applied_json(apply_advice(plan)),
+        "warnings": warnings_json((*plan.warnings, *more)),
+        "applied": applied_json(apply_advice(plan) if applied is None else applied),
     }
 
 
-def warnings_json(warnings: tuple[PlanWarning, ...]) -> list[dict[str, str]]:
+def warnings_json(warnings: Sequence[PlanWarning]) -> list[dict[str, str]]:
     return [{"code": w.code, "message": w.message, "reason": w.reason} for w in warnings]
 
 
@@ -573,8 +475,8 @@ def applied_json(applied: Applied) -> dict[str, object]:
     and why, the command, and the warnings that still stand."""
     c = applied.plan.config
     return {
-        "grace": _j(c.grace),
-        "exit_reserve": _j(c.exit_reserve),
+        "grace": json_number(c.grace),
+        "exit_reserve": json_number(c.exit_reserve),
         "command": list(applied.plan.command),
         # The engine's own flags the advice names (vLLM's --shutdown-timeout), as
         # arguments to add to the engine's command line: for tooling, not the hook.
@@ -583,8 +485,8 @@ def applied_json(applied: Applied) -> dict[str, object]:
             {
                 "field": ch.field,
                 "name": ch.label,
-                "from": _j(ch.given),
-                "to": _j(ch.applied),
+                "from": json_number(ch.given),
+                "to": json_number(ch.applied),
                 "because": list(ch.because),
             }
             for ch in applied.changes
@@ -604,45 +506,48 @@ def to_text(plan: Plan) -> str:
     d = plan.deadline
     rows: list[tuple[str, str]] = [
         ("t=0", "hook starts; the kubelet's grace countdown starts too"),
-        (f"0..{_s(plan.settle_end)}", "settle: the engine keeps serving untouched"),
+        (f"0..{seconds(plan.settle_end)}", "settle: the engine keeps serving untouched"),
     ]
     if plan.first_read is not None:
         rows.append(
             (
-                f"t={_s(plan.first_read)}",
-                f"first read of /metrics, then one every {_s(c.interval)} "
+                f"t={seconds(plan.first_read)}",
+                f"first read of /metrics, then one every {seconds(c.interval)} "
                 f"(at most {plan.reads_max} before D)",
             )
         )
         word = "read" if c.confirm == 1 else f"{c.confirm} idle reads in a row"
-        linger = f", then --linger {_s(c.linger)}" if c.linger else ""
+        linger = f", then --linger {seconds(c.linger)}" if c.linger else ""
         if plan.idle_drains:
             what = f"an idle engine's hook returns ({word}{linger})"
-            rows.append((f"t={_s(plan.idle_return)}", what))
+            rows.append((f"t={seconds(plan.idle_return)}", what))
     w = c.stall_window
     if plan.stall_earliest is not None:
-        what = f"earliest `stalled` return (exit 5): work reported, no progress for W = {_s(w)}"
-        rows.append((f"t={_s(plan.stall_earliest)}", what))
+        what = (
+            f"earliest `stalled` return (exit 5): work reported, no progress for W = {seconds(w)}"
+        )
+        rows.append((f"t={seconds(plan.stall_earliest)}", what))
     rule = "min(G - R, max-wait)" if c.max_wait is not None else "G - R"
-    kill_rule = "G" if plan.kill == c.grace else f"D + {_s(KUBELET_MIN_STOP)}, the kubelet's least"
+    kill_rule = (
+        "G" if plan.kill == c.grace else f"D + {seconds(KUBELET_MIN_STOP)}, the kubelet's least"
+    )
     rows += [
-        (f"t={_s(d)}", f"deadline D = {rule}: the hook returns by now, busy or not"),
-        (f"t={_s(plan.sigterm_latest)}", "SIGTERM at the latest (sent when the hook returns)"),
+        (f"t={seconds(d)}", f"deadline D = {rule}: the hook returns by now, busy or not"),
+        (f"t={seconds(plan.sigterm_latest)}", "SIGTERM at the latest (sent when the hook returns)"),
         (
-            f"{_s(plan.sigterm_latest)}..{_s(plan.kill)}",
-            f"the engine exits ({_s(plan.kill - plan.sigterm_latest)})",
+            f"{seconds(plan.sigterm_latest)}..{seconds(plan.kill)}",
+            f"the engine exits ({seconds(plan.kill - plan.sigterm_latest)})",
         ),
-        (f"t={_s(plan.kill)}", f"the kubelet kills the container ({kill_rule})"),
+        (f"t={seconds(plan.kill)}", f"the kubelet kills the container ({kill_rule})"),
     ]
     if plan.stall_earliest is None and w > 0 and plan.first_read is not None:
         late = plan.first_read + w
-        rows.append(
-            (f"W={_s(w)}", f"stall detection off: first read + W = {_s(late)}, not before D")
-        )
+        what = f"stall detection off: first read + W = {seconds(late)}, not before D"
+        rows.append((f"W={seconds(w)}", what))
     width = max(len(when) for when, _ in rows)
     head = (
-        f"drainhook plan: G={_s(c.grace)} S={_s(c.settle)} R={_s(c.exit_reserve)} "
-        f"I={_s(c.interval)} confirm={c.confirm}, engine {plan.engine}, role {plan.role}"
+        f"drainhook plan: G={seconds(c.grace)} S={seconds(c.settle)} R={seconds(c.exit_reserve)} "
+        f"I={seconds(c.interval)} confirm={c.confirm}, engine {plan.engine}, role {plan.role}"
     )
     lines = [head, ""]
     lines += [f"  {when.ljust(width)}  {what}" for when, what in rows]
@@ -693,7 +598,7 @@ def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = Non
     c = chosen.config
     if c.grace != int(c.grace):
         raise UsageError(
-            f"--output yaml needs whole seconds for --grace (not {_n(c.grace)}): "
+            f"--output yaml needs whole seconds for --grace (not {number(c.grace)}): "
             "terminationGracePeriodSeconds is an integer"
         )
     name = chosen.engine if chosen.engine != "auto" else "engine"
@@ -716,18 +621,3 @@ def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = Non
     ]
     lines += [f"            - {json.dumps(arg)}" for arg in chosen.command]
     return "\n".join(lines) + "\n"
-
-
-def _n(value: float) -> str:
-    """A number as a flag value: `30`, `0.5`."""
-    return str(int(value)) if value == int(value) else repr(value)
-
-
-def _s(value: float) -> str:
-    """Seconds for a person: `30s`, `0.5s`."""
-    return _n(value) + "s"
-
-
-def _j(value: float) -> int | float:
-    """A number for JSON: an int when whole."""
-    return int(value) if value == int(value) else value

@@ -46,12 +46,12 @@ from collections.abc import Callable, Iterable, Iterator
 import httpcore
 import httpx
 
+from drainhook.config import DEFAULT_MAX_BODY
 from drainhook.exposition import MetricsScanner
 from drainhook.target import Target
-from drainhook.verdict import Reading, Scanner, Verdict
+from drainhook.verdict import Body, Reading, Scanner, Verdict
 
 T = typing.TypeVar("T")
-Body = mmap.mmap | bytearray
 
 USER_AGENT = "drainhook"
 RAN_OUT = "the read's time ran out"
@@ -387,7 +387,7 @@ class Reader:
         target: Target,
         *,
         scanner: Scanner | None = None,
-        max_body: int = 16 * 1024 * 1024,
+        max_body: int = DEFAULT_MAX_BODY,
         ssl_context: ssl.SSLContext | None = None,
         tls_server_name: str | None = None,
         api_key: str | None = None,
@@ -433,42 +433,45 @@ class Reader:
 
     def read(self, timeout: float) -> Reading:
         """One read, ending within `timeout` seconds, whatever the server does."""
-        start = self._clock()
-        self._deadline.start(timeout)
-        body = _Body()
-        try:
-            self._fetch(timeout, body)
+
+        def scan(body: Body, until: float) -> Reading:
             # The scan is part of the read: it ends by the read's deadline too.
-            found = self._scanner(body.contents(), until=self._deadline.at, clock=self._clock)
+            try:
+                found = self._scanner(body, until=until, clock=self._clock)
+            except Exception as exc:  # a scanner's bug: the read is unknown, as any
+                verdict, reason = classify(exc)
+                return Reading.failed(verdict, reason, self._ms_since(start), source=self.source)
             return Reading.from_scan(found, self._ms_since(start), self.source)
-        except _Failed as exc:
-            ms = self._ms_since(start)
-            return Reading.failed(
-                exc.verdict, exc.reason, ms, source=self.source, status=exc.status
-            )
-        except Exception as exc:
-            verdict, reason = classify(exc)
-            ms = self._ms_since(start)
-            return Reading.failed(verdict, reason, ms, source=self.source, refused=is_refused(exc))
-        finally:
-            body.close()
+
+        start = self._clock()
+        return self._get(timeout, scan, start)
 
     def read_with(self, timeout: float, parse: Callable[[Body, float], T]) -> T | Reading:
         """One GET like `read`, within `timeout`, whose body goes to `parse(body,
         until)` instead of the scanner (`until`: the read's deadline on the reader's
-        clock); a read that fails is a failed Reading, as from `read`. The body is
-        valid only inside `parse`; what `parse` raises passes through."""
-        start = self._clock()
+        clock); a read that fails is the failed Reading `read` would give. The body
+        is valid only inside `parse`; what `parse` raises passes through."""
+        return self._get(timeout, parse, self._clock())
+
+    def _get(self, timeout: float, parse: Callable[[Body, float], T], start: float) -> T | Reading:
+        """The one GET under `read` and `read_with`, and the one place a failure
+        becomes its verdict: a body to `parse`, or the failed Reading of why not."""
         self._deadline.start(timeout)
         body = _Body()
         try:
             try:
                 self._fetch(timeout, body)
             except _Failed as exc:
-                return Reading.failed(exc.verdict, exc.reason, self._ms_since(start))
+                return Reading.failed(
+                    exc.verdict, exc.reason, self._ms_since(start), source=self.source,
+                    status=exc.status,
+                )  # fmt: skip
             except Exception as exc:
                 verdict, reason = classify(exc)
-                return Reading.failed(verdict, reason, self._ms_since(start))
+                return Reading.failed(
+                    verdict, reason, self._ms_since(start), source=self.source,
+                    refused=is_refused(exc),
+                )  # fmt: skip
             return parse(body.contents(), self._deadline.at)
         finally:
             body.close()

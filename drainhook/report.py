@@ -11,23 +11,32 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import sys
 import typing
 from pathlib import Path
 
-from drainhook.discover import Search
+from drainhook.discover import SearchRecord
 from drainhook.drain import Result
 from drainhook.stall import Stall, counter_totals
+from drainhook.termination import hang_note
 from drainhook.verdict import Reading, Series
 
 SCHEMA = 1
 
 
-def _number(value: float | None) -> str:
+def _log_number(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:g}" if value != int(value) or abs(value) >= 1e15 else str(int(value))
+
+
+def json_count(value: float | None) -> int | float | None:
+    """A count for JSON: an integer when whole (3, not 3.0), else as it is."""
+    if value is not None and math.isfinite(value) and value == int(value):
+        return int(value)
+    return value
 
 
 def _quote(text: str | None) -> str:
@@ -90,7 +99,7 @@ class Log:
                     "t": round(t, 3),
                     "read": n,
                     "verdict": reading.verdict.value,
-                    "in_flight": reading.in_flight,
+                    "in_flight": json_count(reading.in_flight),
                     "read_ms": round(reading.read_ms, 2),
                     "engine": reading.engine,
                     "source": reading.source if reading.counted else None,
@@ -100,7 +109,7 @@ class Log:
         else:
             line = (
                 f"drainhook t={t:.3f} read={n} verdict={reading.verdict.value} "
-                f"in_flight={_number(reading.in_flight)} read_ms={reading.read_ms:.1f}"
+                f"in_flight={_log_number(reading.in_flight)} read_ms={reading.read_ms:.1f}"
             )
             if reading.counted and reading.source:
                 line += f" source={reading.source}"
@@ -115,7 +124,7 @@ class Log:
                 self._warned.add(warning)
                 self.warning(warning)
 
-    def discovery(self, t: float, search: Search) -> None:
+    def discovery(self, t: float, search: SearchRecord) -> None:
         """Listener discovery's one line: the configured targets, what was found,
         how many listeners were read, and how long it took."""
         found = search.discovery
@@ -161,6 +170,8 @@ class Log:
         last = result.last
         in_flight = last.in_flight if last else None
         reason = last.reason if last else None
+        # vLLM work left at the deadline: it hangs until the kill at G (`after`, `why`).
+        after, why = hang_note(result) or (None, None)
         if result.stall is not None:
             reason = result.stall.describe()
         if self._fmt == "json":
@@ -170,20 +181,24 @@ class Log:
                     "outcome": result.outcome.value,
                     "elapsed": round(result.elapsed, 3),
                     "reads": result.reads,
-                    "in_flight": in_flight,
+                    "in_flight": json_count(in_flight),
                     "reason": reason,
                     "exit": exit_code,
                     "deadline": round(deadline, 3),
                     "target": target,
+                    "after_sigterm": after,
+                    "after_sigterm_why": why,
                     **({"stall": stall_json(result.stall)} if result.stall else {}),
                 }
             )
         else:
             line = (
                 f"drainhook outcome={result.outcome.value} elapsed={result.elapsed:.3f} "
-                f"reads={result.reads} in_flight={_number(in_flight)} reason={_quote(reason)} "
+                f"reads={result.reads} in_flight={_log_number(in_flight)} reason={_quote(reason)} "
                 f"exit={exit_code} deadline={deadline:.3f} target={target}"
             )
+            if after is not None:
+                line += f" after_sigterm={after} why={_quote(why)}"
         self._emit(line, summary=True)
 
     def _emit(self, line: str, *, summary: bool) -> None:
@@ -207,11 +222,15 @@ def stall_json(stall: Stall) -> dict[str, object]:
     return {
         "seconds": round(stall.seconds, 3),
         "stall_after": stall.after,
-        "work": stall.work,
-        "in_flight": stall.in_flight,
-        "counters": stall.counters,
+        "work": json_count(stall.work),
+        "in_flight": json_count(stall.in_flight),
+        "counters": _counts(stall.counters),
         "targets": [f.target for f in stall.targets if f.target],
     }
+
+
+def _counts(totals: dict[str, float]) -> dict[str, int | float | None]:
+    return {name: json_count(value) for name, value in totals.items()}
 
 
 def progress_of(reading: Reading) -> tuple[Series, ...]:
@@ -228,7 +247,7 @@ def external_of(reading: Reading) -> float | None:
     return sum(found) if found else None
 
 
-def probe_json(reading: Reading, target: str, search: Search | None = None) -> str:
+def probe_json(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
     """The stable `probe --json` object (schema 1). Beyond the contract's fields:
     `source` (what was counted: metrics, loads, mixed; null when nothing was),
     `warnings`, `progress` (each progress counter's name and value, summed over
@@ -249,15 +268,15 @@ def probe_json(reading: Reading, target: str, search: Search | None = None) -> s
             "engine": reading.engine,
             "verdict": reading.verdict.value,
             "reason": None if counted else reading.reason,
-            "in_flight": reading.in_flight if counted else None,
+            "in_flight": json_count(reading.in_flight) if counted else None,
             "series": [
                 {"name": s.name, "labels": dict(s.labels), "value": s.value} for s in reading.series
             ],
             "read_ms": round(reading.read_ms, 3),
             "source": reading.source if counted else None,
             "warnings": list(reading.warnings),
-            "progress": counter_totals(progress_of(reading)),
-            "waiting_outside": external_of(reading),
+            "progress": _counts(counter_totals(progress_of(reading))),
+            "waiting_outside": json_count(external_of(reading)),
             **({"targets": [_part_json(n, r) for n, r in reading.parts]} if reading.parts else {}),
             **discovered,
         }
@@ -271,13 +290,13 @@ def _part_json(name: str, reading: Reading) -> dict[str, object]:
         "engine": reading.engine,
         "verdict": reading.verdict.value,
         "reason": None if counted else reading.reason,
-        "in_flight": reading.in_flight if counted else None,
+        "in_flight": json_count(reading.in_flight) if counted else None,
         "source": reading.source if counted else None,
         "read_ms": round(reading.read_ms, 3),
     }
 
 
-def probe_text(reading: Reading, target: str, search: Search | None = None) -> str:
+def probe_text(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
     """`probe` for people: a key/value block, then every counted series, each
     target's read (with several), the engine listeners found (when a search ran)."""
     rows = [
@@ -285,24 +304,24 @@ def probe_text(reading: Reading, target: str, search: Search | None = None) -> s
         ("engine", reading.engine or "-"),
         ("verdict", reading.verdict.value),
         ("reason", reading.reason or "-"),
-        ("in_flight", _number(reading.in_flight)),
+        ("in_flight", _log_number(reading.in_flight)),
         ("source", (reading.source if reading.counted else None) or "-"),
         ("read_ms", f"{reading.read_ms:.1f}"),
         ("series", str(len(reading.series))),
     ]
     lines = [f"{k:<10} {v}" for k, v in rows]
     width = max((len(series_text(s)) for s in reading.series), default=0)
-    lines += [f"  {series_text(s):<{width}}  {_number(s.value)}" for s in reading.series]
+    lines += [f"  {series_text(s):<{width}}  {_log_number(s.value)}" for s in reading.series]
     counters = progress_of(reading)
     outside = external_of(reading)
-    lines.append(f"progress   {len(counters)}  waiting_outside={_number(outside)}")
+    lines.append(f"progress   {len(counters)}  waiting_outside={_log_number(outside)}")
     width = max((len(series_text(s)) for s in counters), default=0)
-    lines += [f"  {series_text(s):<{width}}  {_number(s.value)}" for s in counters]
+    lines += [f"  {series_text(s):<{width}}  {_log_number(s.value)}" for s in counters]
     if reading.parts:
         lines.append(f"targets    {len(reading.parts)}")
         for name, part in reading.parts:
             lines.append(
-                f"  {name}  {part.verdict.value}  in_flight={_number(part.in_flight)}"
+                f"  {name}  {part.verdict.value}  in_flight={_log_number(part.in_flight)}"
                 f"  read_ms={part.read_ms:.1f}  reason={_quote(part.reason)}"
             )
     if search is not None:
@@ -312,7 +331,7 @@ def probe_text(reading: Reading, target: str, search: Search | None = None) -> s
             r = t.reading
             assert r is not None
             lines.append(
-                f"  {t.url}  {r.engine}  {r.verdict.value}  in_flight={_number(r.in_flight)}"
+                f"  {t.url}  {r.engine}  {r.verdict.value}  in_flight={_log_number(r.in_flight)}"
                 f"  source={(r.source if r.counted else None) or '-'}"
             )
         if not found:
@@ -335,7 +354,7 @@ def probe_both(readings: tuple[Reading, Reading], targets: tuple[str, str], as_j
     rows = [("source", "verdict", "in_flight", "read_ms", "reason")]
     for name, r in zip(("metrics", "loads"), readings, strict=True):
         rows.append(
-            (name, r.verdict.value, _number(r.in_flight), f"{r.read_ms:.1f}", r.reason or "-")
+            (name, r.verdict.value, _log_number(r.in_flight), f"{r.read_ms:.1f}", r.reason or "-")
         )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     table = [

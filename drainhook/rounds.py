@@ -50,7 +50,7 @@ class Round:
 
     `answered`: targets known to have answered already (listener discovery's
     finds); `replaced`: targets that refused from the start, which discovery
-    stands in for (see `combine`).
+    stands in for (see `combine_readings`).
     """
 
     def __init__(
@@ -83,7 +83,7 @@ class Round:
             # Every target ends by the same instant: the round is one read.
             left = max(until - self._clock(), 1e-6)
             parts.append((reader.name, reader.read(left)))
-        combined = combine(parts, self._answered, self._replaced)
+        combined = combine_readings(parts, self._answered, self._replaced)
         self._answered.update(n for n, r in parts if r.verdict is not Verdict.UNREACHABLE)
         return dataclasses.replace(combined, read_ms=(self._clock() - start) * 1000.0)
 
@@ -92,7 +92,7 @@ class Round:
             reader.close()
 
 
-def combine(
+def combine_readings(
     parts: Sequence[tuple[str, Reading]],
     answered: Collection[str],
     replaced: Collection[str] = (),

@@ -23,6 +23,8 @@ import time
 import types
 from collections.abc import Callable
 
+from drainhook import exits
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _armed = False
@@ -36,7 +38,7 @@ def _exit_now(signum: int, frame: types.FrameType | None) -> None:
     try:
         os.write(2, f"drainhook: interrupted by {name} while starting\n".encode())
     finally:
-        os._exit(128 + signum)
+        os._exit(exits.interrupted(signum))
 
 
 def catch() -> None:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from drainhook.rounds import TargetReader
-from drainhook.verdict import Progress, Reading, Verdict
+from drainhook.verdict import Progress, Reading, Verdict, engine_shown
 
 # The statuses that say /v1/loads will not answer this hook: it is not asked again.
 _FOR_GOOD = {
@@ -38,13 +38,13 @@ _FOR_GOOD = {
     403: "SGLang's --api-key guards it; give the key with --api-key-file",
     404: "this SGLang has no /v1/loads",
 }
-_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
+# What a read counts when /v1/loads gives no count: said in the warning, a sentence.
+_STALE_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
 
 
 def is_sglang(reading: Reading, engine: str = "auto") -> bool:
-    """Whether a /metrics reading is an SGLang server's: named so by the scan and,
-    with a pinned engine (which names any 2xx body), with counted series read."""
-    return reading.engine == "sglang" and (engine == "auto" or bool(reading.series))
+    """Whether a /metrics reading is an SGLang server's (verdict.engine_shown's rule)."""
+    return engine_shown(reading, engine) == "sglang"
 
 
 class AutoReader:
@@ -82,7 +82,7 @@ class AutoReader:
             return _with_warning(first, self._loads_off, first.read_ms)
         left = start + timeout - self._clock()
         if left <= 0:
-            why = f"no time left in the read for /v1/loads: that read counts {_METRICS}"
+            why = f"no time left in the read for /v1/loads: that read counts {_STALE_METRICS}"
             return _with_warning(first, why, first.read_ms)
         live = self._loads.read(left)
         took = (self._clock() - start) * 1000.0
@@ -94,9 +94,11 @@ class AutoReader:
             )
         if live.status in _FOR_GOOD:
             why = _FOR_GOOD[live.status]
-            self._loads_off = f"/v1/loads answered HTTP {live.status} ({why}): counting {_METRICS}"
+            self._loads_off = (
+                f"/v1/loads answered HTTP {live.status} ({why}): counting {_STALE_METRICS}"
+            )
             return _with_warning(first, self._loads_off, took)
-        why = f"/v1/loads gave no count ({_kind(live)}): that read counts {_METRICS}"
+        why = f"/v1/loads gave no count ({_kind(live)}): that read counts {_STALE_METRICS}"
         return _with_warning(first, why, took)
 
 

@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from drainhook.numfmt import number
 from drainhook.verdict import Reading, Series, Verdict
 
 CounterKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -77,14 +78,14 @@ class Stall:
 
     def describe(self) -> str:
         """One line: the frozen counters, the work they froze with, and for how long."""
-        frozen = ", ".join(f"{name}={_num(v)}" for name, v in self.counters.items())
-        work, total = _num(self.work), _num(self.in_flight)
+        frozen = ", ".join(f"{name}={number(v)}" for name, v in self.counters.items())
+        work, total = number(self.work), number(self.in_flight)
         also = "" if self.work == self.in_flight else f" ({total} in flight)"
         where = ""
         if len(self.targets) > 1 or self.targets[0].target:
             where = f" on {', '.join(f.target for f in self.targets)}"
         return (
-            f"no progress for {self.seconds:.1f} s (--stall-after {_num(self.after)}) with "
+            f"no progress for {self.seconds:.1f} s (--stall-after {number(self.after)}) with "
             f"{work} request{'' if self.work == 1 else 's'} that can stall{also}{where}; "
             f"frozen: {frozen}"
         )
@@ -96,10 +97,6 @@ def counter_totals(counters: Iterable[Series]) -> dict[str, float]:
     for c in counters:
         sums.setdefault(c.name, []).append(c.value)
     return {name: math.fsum(values) for name, values in sums.items()}
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if value == int(value) and abs(value) < 1e15 else f"{value:g}"
 
 
 @dataclass

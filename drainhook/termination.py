@@ -54,8 +54,10 @@ def message(result: Result) -> str:
     """The outcome, when, how many reads, and the work still in flight, in one line:
 
     `drained in 8.0 s after 4 reads; nothing in flight`
-    `deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM`
+    `deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; ...`
     `stalled at 125.0 s after 121 reads; no progress for 120.0 s (...) ...`
+
+    At the deadline with vLLM work in flight, what becomes of it (`hang_note`).
     """
     reads = f"{result.reads} read" + ("" if result.reads == 1 else "s")
     last = result.last
@@ -72,7 +74,28 @@ def message(result: Result) -> str:
         return (
             f"interrupted by {name} at {elapsed} after {reads}; {_work(result, 'at the last read')}"
         )
-    return f"deadline at {elapsed} after {reads}; {_work(result, 'still in flight at SIGTERM')}"
+    line = f"deadline at {elapsed} after {reads}; {_work(result, 'still in flight at SIGTERM')}"
+    note = hang_note(result)
+    return line if note is None else f"{line}; {note[1]}"
+
+
+# What becomes of vLLM work left at SIGTERM (vLLM 0.32, measured live; CONTRACT §7).
+HANG_UNTIL_KILL = "hang-until-kill"
+HANG_WHY = (
+    "they will hang until the kill at G: vLLM kills its engine core on SIGTERM and "
+    "sends no abort (with --shutdown-timeout N, only those that end within N complete)"
+)
+
+
+def hang_note(result: Result) -> tuple[str, str] | None:
+    """(HANG_UNTIL_KILL, why) when `wait` returns at its deadline with vLLM requests
+    still in flight at the last read; None otherwise."""
+    last = result.last
+    if result.outcome is not Outcome.DEADLINE or last is None or last.engine != "vllm":
+        return None
+    if last.verdict is not Verdict.BUSY or not last.in_flight:
+        return None
+    return HANG_UNTIL_KILL, HANG_WHY
 
 
 def _work(result: Result, when: str) -> str:

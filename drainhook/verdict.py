@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+# A body as the readers hold it and the scanners read it (an mmap: read.py says why).
+Body = bytes | bytearray | mmap.mmap
+
 
 class Verdict(str, enum.Enum):
     """Exactly one per read."""
@@ -136,6 +139,17 @@ class Reading:
         return self.verdict is Verdict.IDLE or self.verdict is Verdict.BUSY
 
 
+def engine_shown(reading: Reading, engine: str = "auto") -> str | None:
+    """The engine a reading shows, as `--engine` recognises one (the one
+    pinned-engine rule). With `auto` the scanner names an engine only when its
+    gauges are in the body; a pinned engine's scanner names that engine for any
+    2xx body (a sidecar's too, as `unknown`), so there the reading shows it only
+    when at least one of its counted series was read."""
+    if reading.engine is None or (engine != "auto" and not reading.series):
+        return None
+    return reading.engine
+
+
 class Scanner(Protocol):
     """What a Reader needs of a scanner: the Accept header of its format, the
     source it reads (`metrics`, `loads`), and a 2xx body to its Scan, ending by
@@ -147,6 +161,4 @@ class Scanner(Protocol):
     @property
     def source(self) -> str: ...
 
-    def __call__(
-        self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
-    ) -> Scan: ...
+    def __call__(self, body: Body, *, until: float, clock: Callable[[], float]) -> Scan: ...

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
-    started = time.monotonic()
+    started, load_start = time.monotonic(), os.getloadavg()[1]
     cells, rollouts = run_matrix(
         chosen_strategies,
         chosen_scenarios,
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     done = f"rehearsal: {count} cells in {wall:.0f} s at --scale {args.scale:g}"
     print(done, file=sys.stderr)
     played = run.Run(cells, rollouts, scale, wall, plan, args.parallel, args.rollout_parallel)
+    played.load_start = load_start
     if args.data is not None:
         run.save(args.data, played)
     out = args.report or (ROOT / "benchmarks" / "rehearsal.md" if full else None)

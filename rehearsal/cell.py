@@ -151,9 +151,19 @@ def run_cell(
                 load_proc.stdin.write(json.dumps({"port": port, "plan": arrivals}).encode())
                 load_proc.stdin.close()
             hook_port = free_port() if scenario.hook_port_moved else port
-            url = f"http://127.0.0.1:{hook_port}/metrics"
-            target = HookTarget(url, scale, scenario.stall_after)
-            signals = delete_pod(engine, strategy, target, delete_at, work / "hook.log", plan)
+            target = HookTarget(
+                f"http://127.0.0.1:{hook_port}/metrics", scale, scenario.stall_after
+            )
+            planned = len(scenario.load.arrivals(lag)) if scenario.load else 0
+            signals = delete_pod(
+                engine,
+                strategy,
+                target,
+                delete_at,
+                work / "hook.log",
+                plan,
+                lambda: _ended(work / "load.jsonl") >= planned,
+            )
             if load_proc is not None:
                 try:
                     load_proc.wait(timeout=scale(grace + KILL_AFTER_TERM) + 15)
@@ -184,6 +194,11 @@ def run_cell(
         return None if t is None else t - signals.delete
 
     outcomes = [r.outcome for r in requests]
+    held = signals.exit - signals.delete
+    # A stream still open when the engine was killed: it stalled until then (vLLM).
+    stalled = [
+        r for r in requests if r.outcome == "cut" and signals.sigkill and r.end >= held - 0.05
+    ]
     st = strategy.shutdown_timeout or scenario.engine.shutdown_timeout
     return Cell(
         strategy=strategy.key,
@@ -195,7 +210,8 @@ def run_cell(
         refused=outcomes.count("refused"),
         sigterm_at_s=signals.sigterm - signals.delete,
         late_s=signals.delete - delete_at,
-        held_s=signals.exit - signals.delete,
+        held_s=held,
+        stalled=len(stalled),
         hook_returned_s=since(signals.hook_returned),
         hook_exit=signals.hook_exit,
         sigkill=signals.sigkill,
@@ -210,6 +226,14 @@ def run_cell(
     )
 
 
+def _ended(path: Path) -> int:
+    """How many requests the load generator has recorded as ended."""
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
 def _requests(path: Path, zero: float) -> list[Request]:
     if not path.exists():
         return []
@@ -217,7 +241,8 @@ def _requests(path: Path, zero: float) -> list[Request]:
     for line in path.read_text().splitlines():
         r = json.loads(line)
         first = None if r["first"] is None else r["first"] - zero
-        out.append(Request(r["id"], r["sent"] - zero, first, r["end"] - zero, r["outcome"]))
+        last = None if r.get("last") is None else r["last"] - zero
+        out.append(Request(r["id"], r["sent"] - zero, first, r["end"] - zero, r["outcome"], last))
     return sorted(out, key=lambda r: r.id)
 
 
@@ -235,7 +260,7 @@ def _reads(path: Path, zero: float) -> list[Read]:
 def main(argv: list[str] | None = None) -> None:
     spec: dict[str, Any] = json.loads((argv or sys.argv[1:])[0])
     loopback_up()
-    strategy = Strategy(**spec["strategy"])
+    strategy = Strategy(**{**spec["strategy"], "only": tuple(spec["strategy"]["only"])})
     plan = None if spec.get("plan") is None else Plan(**spec["plan"])
     if plan is not None:
         plan = dataclasses.replace(plan, arguments=tuple(plan.arguments))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rehearsal import scenarios as scenario_table
 from rehearsal import strategies as strategy_table
 from rehearsal.record import Cell
-from rehearsal.run import DRAINHOOKS, Run
+from rehearsal.run import DRAINHOOKS, NOT_RIVALS, ORACLE, Run
 from rehearsal.timeline import (
     DEADLINE,
     GRACE,
@@ -85,7 +85,7 @@ def _lost_before_deadline(run: Run, key: str) -> Claim | None:
             o
             for o in run.cells
             if o.scenario == sc.key
-            and o.strategy != key
+            and o.strategy not in NOT_RIVALS
             and (o.cut < mine.cut or o.refused < mine.refused)
         ]
         if beaten:
@@ -121,8 +121,10 @@ def _idle_half(run: Run, key: str) -> Claim | None:
         ratio <= 0.5,
         f"held {run.real(mine.held_s):.2f} s against {run.real(base.held_s):.2f} s "
         f"(ratio {ratio:.2f}).",
-        f"An idle replica is held S + I = {s + i:g} s plus the engine's exit; "
-        f"{_label(BASELINE)}'s sleep lasts {strategy_table.BY_KEY[BASELINE].sleep:g} s.",
+        f"An idle replica is held S + I = {s + i:g} s plus the engine's exit "
+        f"(N + {VLLM_EXIT:g} s with vLLM's `--shutdown-timeout N`, {VLLM_EXIT:g} s without); "
+        f"{_label(BASELINE)}'s sleep lasts {strategy_table.BY_KEY[BASELINE].sleep:g} s, and "
+        f"its own `--shutdown-timeout` exit follows.",
     )
 
 
@@ -157,6 +159,35 @@ def _rollout_half(run: Run, key: str) -> Claim | None:
         f"{held:.1f} against {base_held:.1f} accelerator-seconds (ratio {ratio:.2f}); "
         f"cut {cut} vs {b_cut}, refused {refused} vs {b_refused}.",
         why.strip(),
+    )
+
+
+def _rollout_oracle(run: Run, key: str) -> Claim | None:
+    """Against the physical floor: the oracle's SIGTERM the moment each replica's last
+    request ended. drainhook's first idle read comes at its next read, the confirming
+    one an interval later: at most 2I past that end, plus what the engine's exit adds."""
+    mine, floor = run.rollout(key), run.rollout(ORACLE)
+    timeline = run.timeline(key)
+    if mine is None or floor is None or timeline is None:
+        return None
+    _, interval, _ = timeline
+    n = len(mine.cells)
+    over = (sum(mine.holds()) - sum(floor.holds())) / n
+    ratio = sum(mine.holds()) / sum(floor.holds())
+    bound = 2 * interval + IDLE_SLACK
+    return Claim(
+        f"Over the {n}-replica rollout, holds each departing replica at most 2I + "
+        f"{IDLE_SLACK * 1000:.0f} ms longer than the oracle, on average",
+        over <= bound,
+        f"{over:+.2f} s per replica ({sum(mine.holds()):.1f} against "
+        f"{sum(floor.holds()):.1f} accelerator-seconds, ratio {ratio:.2f}; 2I + "
+        f"{IDLE_SLACK * 1000:.0f} ms = {bound:g} s).",
+        f"vLLM's `--shutdown-timeout {mine.cells[0].shutdown_timeout:g}` kills the engine core "
+        f"only then, idle or not: every exit takes N + {VLLM_EXIT:g} s after SIGTERM against "
+        f"the oracle's {VLLM_EXIT:g} s."
+        if mine.cells[0].shutdown_timeout
+        else "drainhook's release came later after the last request's end than its read grid "
+        "allows, or its engine took longer to exit than the oracle's.",
     )
 
 
@@ -232,7 +263,7 @@ def _no_more_cut(run: Run, key: str) -> Claim | None:
         return None
     worse = []
     for c in mine:
-        others = [o for o in run.cells if o.scenario == c.scenario and o.strategy != key]
+        others = [o for o in run.cells if o.scenario == c.scenario and o.strategy not in NOT_RIVALS]
         fewer = [o for o in others if o.cut < c.cut]
         if fewer:
             best = min(fewer, key=lambda o: o.cut)
@@ -284,6 +315,7 @@ CLAIMS: tuple[Rule, ...] = (
     _lost_before_deadline,
     _idle_half,
     _rollout_half,
+    _rollout_oracle,
     _zero_cut_before_deadline,
     _idle_exit,
     _released_after_work,
@@ -331,16 +363,22 @@ _PHASE = (
 )
 _VLLM_DRAIN = (
     "kserve and llm-d send SIGTERM at 15 s while streams still run, and vLLM with "
-    "`--shutdown-timeout 45` drains them itself and exits as soon as the last one ends; "
-    "{me} sends SIGTERM only once two reads 1 s apart found the engine idle, and vLLM then "
-    "takes its {exit:g} s to exit: up to 2 s more. That drain refuses every request that "
-    "arrives meanwhile (`router-lag-20`), and with several API servers it cuts the streams "
-    "instead (`dp-api-servers`)."
+    "`--shutdown-timeout 45` drains them itself, but kills its engine core only at 45 s "
+    "after SIGTERM, idle or not: it exits at about 60 s (kserve: the SIGKILL at G). {me} "
+    "sends SIGTERM only once two reads 1 s apart found the engine idle, and vLLM then takes "
+    "{my_exit} to exit. Where they win, it is on what their drain answers: new requests "
+    "get HTTP 500 meanwhile (`router-lag-20`), and with several API servers the streams "
+    "are cut instead (`dp-api-servers`)."
 )
 _HANG = (
     "/metrics never answers: {me} cannot tell idle from busy and holds until D = {d:g} s. "
-    "kserve's and llm-d's sleep reads nothing and vLLM's own drain ends with the last stream; "
-    "the loops hold until their G (30 s) or G - 5."
+    "kserve's and llm-d's sleep reads nothing (their vLLM then holds until 45 s after "
+    "SIGTERM); the loops hold until their G (30 s) or G - 5."
+)
+_OWN_FLAG = (
+    "{me}'s own vLLM `--shutdown-timeout {st:g}` keeps the engine until {st:g} s after "
+    "SIGTERM, idle or not (exit {st:g} + {exit:g} s against {exit:g} s without it): "
+    "{st:g} s of the difference."
 )
 WHY: dict[tuple[str, str], str] = {
     ("idle", "*"): "drainhook holds an idle engine for S + I: the settle, then a second, "
@@ -382,9 +420,11 @@ WHY: dict[tuple[str, str], str] = {
 }
 # The same, for drainhook+st (G 60, D 55, vLLM --shutdown-timeout from the plan).
 WHY_ST: dict[tuple[str, str], str] = {
-    ("idle", "*"): "drainhook+st holds an idle engine for S + I, as drainhook does; no hook "
-    "and the loops have no settle and return on their first or second idle read, and sleep 5 "
-    "has no confirming read.",
+    ("idle", "*"): "drainhook+st holds an idle engine for S + I, as drainhook does, and its "
+    "vLLM `--shutdown-timeout {st:g}` makes the exit take {st:g} + {exit:g} s instead of "
+    "{exit:g} s; "
+    "no hook and the loops have no settle and return on their first or second idle read, "
+    "and sleep 5 has no confirming read.",
     ("short", "*"): "As for drainhook: its confirming read, about I, after work that is over "
     "by about 4 s.",
     ("*", "poll-script"): _PHASE,
@@ -435,12 +475,13 @@ def better(run: Run) -> list[str]:
             wins, trades, winners = [], [], []
             for st in strategy_table.STRATEGIES:
                 other = run.cell(st.key, sc.key)
-                if other is None or st.key in DRAINHOOKS:  # not the same hook at another G
+                if other is None or st.key in NOT_RIVALS:  # not the same hook, not the floor
                     continue
                 columns = _wins(run, mine, other)
                 lost = other.cut + other.refused - mine.cut - mine.refused
                 g = f", G {other.grace:g}" if other.grace != mine.grace else ""
-                if lost > 0 and all(w.startswith(("held", "engine exit")) for w in columns):
+                only_held = all(w.startswith(("held", "engine exit")) for w in columns)
+                if lost > 0 and columns and only_held:
                     trades.append(
                         f"{st.label} ({run.real(other.held_s):.2f} s; cut {other.cut}, "
                         f"refused {other.refused})"
@@ -456,6 +497,9 @@ def better(run: Run) -> list[str]:
                     text = _reason(table, sc.key, winner).format(
                         me=_label(key),
                         exit=VLLM_EXIT,
+                        my_exit=f"{mine.shutdown_timeout:g} + {VLLM_EXIT:g} s"
+                        if mine.shutdown_timeout
+                        else f"{VLLM_EXIT:g} s",
                         lag=mine.router_lag,
                         notice=SGLANG_NOTICE,
                         pd=SGLANG_PD_EXIT,
@@ -467,6 +511,10 @@ def better(run: Run) -> list[str]:
                     )
                     if text and text not in reasons:
                         reasons.append(text)
+                flag = mine.shutdown_timeout
+                if flag and any("held" in w for w in wins) and _OWN_FLAG not in reasons:
+                    # The recipe's own vLLM flag holds every exit until N.
+                    reasons.insert(0, _OWN_FLAG.format(me=_label(key), st=flag, exit=VLLM_EXIT))
                 lines.append(f"- **{sc.key}**: {', '.join(wins)}. {' '.join(reasons)}".rstrip())
             if trades:
                 lines.append(

@@ -4,13 +4,14 @@ A thin runner over drainhook's engine model (drainhook/sim/): it scales the
 timeline, serves on 127.0.0.1 and a free port, prints `READY <port> <origin>`
 on stdout (origin: the time.monotonic() SGLang's SIGTERM watchdog counts
 from), turns SIGTERM into the model's shutdown and ends the process when the
-model says it exited. Each request's duration is drawn from `--durations`
-(uniform) by its `user` id and `--seed`, so every run of a scenario serves
-the same requests for the same time.
+model says it exited (a vLLM engine with a stalled stream never does: the
+kubelet's SIGKILL ends it, and its streams with it). Each request's duration
+is drawn from `--durations` (uniform) by its `user` id and `--seed`, so every
+run of a scenario serves the same requests for the same time.
 
-Every event (ready, each /metrics or /v1/loads read, SIGTERM, notice, abort,
-exit) goes to `--log` as one JSON line stamped with time.monotonic(), which
-all processes of a run share.
+Every event (ready, each /metrics or /v1/loads read, SIGTERM, notice, stall,
+listener closed, exit) goes to `--log` as one JSON line stamped with
+time.monotonic(), which all processes of a run share.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from drainhook.sim import Engine, EngineConfig, SimServer
-from drainhook.sim.model import Duration
+from drainhook.sim.model import Duration, tokens_duration
 from rehearsal.timeline import (
     SGLANG_EXIT,
     SGLANG_LOG_INTERVAL,
     SGLANG_NOTICE,
     TOKEN_TICK,
+    VLLM_CORE_KILL,
     VLLM_EXIT,
+    VLLM_LISTENER_CLOSE,
     Scale,
 )
 
@@ -66,6 +69,18 @@ def drawn(seed: int, low: float, high: float, scale: Scale) -> Duration:
     return duration
 
 
+def durations(args: argparse.Namespace) -> Duration:
+    """`--durations`: uniform:LOW:HIGH real seconds drawn by `user` id, or `tokens`: each
+    request lasts its `max_tokens` events, one a token tick, as a real engine's does
+    (what the conformance episodes ask for, tests/conformance.py)."""
+    if args.durations == "tokens":
+        return tokens_duration(max(0.01, Scale(args.scale)(TOKEN_TICK)))
+    kind, low, high = args.durations.split(":")
+    if kind != "uniform":
+        raise SystemExit(f"unknown distribution {kind!r}")
+    return drawn(args.seed, float(low), float(high), Scale(args.scale))
+
+
 def config(args: argparse.Namespace) -> EngineConfig:
     """The model's configuration, every duration scaled."""
     f = Scale(args.scale)
@@ -79,6 +94,8 @@ def config(args: argparse.Namespace) -> EngineConfig:
         token_seconds=max(0.01, f(TOKEN_TICK)),
         api_servers=args.api_servers,
         shutdown_timeout=f(args.shutdown_timeout),
+        core_seconds=f(VLLM_CORE_KILL),
+        listener_seconds=f(VLLM_LISTENER_CLOSE),
         exit_seconds=f(VLLM_EXIT if args.kind == "vllm" else SGLANG_EXIT),
         notice_seconds=f(SGLANG_NOTICE),
         notice_origin=args.watchdog_origin,
@@ -100,7 +117,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-running", type=int, default=4, help="running requests per DP engine")
     p.add_argument("--route", default="rr", help="rr, or the DP rank every request goes to")
     p.add_argument("--api-servers", type=int, default=1, help="vLLM API server processes")
-    p.add_argument("--durations", default="uniform:0.5:2", help="uniform:LOW:HIGH, real seconds")
+    p.add_argument(
+        "--durations",
+        default="uniform:0.5:2",
+        help="uniform:LOW:HIGH (real seconds), or tokens",
+    )
     p.add_argument("--seed", default="1", help="request durations are drawn from this and the id")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every duration by this")
     p.add_argument("--shutdown-timeout", type=float, default=0.0, help="vLLM, real seconds")
@@ -123,12 +144,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parse(argv)
-    kind, low, high = args.durations.split(":")
-    if kind != "uniform":
-        raise SystemExit(f"unknown distribution {kind!r}")
+    duration = durations(args)
     out = open(args.log, "a", encoding="utf-8") if args.log else None  # noqa: SIM115
     log = EventLog(out)
-    duration = drawn(args.seed, float(low), float(high), Scale(args.scale))
     engine = Engine(config(args), duration=duration, log=log)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: engine.sigterm())
     with SimServer(engine) as server:
@@ -137,7 +155,9 @@ def main(argv: list[str] | None = None) -> None:
         origin = engine.started if origin is None else origin
         sys.stdout.write(f"READY {server.port} {origin!r}\n")
         sys.stdout.flush()
-        while not engine.exited.wait(0.5):
+        # Short waits: SIGTERM may land on a server thread, and its Python handler
+        # runs only when this thread wakes (a 0.5 s wait delayed it up to 0.5 s).
+        while not engine.exited.wait(0.02):
             pass
     os._exit(0)  # streams still open die with the process, as the engine's would
 

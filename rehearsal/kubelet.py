@@ -1,7 +1,8 @@
 """The kubelet emulator: a Pod deletion, in the kubelet's order.
 
     t=0   the grace clock G (the recipe's) starts (deletionTimestamp) and the preStop hook runs
-          (an exec command, the kubelet's sleep action, or nothing)
+          (an exec command, the kubelet's sleep action, or nothing; for the oracle, the
+          emulator waits until the replica's last request has ended)
     ...   SIGTERM to the container's main process as soon as the hook returns,
           or at G if it has not
     ...   SIGKILL at G, but never sooner than 2 s after SIGTERM (the kubelet's
@@ -22,11 +23,14 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rehearsal.strategies import HookTarget, Plan, Strategy
 from rehearsal.timeline import KILL_AFTER_TERM, POD_ENV
+
+ORACLE_POLL = 0.002  # s: how often the oracle looks at the load generator's records
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ def delete_pod(
     delete_at: float,
     hook_log: Path,
     plan: Plan | None = None,
+    work_over: Callable[[], bool] | None = None,
 ) -> Signals:
     """Delete the Pod at monotonic `delete_at` and carry it to its end."""
     f = target.scale
@@ -98,6 +103,10 @@ def delete_pod(
             sleep_until(min(delete + f(strategy.sleep), grace_end))
             hook_returned = time.monotonic()
             hook_exit = 0
+        elif strategy.kind == "oracle":
+            # Not a hook: the moment the last request ended, as the load generator records it.
+            while not (work_over is None or work_over()) and time.monotonic() < grace_end:
+                time.sleep(ORACLE_POLL)
         sigterm = time.monotonic()
         engine.send_signal(signal.SIGTERM)
         kill_at = max(grace_end, sigterm + f(KILL_AFTER_TERM))

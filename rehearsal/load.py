@@ -9,10 +9,12 @@ exactly one outcome, written at once as a JSON line to `--out` (stamped with
 time.monotonic(), which the engine and the runner share):
 
 - `completed`: the final `data: [DONE]` event arrived after a normal finish;
-- `cut`: the stream ended early, the connection was reset or closed, or the
-  engine aborted it after tokens;
-- `refused`: the connection was refused, the engine answered non-2xx, or it
-  answered an empty completion with finish_reason "abort" (vLLM draining).
+- `cut`: the stream ended early, the connection was reset or closed (a
+  stream that stalled until the engine was killed ends so), or the engine
+  aborted it after tokens;
+- `refused`: the connection was refused, the engine answered non-2xx (vLLM
+  draining with `--shutdown-timeout` answers HTTP 500), or it answered an
+  empty completion with finish_reason "abort".
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def request(port: int, request_id: str, timeout: float) -> dict[str, Any]:
         "id": request_id,
         "sent": sent,
         "first": got.first,
+        "last": got.last,
         "outcome": got.outcome,
         "tokens": got.tokens,
         "finish_reason": got.finish_reason,

@@ -6,7 +6,7 @@ starts `parallel` of them at a time. A rollout scenario becomes one cell per
 replica, run `rollout_parallel` at a time in a phase of their own (their holds
 are real; the replacements' start time is accounted, rollout.py), then one
 `Rollout` per recipe. A vLLM recipe (one that sets vLLM's flags) is not run on
-SGLang scenarios.
+SGLang scenarios; a recipe with `only` runs in those scenarios alone.
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ class Job:
 
 
 def applies(strategy: Strategy, scenario: Scenario) -> bool:
-    """A vLLM recipe is not run on an SGLang scenario (its flags are vLLM's)."""
+    """A vLLM recipe is not run on an SGLang scenario (its flags are vLLM's); a recipe
+    run only where it measures something, only there."""
+    if strategy.only and scenario.key not in strategy.only:
+        return False
     return not (strategy.vllm_only and scenario.engine.kind != "vllm")
 
 
@@ -82,6 +85,8 @@ def expected(job: Job, router_lag: float) -> float:
     load = sc.load
     work = sc.lag(router_lag) + load.high if load else 0.0
     hold = st.grace if sc.engine.metrics_hang or st.key == "curl-loop" else max(st.sleep, work)
+    if st.shutdown_timeout and sc.engine.kind == "vllm":
+        hold = max(hold, st.sleep + st.shutdown_timeout)  # vLLM holds until N after SIGTERM
     return (WARMUP if load else 0.0) + min(st.grace, hold) + 1.0
 
 

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from rehearsal.timeline import VLLM_LISTENER_CLOSE
+
 
 @dataclass(frozen=True)
 class Request:
@@ -19,6 +21,7 @@ class Request:
     first: float | None
     end: float
     outcome: str
+    last: float | None = None  # its last event (a stalled stream: long before its end)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class Cell:
     replica: int | None = None
     netns: int = 0  # the inode of the network namespace it ran in
     late_s: float = 0.0  # how much later than planned the delete came (a loaded machine)
+    stalled: int = 0  # of the cut: streams still open when the engine was killed (vLLM's stall)
     hook_log: str = ""
     requests: list[Request] = field(default_factory=list)
     read_log: list[Read] = field(default_factory=list)
@@ -77,7 +81,24 @@ class Cell:
             "shutdown_timeout_s": self.shutdown_timeout,
             "netns": self.netns,
             "late_s": round(self.late_s, 4),
+            "stalled": self.stalled,
+            "slipped": len(self.slipped()),
         }
+
+    def last_idle_read(self) -> float | None:
+        """When the last read that found the engine idle started (None: none did)."""
+        idle = [r.start for r in self.read_log if r.total == 0 and r.end is not None]
+        return max(idle) if idle else None
+
+    def slipped(self) -> list[Request]:
+        """Requests sent after the idle read a hook released on began and before vLLM's
+        listener closed (0.25 s after SIGTERM): work the hook could not see coming. Only
+        for a hook that returned 0 (drained) after reading."""
+        last = self.last_idle_read()
+        if last is None or self.hook_exit != 0:
+            return []
+        door = self.sigterm_at_s + VLLM_LISTENER_CLOSE * self.scale
+        return [r for r in self.requests if last <= r.sent <= door]
 
     def hook_elapsed(self) -> float | None:
         """drainhook's own `elapsed` (its summary line: from its process start to its return)."""

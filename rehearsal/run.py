@@ -28,6 +28,10 @@ from rehearsal.timeline import (
 )
 
 DRAINHOOKS = ("drainhook", "drainhook+st")  # the recipes whose claims the report checks
+ORACLE = "oracle"  # the physical floor, not a recipe: never a competitor
+# Not competitors of drainhook's recipes: those, the oracle, and drainhook-st (drainhook
+# with vLLM's --shutdown-timeout, run to measure that flag).
+NOT_RIVALS = (*DRAINHOOKS, ORACLE, "drainhook-st")
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Run:
     python: str = field(default_factory=platform.python_version)
     cpus: int = field(default_factory=lambda: os.cpu_count() or 0)
     load: float = field(default_factory=lambda: os.getloadavg()[1])
+    load_start: float | None = None  # the 5-minute load average when the run began
 
     def cell(self, strategy: str, scenario: str) -> Cell | None:
         for c in self.cells:
@@ -61,7 +66,7 @@ class Run:
 
     def timeline(self, key: str) -> tuple[float, float, float] | None:
         """A drainhook recipe's S, I and D (real seconds); None if it did not run."""
-        if key == "drainhook":
+        if key in ("drainhook", "drainhook-st"):
             return SETTLE, INTERVAL, DEADLINE
         if key == "drainhook+st" and self.plan is not None:
             return self.plan.settle, self.plan.interval, self.plan.deadline
@@ -108,6 +113,7 @@ def save(path: Path, run: Run) -> None:
             "python": run.python,
             "cpus": run.cpus,
             "load": run.load,
+            "load_start": run.load_start,
         }
     }
     lines = [json.dumps(head)]
@@ -144,4 +150,5 @@ def load(path: Path) -> Run:
         head["python"],
         head["cpus"],
         head["load"],
+        head.get("load_start"),
     )

@@ -6,7 +6,12 @@ hook: a real command the kubelet emulator starts in its own process group.
 A recipe may set vLLM's `--shutdown-timeout` (on vLLM scenarios only) and its
 own G. `drainhook+st` takes its values from `drainhook plan --grace 60
 --engine vllm`, asked once per run (`ask_plan`), the recipe drainhook's docs
-recommend.
+recommend. `drainhook-st` is drainhook's defaults with `--shutdown-timeout
+R - 1`, run only where it measures what that flag costs and buys.
+
+`oracle` is no recipe but the physical floor: the kubelet emulator sends
+SIGTERM the moment the replica's last request ended (it knows, from the load
+generator's records), so its hold is the work plus the engine's own exit.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from rehearsal.timeline import (
     INTERVAL,
     KSERVE_GRACE,
     LLMD_GRACE,
+    MEASURED_SHUTDOWN_TIMEOUT,
+    ORACLE_GRACE,
     PLAN_GRACE,
     READ_TIMEOUT,
     RECIPE_SHUTDOWN_TIMEOUT,
@@ -102,12 +109,13 @@ class Strategy:
     key: str
     label: str
     what: str
-    kind: str  # none | sleep | exec
+    kind: str  # none | sleep | exec | oracle
     sleep: float = 0.0  # real seconds, for the kubelet's sleep action
     grace: float = GRACE  # G: terminationGracePeriodSeconds
     shutdown_timeout: float = 0.0  # vLLM --shutdown-timeout this recipe sets (0: vLLM's default)
     from_plan: bool = False  # drainhook with `drainhook plan`'s values
     vllm_only: bool = False  # a vLLM recipe: not run on SGLang scenarios
+    only: tuple[str, ...] = ()  # run in these scenarios only (empty: every one)
 
     def resolved(self, plan: Plan | None) -> Strategy:
         """The recipe with `drainhook plan`'s G and --shutdown-timeout filled in."""
@@ -121,7 +129,7 @@ class Strategy:
         """D for drainhook's recipes, None for the others."""
         if self.from_plan and plan is not None:
             return plan.deadline
-        return GRACE - EXIT_RESERVE if self.key == "drainhook" else None
+        return GRACE - EXIT_RESERVE if self.key in ("drainhook", "drainhook-st") else None
 
     def command(self, target: HookTarget, plan: Plan | None = None) -> list[str]:
         """The exec hook's argv (empty for none and sleep)."""
@@ -138,7 +146,7 @@ class Strategy:
         hook = [sys.executable, "-m", "drainhook", "wait", "--url", target.url]
         if target.stall_after is not None:
             hook += ["--stall-after", f.flag(target.stall_after)]
-        if self.key == "drainhook":
+        if self.key in ("drainhook", "drainhook-st"):
             return [*hook, *_timing(f)]
         if self.from_plan and plan is not None:
             return [*hook, *_plan_arguments(plan, f)]
@@ -218,6 +226,17 @@ STRATEGIES: tuple[Strategy, ...] = (
         "drainhook", "drainhook", "`drainhook wait` with its defaults (S 5, I 1, R 5).", "exec"
     ),
     Strategy(
+        "drainhook-st",
+        "drainhook st4",
+        f"`drainhook wait` with its defaults and vLLM `--shutdown-timeout "
+        f"{MEASURED_SHUTDOWN_TIMEOUT:g}` (R - 1), G 30: what that flag costs and buys, against "
+        "drainhook alone.",
+        "exec",
+        shutdown_timeout=MEASURED_SHUTDOWN_TIMEOUT,
+        vllm_only=True,
+        only=("idle", "short", "outlive", "router-lag-20", "rollout"),
+    ),
+    Strategy(
         "drainhook+st",
         "drainhook+st",
         f"`drainhook wait` with what `drainhook plan --grace {PLAN_GRACE:g} --engine vllm` "
@@ -227,6 +246,15 @@ STRATEGIES: tuple[Strategy, ...] = (
         from_plan=True,
         vllm_only=True,
     ),
+    Strategy(
+        "oracle",
+        "oracle",
+        "No recipe: SIGTERM the moment the replica's last request ended, then the engine's "
+        "own exit. The physical floor of a hold.",
+        "oracle",
+        grace=ORACLE_GRACE,
+    ),
 )
+ORACLE = "oracle"
 
 BY_KEY = {s.key: s for s in STRATEGIES}

@@ -21,7 +21,12 @@ KILL_AFTER_TERM = 2.0  # the kubelet never sends SIGKILL sooner than 2 s after S
 ROUTER_LAG = 2.0  # the router sends new requests this long after the delete
 WARMUP = 4.0  # traffic starts this long before the delete, so the engine is busy at t=0
 TOKEN_TICK = 0.1  # one streamed event per tick
-VLLM_EXIT = 1.0  # vLLM's own exit after SIGTERM (abort, free the GPU)
+# vLLM 0.32's stop, measured live (CONTRACT §7): from SIGTERM (with
+# --shutdown-timeout N, from N after it, idle or not) the engine core is killed,
+# the listener closes, and the process exits once no request is in progress.
+VLLM_CORE_KILL = 0.02
+VLLM_LISTENER_CLOSE = 0.25
+VLLM_EXIT = 0.4  # SIGTERM (or N) to exit with nothing in flight
 SGLANG_EXIT = 1.0  # SGLang's exit once its drain is done
 SGLANG_NOTICE = 5.0  # SGLang's SIGTERM watchdog sleeps 5 s between looks at the flag
 SGLANG_PD_EXIT = 20.0  # an SGLang prefill/decode server exits about 20 s after SIGTERM
@@ -35,6 +40,12 @@ RECIPE_SHUTDOWN_TIMEOUT = 45.0  # KServe: G - 15; llm-d: 45
 KSERVE_GRACE = 60.0
 LLMD_GRACE = 75.0
 PLAN_GRACE = 60.0  # drainhook+st: `drainhook plan --grace 60 --engine vllm`
+# drainhook-st: drainhook's defaults with vLLM's --shutdown-timeout R - 1, to measure
+# what the flag costs and buys against drainhook alone at the same G.
+MEASURED_SHUTDOWN_TIMEOUT = EXIT_RESERVE - 1.0
+# The oracle: SIGTERM the moment the last request ended. Its G only bounds a cell
+# (every scenario's work ends well before it).
+ORACLE_GRACE = 120.0
 
 LONG_ROUTER_LAG = 20.0  # router-lag-20: a slow informer or gateway keeps sending this long
 

@@ -1,16 +1,17 @@
-"""What a PyInstaller build of drainhook needs from the image it runs in.
+"""What drainhook's directory build needs from the image it runs in: nothing
+but a kernel (docs/packaging.md).
 
-For each artifact (the directory build, the single file): its size, every
-ELF file in it, the glibc symbol versions they require (from the
-.gnu.version_r section, as `objdump -T` shows them) and the shared libraries
-that are not inside the build, so must come from the image.
+Reads every ELF file of dist/drainhook/ (the launcher, the bootloader and
+_internal/) and writes dist/drainhook-report.json: size on disk, the launcher
+(static: no loader, no library), the libraries scripts/bundle_libc.py copied
+in with their Debian packages and versions, the bundled glibc and the oldest
+kernel it runs on (its ABI note), the newest glibc symbol version any file
+needs, and the libraries needed from the image (none, or the build fails).
 
     python scripts/binary_report.py dist            # writes dist/drainhook-report.json
-    python scripts/binary_report.py dist --max-glibc 2.31   # also fails above 2.31
 
 No binutils needed (there are none in a slim build image, nor in the tests):
-pyelftools reads the ELF files, and PyInstaller's own archive reader the
-single file's appended archive. Both come with the `build` extra.
+pyelftools reads the ELF files. It comes with the `build` extra.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import platform
 import re
 import sys
@@ -28,14 +28,15 @@ from pathlib import Path
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
-from PyInstaller.archive.readers import CArchiveReader
+from elftools.elf.sections import NoteSection
 
 REPORT_NAME = "drainhook-report.json"
+BUNDLED_NAME = "bundled-libraries.json"  # written by scripts/bundle_libc.py
 DIRECTORY = "drainhook"
-ONEFILE = "drainhook-onefile"
+LAUNCHER = "drainhook"
+BOOTLOADER = "bootloader"
+CONTENTS = "_internal"
 ELF_MAGIC = b"\x7fELF"
-# The archive's typecodes of shared libraries and extension modules.
-BINARY_TYPECODES = ("b", "x")
 
 
 class NotELF(ValueError):
@@ -51,9 +52,14 @@ class Elf:
     soname: str | None
     needed: tuple[str, ...]
     versions: tuple[tuple[str, str], ...]  # (library, version): ("libc.so.6", "GLIBC_2.14")
+    abi_tag: tuple[int, int, int] | None  # the oldest Linux it runs on (.note.ABI-tag)
 
     def glibc(self) -> list[tuple[int, ...]]:
         return [v for _, name in self.versions if (v := glibc_version(name)) is not None]
+
+    @property
+    def static(self) -> bool:
+        return self.interpreter is None and not self.needed
 
 
 def glibc_version(name: str) -> tuple[int, ...] | None:
@@ -67,7 +73,7 @@ def version_text(version: tuple[int, ...] | None) -> str | None:
 
 
 def read_elf(data: bytes, name: str) -> Elf:
-    """An ELF image's interpreter, SONAME, DT_NEEDED and version needs."""
+    """An ELF image's interpreter, SONAME, DT_NEEDED, version needs and ABI tag."""
     if data[:4] != ELF_MAGIC:
         raise NotELF(name)
     elf = ELFFile(io.BytesIO(data))
@@ -89,65 +95,82 @@ def read_elf(data: bytes, name: str) -> Elf:
         for library, each in section.iter_versions()
         for version in each
     }
-    return Elf(name, interpreter, soname, tuple(needed), tuple(sorted(versions)))
-
-
-def archive_binaries(path: Path) -> dict[str, bytes]:
-    """The shared libraries and extension modules in the PyInstaller archive
-    appended to a single-file build: name -> uncompressed bytes."""
-    archive = CArchiveReader(str(path))
-    return {
-        name: archive.extract(name)
-        for name, entry in archive.toc.items()
-        if entry[-1] in BINARY_TYPECODES
-    }
+    abi = None
+    for section in elf.iter_sections():
+        if isinstance(section, NoteSection):
+            for note in section.iter_notes():
+                if note["n_type"] == "NT_GNU_ABI_TAG":
+                    d = note["n_desc"]
+                    abi = (d["abi_major"], d["abi_minor"], d["abi_tiny"])
+    return Elf(name, interpreter, soname, tuple(needed), tuple(sorted(versions)), abi)
 
 
 @dataclass
 class Artifact:
-    """One build: where it is, its size, and what its ELF files need."""
+    """The directory build: where it is, its size, and what its ELF files need."""
 
-    kind: str
     path: Path
     bytes: int
     elves: list[Elf] = field(default_factory=list)
     bundled: set[str] = field(default_factory=set)  # file names of the libraries inside
+
+    def elf(self, name: str) -> Elf:
+        return next(e for e in self.elves if e.name == name)
 
     def max_glibc(self) -> tuple[int, ...] | None:
         found = [v for elf in self.elves for v in elf.glibc()]
         return max(found) if found else None
 
     def from_image(self) -> list[str]:
-        """Shared libraries (and the loader) the image must provide.
-
-        The first ELF is the bootloader: the kernel starts it before it can
-        point the loader at the build's own libraries, so everything it links
-        against comes from the image (libz.so.1 included). What the others
-        need is found inside the build when a file of that name is there.
-        """
-        launcher, *rest = self.elves
-        needed = set(launcher.needed) | ({n for elf in rest for n in elf.needed} - self.bundled)
-        needed |= {elf.interpreter for elf in self.elves if elf.interpreter}
+        """Shared libraries (and loaders) the image must provide: what any file
+        needs that the build does not hold, and the launcher's loader if it had
+        one. The bootloader's own PT_INTERP is never used: the launcher runs it
+        through the bundled loader."""
+        needed = {n for elf in self.elves for n in elf.needed} - self.bundled
+        launcher = self.elf(LAUNCHER)
+        if launcher.interpreter:
+            needed.add(launcher.interpreter)
         return sorted(needed)
 
-    def summary(self) -> dict[str, object]:
+    def kernel_floor(self) -> str | None:
+        """The oldest Linux the bundled glibc runs on (libc.so.6's ABI note)."""
+        libc = [e for e in self.elves if e.name == f"{CONTENTS}/libc.so.6"]
+        return version_text(libc[0].abi_tag) if libc and libc[0].abi_tag else None
+
+    def summary(self, bundled: list[dict[str, object]]) -> dict[str, object]:
         per_file = {elf.name: version_text(max(elf.glibc())) for elf in self.elves if elf.glibc()}
         newest = self.max_glibc()
+        launcher = self.elf(LAUNCHER)
+        libc = next((lib for lib in bundled if lib["name"] == "libc.so.6"), None)
+        from_image = self.from_image()
+        floor = self.kernel_floor()
         return {
             "path": str(self.path),
             "bytes": self.bytes,
             "elf_files": len(self.elves),
+            "launcher": {
+                "static": launcher.static,
+                "bytes": (self.path / LAUNCHER).stat().st_size,
+            },
+            "glibc": None if libc is None else libc.get("version"),
+            "kernel_floor": floor,
             "max_glibc": version_text(newest),
             "max_glibc_files": sorted(n for n, v in per_file.items() if v == version_text(newest)),
-            "from_image": self.from_image(),
+            "bundled": bundled,
+            "from_image": from_image,
+            "needs": (
+                f"nothing from the image but a Linux kernel >= {floor}"
+                if not from_image and launcher.static
+                else "the image must provide: " + ", ".join(from_image)
+            ),
         }
 
 
 def directory_build(root: Path) -> Artifact:
-    """Every ELF file under the directory build: the bootloader first, then _internal/."""
-    launcher = root / DIRECTORY
+    """Every ELF file under the directory build: the launcher first, then the rest."""
+    launcher = root / LAUNCHER
     files = [p for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()]
-    art = Artifact("directory", root, sum(p.stat().st_size for p in files))
+    art = Artifact(root, sum(p.stat().st_size for p in files))
     for p in [launcher, *(p for p in files if p != launcher)]:
         with p.open("rb") as f:
             if f.read(4) != ELF_MAGIC:
@@ -157,32 +180,22 @@ def directory_build(root: Path) -> Artifact:
     return art
 
 
-def onefile_build(path: Path) -> Artifact:
-    """The bootloader ELF itself plus every binary in its appended archive."""
-    data = path.read_bytes()
-    art = Artifact("onefile", path, len(data))
-    art.elves.append(read_elf(data, path.name))
-    for name, blob in sorted(archive_binaries(path).items()):
-        if blob[:4] == ELF_MAGIC:
-            art.elves.append(read_elf(blob, name))
-            art.bundled.add(Path(name).name)
-    return art
-
-
 def builder_glibc() -> str | None:
     lib, version = platform.libc_ver()
     return version if lib == "glibc" else None
 
 
 def report(dist: Path) -> dict[str, object]:
-    """The report of whichever artifacts dist/ holds."""
+    """The report of the directory build in dist/."""
     artifacts: dict[str, object] = {}
-    if (dist / DIRECTORY / DIRECTORY).is_file():
-        artifacts["directory"] = directory_build(dist / DIRECTORY).summary()
-    if (dist / ONEFILE).is_file():
-        artifacts["onefile"] = onefile_build(dist / ONEFILE).summary()
+    if (dist / DIRECTORY / LAUNCHER).is_file():
+        bundled_file = dist / BUNDLED_NAME
+        bundled = (
+            json.loads(bundled_file.read_text())["libraries"] if bundled_file.is_file() else []
+        )
+        artifacts["directory"] = directory_build(dist / DIRECTORY).summary(bundled)
     return {
-        "schema": 1,
+        "schema": 2,
         "builder": {
             "python": platform.python_version(),
             "glibc": builder_glibc(),
@@ -193,25 +206,21 @@ def report(dist: Path) -> dict[str, object]:
 
 
 def _table(data: dict[str, object]) -> str:
-    lines = []
     artifacts = data["artifacts"]
     assert isinstance(artifacts, dict)
-    for kind, art in artifacts.items():
-        lines.append(
-            f"{kind:<10} {art['bytes'] / 1e6:6.1f} MB  newest glibc {art['max_glibc']}"
-            f"  from the image: {' '.join(art['from_image'])}"
-        )
-    return "\n".join(lines)
+    art = artifacts["directory"]
+    libs = ", ".join(f"{lib['name']} {lib['version'] or '?'}" for lib in art["bundled"])
+    return (
+        f"directory  {art['bytes'] / 1e6:.1f} MB, launcher {art['launcher']['bytes']} bytes"
+        f" ({'static' if art['launcher']['static'] else 'DYNAMIC'}), glibc {art['glibc']}\n"
+        f"bundled:   {libs}\n"
+        f"needs:     {art['needs']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dist", type=Path, help="the PyInstaller dist folder")
-    parser.add_argument(
-        "--max-glibc",
-        default=os.environ.get("DRAINHOOK_MAX_GLIBC"),
-        help="fail when an artifact needs a newer glibc (default: $DRAINHOOK_MAX_GLIBC)",
-    )
     args = parser.parse_args(argv)
     data = report(args.dist)
     if not data["artifacts"]:
@@ -219,18 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     (args.dist / REPORT_NAME).write_text(json.dumps(data, indent=2) + "\n")
     print(_table(data))
-    if args.max_glibc:
-        limit = tuple(int(p) for p in args.max_glibc.split("."))
-        artifacts = data["artifacts"]
-        assert isinstance(artifacts, dict)
-        over = [
-            f"{kind} needs GLIBC_{art['max_glibc']} ({', '.join(art['max_glibc_files'])})"
-            for kind, art in artifacts.items()
-            if art["max_glibc"] and glibc_version(f"GLIBC_{art['max_glibc']}") > limit  # type: ignore[operator]
-        ]
-        if over:
-            print(f"over the glibc limit {args.max_glibc}: " + "; ".join(over), file=sys.stderr)
-            return 1
+    artifacts = data["artifacts"]
+    assert isinstance(artifacts, dict)
+    art = artifacts["directory"]
+    if art["from_image"] or not art["launcher"]["static"]:
+        print(f"the build needs something from the image: {art['needs']}", file=sys.stderr)
+        return 1
     return 0
 
 

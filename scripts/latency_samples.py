@@ -33,18 +33,18 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from drainhook.observe import BY_ENGINE
+from drainhook.gauges import BY_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "samples" / "latency"
 
 # The e2e bounds are the engine table's, the ones plan --observe expects.
-VLLM_E2E = BY_ENGINE["vllm"].latency.default_bounds
+VLLM_E2E = BY_NAME["vllm"].latency.default_bounds
 VLLM_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
              1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 VLLM_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
             1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
-SGLANG_E2E = BY_ENGINE["sglang"].latency.default_bounds
+SGLANG_E2E = BY_NAME["sglang"].latency.default_bounds
 MAX_MODEL_LEN = 8192
 VLLM_MODEL = "Qwen/Qwen3-8B"
 SGLANG_MODEL = "meta-llama/Llama-3.1-8B-Instruct"

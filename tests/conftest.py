@@ -48,6 +48,28 @@ class Run(HookOutput):
     starved: float = 0.0
 
 
+# ---- one timing tolerance ---------------------------------------------------------
+#
+# Every upper bound on time in the suite is `late(bound, LEVEL, starved)`: what the
+# contract or the timeline fixes, plus what a busy machine may add to that kind of
+# measure, plus the time the process (and the test waiting on it) is measured to
+# have sat runnable off the CPU (`Run.starved`: forgiven, since the hook could not
+# run; what it spends running or sleeping is not). Lower bounds get nothing: a
+# machine can delay an instant, never bring it forward. The levels, by where the
+# time is measured:
+READ_LATE = 0.15  # one read, timed in this process less this thread's starvation
+HOOK_LATE = 0.3  # an instant the hook measures itself (the summary's elapsed, from t0)
+SPAWN_LATE = 0.5  # spawn to exit from outside: interpreter start-up, imports and the exit too
+# A run in a new network namespace (tests/podns.py) measures no starvation: its
+# bounds take this level instead, whatever they measure.
+POD_LATE = 1.0
+
+
+def late(bound: float, level: float, starved: float = 0.0) -> float:
+    """The upper bound a timing assertion checks (see the levels above)."""
+    return bound + level + starved
+
+
 def timeline_warning(line: str) -> bool:
     """A warning `wait` logs at its start about its own timeline (`plan`'s rules, with a
     code): the shrunk timelines of the tests get some."""
@@ -245,6 +267,33 @@ def pod_command() -> Pod:
         return run_pod(servers, command, prefix=prefix, env=base_env(env), timeout=timeout)
 
     return run
+
+
+# ---- the `slow` and `live` markers -------------------------------------------------
+#
+# One rule, applied here rather than by hand: a case that runs the hook as a real
+# process (it uses one of these fixtures) is `slow`; `pytest -m "not slow"` runs the
+# rest, the in-process cases, in seconds.
+#
+# tests/live/ runs drainhook against a live vLLM that scripts/live-vllm installs
+# and starts; its cases carry the `live` marker. They are deselected (not
+# skipped) unless `--live` is given, and `--live` runs nothing else.
+PROCESS_FIXTURES = frozenset({"entry", "hook", "pod", "pod_command"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--live", action="store_true", help="run only the live tier (tests/live/)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+    live = bool(config.getoption("--live"))
+    keep = [item for item in items if (item.get_closest_marker("live") is not None) == live]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
 
 
 # ---- no silent skips -------------------------------------------------------------

@@ -16,7 +16,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from drainhook.discover import Discovering, Discovery, Search, Tried, discover, names_engine, search
+from drainhook.discover import (
+    DiscoveringReader,
+    Discovery,
+    SearchRecord,
+    Tried,
+    names_engine,
+    read_candidates,
+    search,
+)
 from drainhook.listeners import Listener
 from drainhook.target import parse_url
 from drainhook.verdict import Reading, Series, Verdict
@@ -98,7 +106,7 @@ def pods() -> Iterator[Callable[[dict[str, Reading | None]], Pod]]:
 
 
 def run(pod: Pod, *, left: float = 10.0, max_parallel: int = 64, **kw: object) -> Discovery:
-    return discover(
+    return read_candidates(
         list(pod.replies),
         pod.read_one,
         read_timeout=READ_TIMEOUT,
@@ -194,7 +202,7 @@ def test_a_reader_that_raises_is_a_failed_read_not_a_crash(pods: Callable[..., P
             raise RuntimeError("bug")
         return pod.read_one(u, timeout)
 
-    found = discover(
+    found = read_candidates(
         [url(1), url(2)], read_one, read_timeout=1.0, until=200.0, clock=pod.clock, wait=pod.wait
     )
     assert [t.url for t in found.found] == [url(1)]
@@ -303,7 +311,7 @@ def test_a_pids_limit_lowers_parallelism_and_every_read_still_happens(
         running = 0
         return woke
 
-    found = discover(
+    found = read_candidates(
         list(replies),
         pod.read_one,
         read_timeout=1.0,
@@ -330,7 +338,7 @@ def test_no_thread_at_all_fails_each_read_without_waiting(pods: Callable[..., Po
     assert [t.why for t in found.tried] == ["no thread: can't start new thread"] * 2
 
 
-# ---- Discovering: the hook's reader, searching on a first read that was refused ------
+# ---- DiscoveringReader: the hook's reader, searching on a first read that was refused ------
 
 
 REFUSED = Reading.failed(
@@ -371,18 +379,18 @@ def discovering(
     on_refused: bool = True,
     always: bool = False,
     listed: list[int] | None = None,
-) -> tuple[Discovering, list[str], list[Search]]:
-    """A Discovering over one configured target (127.0.0.1:8000) in a Pod whose
+) -> tuple[DiscoveringReader, list[str], list[SearchRecord]]:
+    """A DiscoveringReader over one configured target (127.0.0.1:8000) in a Pod whose
     other listeners answer `found` (URL -> readings); `listed` counts the looks at /proc."""
     log: list[str] = []
-    searches: list[Search] = []
+    searches: list[SearchRecord] = []
 
     def listeners() -> list[Listener]:
         if listed is not None:
             listed.append(1)
         return WILDCARD
 
-    reader = Discovering(
+    reader = DiscoveringReader(
         [Scripted(CONFIGURED.display, configured, log)],
         [CONFIGURED],
         lambda u: Scripted(u, found[u], log),  # one script per URL, shared

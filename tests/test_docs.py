@@ -21,6 +21,7 @@ import yaml
 from drainhook import plan as planning
 from drainhook.cli import cli
 from drainhook.config import DEFAULT_GRACE
+from drainhook.timeline import TIMELINE_RULES
 from tests.conftest import ROOT, Hook
 from tests.test_examples import (
     _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
@@ -160,7 +161,7 @@ def test_which_warnings_wait_logs_is_documented() -> None:
             r"^\| `([a-z-]+)` \|(?:[^|]*\|){2} ([^|]*) \|", OPERATIONS.read_text(), re.M
         )
     }
-    timeline = {rule(p).code for rule, p in _firing() if rule in planning.TIMELINE_RULES}
+    timeline = {rule(p).code for rule, p in _firing() if rule in TIMELINE_RULES}
     for code in (rule(p).code for rule, p in _firing()):
         assert rows[code].strip() == ("logged" if code in timeline else "—"), code
 
@@ -259,3 +260,14 @@ def test_shell_examples_parse(where: str, words: list[str]) -> None:
 def test_docs_show_plan_and_probe_commands() -> None:
     names = {words[1] for _, words in COMMANDS}
     assert {"plan", "probe"} <= names
+
+
+def test_plan_help_names_every_warning_from_its_rule() -> None:
+    """`plan --help` is generated from RULES: each rule's docstring is `code: when`
+    with the code it fires with, and the help lists every one."""
+    text = " ".join(planning.help_text().split())
+    for rule, p in _firing():
+        doc = " ".join((rule.__doc__ or "").split())
+        fired = rule(p)
+        assert fired is not None and doc.split(":")[0] == fired.code, rule
+        assert doc in text, fired.code

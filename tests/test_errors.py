@@ -40,8 +40,8 @@ def crash(*args: object, **kwargs: object) -> None:
     ("argv", "where"),
     [
         (["wait", "--settle", "0", "--grace", "2", "--exit-reserve", "1"], "drain"),
-        (["probe"], "discovering"),
-        (["probe", "--json"], "discovering"),
+        (["probe"], "hook_reader"),
+        (["probe", "--json"], "hook_reader"),
     ],
     ids=["wait", "probe", "probe-json"],
 )
@@ -82,7 +82,7 @@ def test_the_command_line_catches_the_base(
     def raising(*args: object, **kwargs: object) -> None:
         raise error
 
-    monkeypatch.setattr(hook, "discovering", raising)
+    monkeypatch.setattr(hook, "hook_reader", raising)
     assert cli.run(["probe"]) == code
     assert capsys.readouterr().err.splitlines() == [f"drainhook: {error}"]
 

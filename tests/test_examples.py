@@ -471,8 +471,8 @@ def assert_installed_by_init_container(pod: PodSpec, c: k8s.V1Container) -> None
     (init,) = installs
     directory = Path(parse_hook(init.command)[1]["directory"])
     hook = Path(c.lifecycle.pre_stop._exec.command[0])
-    # the path `install` prints: DIR/drainhook (single file) or DIR/drainhook/drainhook
-    assert hook in (directory / "drainhook", directory / "drainhook" / "drainhook")
+    # the path `install` prints: DIR/drainhook/drainhook
+    assert hook == directory / "drainhook" / "drainhook"
     init_mount = {m.name: m.mount_path for m in init.volume_mounts}
     mounts = {m.name: (m.mount_path, m.read_only) for m in c.volume_mounts}
     (volume,) = [v for v in pod.spec.volumes if v.empty_dir is not None]

@@ -18,10 +18,10 @@ from drainhook.histogram import (
     MAX_SAMPLES,
     RawSeries,
     ScanLimit,
-    combine,
     difference,
     exact,
     scan_families,
+    sum_series,
 )
 
 E2E = "vllm:e2e_request_latency_seconds"
@@ -50,14 +50,14 @@ def one(body: str | bytes, name: str = E2E) -> tuple[dict[tuple[float, ...], flo
     fam = scan_families(data, [name])[name]
     if fam.problem is not None:
         return {}, fam.problem
-    h = combine(name, fam.series.values())
+    h = sum_series(name, fam.series.values())
     return {(*h.bounds, INF): h.total}, None
 
 
 def hist(body: str, name: str = E2E):  # type: ignore[no-untyped-def]
     fam = scan_families(body.encode(), [name])[name]
     assert fam.problem is None, fam.problem
-    return combine(name, fam.series.values())
+    return sum_series(name, fam.series.values())
 
 
 # -- reading a family -----------------------------------------------------------------
@@ -105,7 +105,7 @@ def test_type_line_alone_marks_the_family_present_with_no_requests() -> None:
     )
     fam = scan_families(body.encode(), [SG])[SG]
     assert fam.seen and not fam.series and fam.problem is None
-    h = combine(SG, fam.series.values())
+    h = sum_series(SG, fam.series.values())
     assert h.total == 0 and h.quantile(0.999) is None
 
 
@@ -144,7 +144,7 @@ def test_body_as_an_mmap_reads_the_same() -> None:
     m = mmap.mmap(-1, len(data))
     m.write(data)
     fam = scan_families(m, [E2E])[E2E]
-    assert combine(E2E, fam.series.values()).cumulative == (2.0, 7.0, 9.0, 10.0)
+    assert sum_series(E2E, fam.series.values()).cumulative == (2.0, 7.0, 9.0, 10.0)
     m.close()
 
 
@@ -228,7 +228,7 @@ def test_the_samples_kept_are_bounded_per_family() -> None:
     fams = scan_families((over + under).encode(), [E2E, SG])
     assert fams[E2E].problem == f"{E2E}: more than {MAX_SAMPLES} samples"
     assert fams[SG].problem is None
-    assert combine(SG, fams[SG].series.values()).total == MAX_SAMPLES // 2
+    assert sum_series(SG, fams[SG].series.values()).total == MAX_SAMPLES // 2
 
 
 def test_the_scan_ends_by_the_reads_deadline() -> None:
@@ -256,7 +256,7 @@ def test_hostile_bytes_never_raise_anything_else(data: bytes, name: str) -> None
         return
     fam = fams[name]
     if fam.problem is None:
-        h = combine(name, fam.series.values())
+        h = sum_series(name, fam.series.values())
         assert all(a <= b for a, b in zip(h.cumulative, h.cumulative[1:], strict=False))
         assert all(c >= 0 and math.isfinite(c) for c in h.cumulative)
 

@@ -10,20 +10,22 @@ import time
 
 import pytest
 
-from drainhook.config import EXIT_ALLOWANCE, Reach, WaitConfig
+from drainhook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
+from drainhook.discover import DiscoveringReader
 from drainhook.drain import Outcome, Result
 from drainhook.exposition import ACCEPT, MetricsScanner
-from drainhook.hook import exit_code, reader_for, run_probe, run_wait, scanner_for
+from drainhook.hook import exit_code, run_probe, run_wait
 from drainhook.loads import LoadsScanner
 from drainhook.read import Reader
+from drainhook.readers import hook_reader, reader_for, scanner_for
 from drainhook.rounds import Round
 from drainhook.sources import AutoReader
 from drainhook.target import parse_url
 from drainhook.verdict import Verdict
+from tests.conftest import HOOK_LATE, late
 from tests.loopback import Loopback, route, sample, sequence, serve
 
 D = 0.6  # the deadline of config(): G 2 s - R 1.4 s
-SLACK = 0.3  # the hook's own elapsed past D on a loaded 2-core machine
 IDLE = sample("vllm-single-dp2-idle.txt")
 BUSY = sample("vllm-single-dp2.txt")  # in_flight 6
 SGLANG_IDLE = sample("sglang-mp-dp2-idle.txt")
@@ -39,7 +41,7 @@ def free_port() -> int:
 def config(url: str, exit_zero: bool = False) -> WaitConfig:
     """D = 0.6 s: settle 0.05 s, a read every 0.05 s."""
     return WaitConfig(
-        reach=Reach(target=parse_url(url), read_timeout=0.3),
+        reach=ReadConfig(target=parse_url(url), read_timeout=0.3),
         settle=0.05,
         interval=0.05,
         grace=2.0,
@@ -74,17 +76,17 @@ def test_exit_code_of_each_outcome(outcome: Outcome, signum: int | None, code: i
 
 def test_the_scanner_follows_the_source() -> None:
     target = parse_url("http://127.0.0.1:8000/metrics")
-    assert scanner_for(Reach(target=target, engine="sglang")) == MetricsScanner("sglang")
-    assert scanner_for(Reach(target=target, source="loads", engine="sglang")) == LoadsScanner()
+    assert scanner_for(ReadConfig(target=target, engine="sglang")) == MetricsScanner("sglang")
+    assert scanner_for(ReadConfig(target=target, source="loads", engine="sglang")) == LoadsScanner()
 
 
 def test_one_target_is_one_reader_and_several_a_round() -> None:
     a, b = parse_url("http://127.0.0.1:8000/metrics"), parse_url("http://127.0.0.1:8001/metrics")
     readers = [
-        reader_for(Reach(target=a, source="metrics")),
-        reader_for(Reach(target=a)),  # --source auto: /v1/loads beside /metrics for SGLang
-        reader_for(Reach(target=a, engine="vllm")),  # vLLM serves no /v1/loads
-        reader_for(Reach(target=a, more=(b,))),
+        reader_for(ReadConfig(target=a, source="metrics")),
+        reader_for(ReadConfig(target=a)),  # --source auto: /v1/loads beside /metrics for SGLang
+        reader_for(ReadConfig(target=a, engine="vllm")),  # vLLM serves no /v1/loads
+        reader_for(ReadConfig(target=a, more=(b,))),
     ]
     try:
         assert [type(r) for r in readers] == [Reader, AutoReader, Reader, Round]
@@ -99,6 +101,31 @@ def test_one_target_is_one_reader_and_several_a_round() -> None:
             r.close()
 
 
+def test_no_discovering_reader_unless_discovery_can_search() -> None:
+    """Discovery off (or a target outside the Pod): the configured targets' reader
+    itself; on, or probe --discover (`always`): a DiscoveringReader over it."""
+    here = parse_url("http://127.0.0.1:8000/metrics")
+    remote = parse_url("http://10.0.0.7:8000/metrics")
+    cases = [
+        (ReadConfig(target=here, source="metrics"), False, Reader),
+        (ReadConfig(target=here), False, AutoReader),
+        (ReadConfig(target=here, source="metrics", discover=True), False, DiscoveringReader),
+        (
+            ReadConfig(target=remote, source="metrics", discover=True, allow_remote=True),
+            False,
+            Reader,
+        ),
+        (ReadConfig(target=here, source="metrics"), True, DiscoveringReader),
+    ]
+    for reach, always, kind in cases:
+        reader = hook_reader(reach, always=always)
+        try:
+            assert type(reader) is kind, (reach, always)
+            assert reader.name == reach.display
+        finally:
+            reader.close()
+
+
 @pytest.mark.parametrize(
     ("source", "body", "accept", "in_flight"),
     [("metrics", BUSY, ACCEPT, 6), ("loads", LOADS_BUSY.encode(), "application/json", 3)],
@@ -109,7 +136,7 @@ def test_the_reader_asks_for_and_scans_its_source(
     heads: list[bytes] = []
     path = "/v1/loads" if source == "loads" else "/metrics"
     with Loopback(route({path: body}, heads)) as srv:
-        reach = Reach(target=parse_url(f"http://127.0.0.1:{srv.port}{path}"), source=source)
+        reach = ReadConfig(target=parse_url(f"http://127.0.0.1:{srv.port}{path}"), source=source)
         reader = reader_for(reach)
         try:
             reading = reader.read(1.0)
@@ -131,7 +158,7 @@ def summary(err: str) -> dict[str, object]:
 def test_the_loop_ends_before_d_by_the_exit_allowance() -> None:
     """The loop's deadline leaves the process EXIT_ALLOWANCE to be gone by D; a D
     of 0 stays 0, and the logged deadline (config.deadline) stays D."""
-    reach = Reach(target=parse_url("http://127.0.0.1:9/metrics"))
+    reach = ReadConfig(target=parse_url("http://127.0.0.1:9/metrics"))
     assert 0 < EXIT_ALLOWANCE <= 0.05
     busy = WaitConfig(reach=reach, grace=30.0, exit_reserve=5.0)
     assert busy.deadline == 25.0
@@ -160,7 +187,7 @@ def test_wait_runs_to_the_deadline_while_busy(capsys: pytest.CaptureFixture[str]
     assert code == 3
     assert (end["outcome"], end["in_flight"], end["exit"]) == ("deadline", 6, 3)
     # It ends EXIT_ALLOWANCE before D, so that its process is gone by D.
-    assert D - EXIT_ALLOWANCE <= end["elapsed"] <= D + SLACK  # type: ignore[operator]
+    assert D - EXIT_ALLOWANCE <= end["elapsed"] <= late(D, HOOK_LATE)  # type: ignore[operator]
     assert took >= D - EXIT_ALLOWANCE
 
 
@@ -186,7 +213,7 @@ def test_exit_zero_maps_the_deadline_to_0(capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize(("body", "code"), [(IDLE, 0), (BUSY, 1)])
 def test_probe_reads_once(body: bytes, code: int) -> None:
     with Loopback(serve(body)) as srv:
-        shown, got = run_probe(Reach(target=parse_url(srv.url)), as_json=True)
+        shown, got = run_probe(ReadConfig(target=parse_url(srv.url)), as_json=True)
         assert srv.connections == 1
     assert got == code
     assert json.loads(shown)["verdict"] == ("idle" if code == 0 else "busy")
@@ -195,7 +222,7 @@ def test_probe_reads_once(body: bytes, code: int) -> None:
 def test_probe_both_reads_each_source_and_exits_by_metrics() -> None:
     paths = {"/metrics": SGLANG_IDLE, "/v1/loads": LOADS_BUSY.encode()}
     with Loopback(route(paths)) as srv:
-        reach = Reach(target=parse_url(srv.url), source="both", engine="sglang")
+        reach = ReadConfig(target=parse_url(srv.url), source="both", engine="sglang")
         shown, code = run_probe(reach, as_json=True)
     both = json.loads(shown)
     assert code == 0  # /metrics: idle
@@ -208,6 +235,6 @@ def test_probe_both_reads_each_source_and_exits_by_metrics() -> None:
 
 
 def test_probe_unreachable_exits_4() -> None:
-    shown, code = run_probe(Reach(target=parse_url(f"http://127.0.0.1:{free_port()}/")), False)
+    shown, code = run_probe(ReadConfig(target=parse_url(f"http://127.0.0.1:{free_port()}/")), False)
     assert code == 4
     assert "unreachable" in shown

@@ -4,7 +4,7 @@ install refuses with exit 2.
 
 The copy logic runs here on fake builds (a launcher and an _internal/ folder
 of plain files), so it is tested without PyInstaller; the cases at the end
-install the real directory build and single file and run the copies the way
+install the real directory build and run the copy the way
 a kubelet would: no LANG, stdin closed, SSL_CERT_FILE naming a missing file.
 """
 
@@ -30,7 +30,6 @@ from tests.loopback import Loopback, sample, serve
 IDLE = sample("vllm-single-dp2-idle.txt")
 FAST = ("--settle", "0.1", "--interval", "0.1", "--grace", "10", "--exit-reserve", "1")
 BINARY = os.environ.get("DRAINHOOK_BINARY", "")
-ONEFILE = Path(BINARY).parent.parent / "drainhook-onefile" if BINARY else Path()
 Kind = build_info.Kind
 
 
@@ -247,26 +246,19 @@ def run_closed_stdin(argv: list[str], env: dict[str, str]) -> subprocess.Complet
     )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["directory", "onefile"])
-def test_installed_copy_drains_without_lang_stdin_or_a_cert_file(tmp_path: Path, kind: str) -> None:
+def test_installed_copy_drains_without_lang_stdin_or_a_cert_file(tmp_path: Path) -> None:
     if not BINARY:
         pytest.skip("no packaged build: DRAINHOOK_BINARY is unset (scripts/test sets it)")
-    source = BINARY if kind == "directory" else str(ONEFILE)
-    if not Path(source).is_file():
-        pytest.skip(f"no {kind} build at {source}")
     target = tmp_path / "hook"
     env = kubelet_env({"SSL_CERT_FILE": str(tmp_path / "missing.pem")})
-    installed = run_closed_stdin([source, "install", str(target)], env)
+    installed = run_closed_stdin([BINARY, "install", str(target)], env)
     assert installed.returncode == 0, installed.stderr
     path = Path(installed.stdout.strip())
-    expected = target / "drainhook" / "drainhook" if kind == "directory" else target / "drainhook"
-    assert path == expected
+    assert path == target / "drainhook" / "drainhook"
     assert mode(path) == 0o755
     assert leftovers(target) == []
     version = run_closed_stdin([str(path), "--version"], env)
-    label = "directory build" if kind == "directory" else "single file"
-    assert f"({label}, Python" in version.stdout, version.stderr
+    assert "(directory build, Python" in version.stdout, version.stderr
 
     ca = trustme.CA()
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -24,9 +24,9 @@ import pytest
 import yaml
 
 from drainhook import plan as planning
+from drainhook.gauges import BY_NAME
 from drainhook.histogram import INF, scan_families
 from drainhook.observe import (
-    BY_ENGINE,
     Observation,
     ceil_sum,
     gather,
@@ -132,11 +132,11 @@ def test_samples_are_current() -> None:
 def test_default_bounds_are_the_engines() -> None:
     """The bounds the samples carry are the ones the engine table records."""
     for sample, engine in (("vllm-chat-dp2.txt", "vllm"), ("sglang-streaming.txt", "sglang")):
-        family = BY_ENGINE[engine].latency
+        family = BY_NAME[engine].latency
         fams = scan_families(body(sample), [family.name])
         bounds = {b for s in fams[family.name].series.values() for b in s.buckets}
         assert bounds == {*family.default_bounds, INF}
-    vllm, sglang = BY_ENGINE["vllm"].latency, BY_ENGINE["sglang"].latency
+    vllm, sglang = BY_NAME["vllm"].latency, BY_NAME["sglang"].latency
     assert (vllm.default_bounds[0], vllm.default_bounds[-1]) == (0.3, 7680)
     assert (sglang.default_bounds[0], sglang.default_bounds[-1]) == (0.1, 2400)
 
@@ -156,7 +156,6 @@ def test_recommendation_equals_the_hand_computation(hand: Hand) -> None:
     assert {w.code for w in rec.warnings} == hand.warnings
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("hand", HAND, ids=IDS)
 def test_cli_from_file_gives_the_hand_computation(hook: Hook, hand: Hand) -> None:
     obj = plan_json(hook("plan", "--from-file", str(SAMPLES / hand.file), "--output", "json"))
@@ -225,11 +224,11 @@ def test_over_an_hour_is_recommended_with_a_warning() -> None:
 
 
 def test_inf_warning_names_the_largest_bound_and_the_engines_flag() -> None:
-    _, rec = observe_file("vllm-long-tail-inf.txt")
+    observed, rec = observe_file("vllm-long-tail-inf.txt")
     (inf,) = [w for w in rec.warnings if w.code == "observe-inf"]
-    assert "7680s" in inf.message
-    assert "--custom-histogram-buckets" in inf.reason
-    assert "--bucket-e2e-request-latency" in BY_ENGINE["sglang"].latency.bucket_flag
+    assert (rec.latency, observed.histogram.largest_bound) == (INF, 7680)
+    assert BY_NAME["vllm"].latency.bucket_flag in inf.reason  # the engine's own flag
+    assert "--bucket-e2e-request-latency" in BY_NAME["sglang"].latency.bucket_flag
 
 
 def test_several_files_are_summed() -> None:
@@ -256,7 +255,6 @@ def test_max_tokens_bound_beside_the_quantile() -> None:
 # -- outputs ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_text_output_draws_the_histogram_and_the_deadline_line(hook: Hook) -> None:
     run = hook("plan", "--from-file", str(SAMPLES / "vllm-chat-dp2.txt"))
     assert run.code == 0, run.stderr
@@ -278,7 +276,6 @@ def test_text_output_draws_the_histogram_and_the_deadline_line(hook: Hook) -> No
     assert "max_tokens bound" in text and "127.5s" in text
 
 
-@pytest.mark.slow
 def test_yaml_output_carries_the_recommended_g(hook: Hook) -> None:
     run = hook("plan", "--from-file", str(SAMPLES / "sglang-streaming.txt"), "--output", "yaml",
                "--engine", "sglang")  # fmt: skip
@@ -297,17 +294,33 @@ def test_yaml_output_carries_the_recommended_g(hook: Hook) -> None:
     assert "# with G = 210: D - S = 200s; at most 0% of observed requests ran longer" in run.stdout
 
 
-@pytest.mark.slow
-def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice(hook: Hook) -> None:
-    """The engine is known from its histogram: the advice comes even with --engine auto."""
+def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice_only_where_it_saves_work(
+    hook: Hook,
+) -> None:
+    """The engine is known from its histogram (--engine auto). With G from the observed
+    requests and S = 5, nothing is left for vLLM's --shutdown-timeout to save (no request
+    outlives D, none slips in after the settle), and it costs N s of exit: not advised.
+    With a settle shorter than the router's deregistration (5 s) it is."""
     run = hook("plan", "--from-file", str(SAMPLES / "vllm-chat-dp2.txt"), "--output", "yaml",
                "--exit-reserve", "8")  # fmt: skip
     assert run.code == 0, run.stderr
     assert yaml.safe_load(run.stdout)["terminationGracePeriodSeconds"] == 43  # ceil(5+30+8)
-    assert "suggest --shutdown-timeout 7 (R - 1)" in run.stdout
+    assert "--shutdown-timeout" not in run.stdout
+    short = hook("plan", "--from-file", str(SAMPLES / "vllm-chat-dp2.txt"), "--output", "json",
+                 "--exit-reserve", "8", "--settle", "3")  # fmt: skip
+    assert short.code == 0, short.stderr
+    applied = json.loads(short.stdout)["applied"]
+    assert applied["grace"] == 41  # ceil(3 + 30 + 8)
+    assert applied["engine_args"] == ["--shutdown-timeout", "7"]
+    codes = {w["code"] for w in applied["warnings"]}
+    assert {"vllm-shutdown-timeout", "settle-short"} <= codes
+    # Without G from evidence (the plan as given, G 30): advised, for work left at D.
+    given = json.loads(
+        hook("plan", "--engine", "vllm", "--exit-reserve", "8", "--output", "json").stdout
+    )
+    assert given["applied"]["engine_args"] == ["--shutdown-timeout", "7"]
 
 
-@pytest.mark.slow
 def test_yaml_without_a_recommendation_keeps_the_given_g(hook: Hook) -> None:
     run = hook("plan", "--from-file", str(SAMPLES / "vllm-long-tail-inf.txt"), "--output", "yaml",
                "--grace", "60")  # fmt: skip
@@ -341,7 +354,6 @@ def observe(hook: Hook, *args: str, timeout: float = 30) -> Run:
     return hook("plan", "--observe", *args, timeout=timeout)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("hand", HAND, ids=IDS)
 def test_a_loopback_read_gives_the_hand_computation(hook: Hook, hand: Hand) -> None:
     with Loopback(serve(body(hand.file))) as srv:
@@ -353,7 +365,6 @@ def test_a_loopback_read_gives_the_hand_computation(hook: Hook, hand: Hand) -> N
     assert obj["observed"]["source"] == url
 
 
-@pytest.mark.slow
 def test_several_targets_are_summed(hook: Hook) -> None:
     # As test_several_files_are_summed: N = 2040, p99.9 in (20, 30]: G = 40.
     with (
@@ -370,7 +381,6 @@ def test_several_targets_are_summed(hook: Hook) -> None:
     assert obj["observed"]["source"] == ",".join(f"http://127.0.0.1:{p}/metrics" for p in ports)
 
 
-@pytest.mark.slow
 def test_window_uses_the_difference_of_two_reads(hook: Hook) -> None:
     """Before: 1000 at 1.2 s and an old tail of 10 at 300 s; 2000 at 4 s come in between.
     Difference: 2000 in (2.5, 5] -> p99.9 = 5 -> G = ceil(5 + 5 + 5) = 15. The second
@@ -390,7 +400,6 @@ def test_window_uses_the_difference_of_two_reads(hook: Hook) -> None:
     assert whole["observed"]["window_s"] is None
 
 
-@pytest.mark.slow
 def test_window_across_a_restart_counts_the_second_read_whole(hook: Hook) -> None:
     """The engine restarted between the reads (its counts went down): the 300 requests
     of 4 s since the restart are the window: p99.9 = 5 -> G = 15, and a warning."""
@@ -405,7 +414,6 @@ def test_window_across_a_restart_counts_the_second_read_whole(hook: Hook) -> Non
     assert reset["message"].startswith("1 series")
 
 
-@pytest.mark.slow
 def test_window_with_no_traffic_recommends_nothing(hook: Hook) -> None:
     with Loopback(serve(body("vllm-window-before.txt"))) as srv:
         obj = plan_json(observe(hook, "--url", srv.url, "--window", "0.2", "--output", "json"))
@@ -415,7 +423,6 @@ def test_window_with_no_traffic_recommends_nothing(hook: Hook) -> None:
     assert "observe-small-sample" in {w["code"] for w in obj["warnings"]}
 
 
-@pytest.mark.slow
 def test_targets_with_other_bounds_are_summed_at_the_shared_ones(hook: Hook) -> None:
     # The small sample's engine with its own buckets: 0.3, 5, 50 only (its 30 @0.3, 39 @5,
     # 40 @50 keep their counts). Shared with the chat sample's defaults: 0.3, 5, 50.
@@ -433,7 +440,6 @@ def test_targets_with_other_bounds_are_summed_at_the_shared_ones(hook: Hook) -> 
     assert "observe-bounds" in {w["code"] for w in obj["warnings"]}
 
 
-@pytest.mark.slow
 def test_https_with_cacert(hook: Hook, tmp_path: Path) -> None:
     import ssl
 
@@ -461,7 +467,6 @@ def one_line(run: Run) -> str:
     return lines[0]
 
 
-@pytest.mark.slow
 def test_no_histogram_is_a_usage_error_naming_what_is_missing(hook: Hook) -> None:
     gauges = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
     with Loopback(serve(gauges)) as srv:
@@ -477,7 +482,6 @@ def test_no_histogram_is_a_usage_error_naming_what_is_missing(hook: Hook) -> Non
     assert "--enable-metrics" in one_line(pinned)
 
 
-@pytest.mark.slow
 def test_both_engines_histograms_ask_for_an_engine(hook: Hook, tmp_path: Path) -> None:
     both = tmp_path / "both.txt"
     both.write_bytes(body("vllm-small-sample.txt") + body("sglang-streaming.txt"))
@@ -489,7 +493,6 @@ def test_both_engines_histograms_ask_for_an_engine(hook: Hook, tmp_path: Path) -
     assert pinned["recommended_grace"] == 210
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "words"),
     [
@@ -510,7 +513,6 @@ def test_a_broken_histogram_is_an_error_not_a_wrong_g(hook: Hook, text: str, wor
     assert words in one_line(run)
 
 
-@pytest.mark.slow
 def test_unreachable_exits_4(hook: Hook) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -521,7 +523,6 @@ def test_unreachable_exits_4(hook: Hook) -> None:
     assert "connection refused" in one_line(run)
 
 
-@pytest.mark.slow
 def test_a_read_that_times_out_exits_3_within_the_read_timeout(hook: Hook) -> None:
     with Loopback(hang) as srv:
         run = observe(hook, "--url", srv.url, "--read-timeout", "0.3")
@@ -530,7 +531,6 @@ def test_a_read_that_times_out_exits_3_within_the_read_timeout(hook: Hook) -> No
     assert run.elapsed < 10
 
 
-@pytest.mark.slow
 def test_a_body_over_max_body_exits_3(hook: Hook) -> None:
     with Loopback(serve(body("vllm-chat-dp2.txt"))) as srv:
         run = observe(hook, "--url", srv.url, "--max-body", "1KiB")
@@ -538,7 +538,6 @@ def test_a_body_over_max_body_exits_3(hook: Hook) -> None:
     assert "--max-body" in one_line(run)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "words"),
     [
@@ -561,7 +560,6 @@ def test_usage_errors(hook: Hook, args: tuple[str, ...], words: str) -> None:
     assert words in one_line(run)
 
 
-@pytest.mark.slow
 def test_the_environment_names_the_target_as_for_wait(hook: Hook) -> None:
     """`kubectl exec POD -- drainhook plan --observe` reads what the hook reads; plan
     without --observe is not disturbed by the hook's DRAINHOOK_URL."""
@@ -577,7 +575,6 @@ def test_the_environment_names_the_target_as_for_wait(hook: Hook) -> None:
 UNSHARE = netns() or []
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not UNSHARE, reason="no empty network namespace (`unshare -n`) here")
 def test_a_remote_target_is_refused_before_any_read(entry: list[str]) -> None:
     argv = [*UNSHARE, *entry, "plan", "--observe", "--host", "10.1.2.3"]
@@ -592,7 +589,7 @@ def test_a_remote_target_is_refused_before_any_read(entry: list[str]) -> None:
 def test_every_engine_has_its_own_latency_family() -> None:
     from drainhook.gauges import ENGINE_NAMES
 
-    assert set(BY_ENGINE) == set(ENGINE_NAMES)
-    for name, engine in BY_ENGINE.items():
+    assert set(BY_NAME) == set(ENGINE_NAMES)
+    for name, engine in BY_NAME.items():
         assert engine.latency.name == f"{engine.prefix}:e2e_request_latency_seconds", name
         assert engine.latency.default_bounds == tuple(sorted(set(engine.latency.default_bounds)))

@@ -6,6 +6,7 @@ on the same config: what `plan` promises is what `wait` does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import pytest
 import yaml
 
 from drainhook import plan as planning
-from drainhook.config import EXIT_ALLOWANCE, Reach, WaitConfig
+from drainhook import timeline
+from drainhook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
 from drainhook.drain import Outcome, drain
 from drainhook.errors import UsageError
 from drainhook.target import parse_url
@@ -197,15 +199,39 @@ def test_warnings(role: str, flags: dict[str, object], expected: set[str]) -> No
         assert w.message and w.reason
 
 
-@pytest.mark.parametrize(("reserve", "advice"), [(5.0, "4"), (10.0, "9"), (2.5, "1")])
-def test_vllm_shutdown_timeout_is_r_minus_one(reserve: float, advice: str) -> None:
-    (w,) = [w for w in make(engine="vllm", exit_reserve=reserve).warnings]
-    assert f"--shutdown-timeout {advice} (R - 1)" in w.message
+@pytest.mark.parametrize(("reserve", "advice"), [(5.0, 4), (10.0, 9), (2.5, 1)])
+def test_vllm_shutdown_timeout_is_r_minus_one(reserve: float, advice: int) -> None:
+    p = make(engine="vllm", exit_reserve=reserve)
+    assert codes(p) == {"vllm-shutdown-timeout"}
+    assert planning.shutdown_timeout(p) == advice
 
 
 def test_vllm_shutdown_timeout_without_room() -> None:
-    (w,) = [w for w in make(engine="vllm", exit_reserve=1.5).warnings if w.code.startswith("vllm")]
-    assert "raise --exit-reserve" in w.message
+    p = make(engine="vllm", exit_reserve=1.5)
+    assert "vllm-shutdown-timeout" in codes(p)  # it says to raise R instead
+    assert planning.shutdown_timeout(p) is None
+
+
+@pytest.mark.parametrize(
+    ("settle", "observed", "advised"),
+    [
+        (5.0, False, True),  # no evidence: work may be left at D
+        (5.0, True, False),  # G covers the observed requests, nothing slips in after S
+        (3.0, True, True),  # S < 5 s: a request may slip in after the last idle read
+        (3.0, False, True),
+    ],
+)
+def test_vllm_shutdown_timeout_only_where_a_request_can_be_running_at_sigterm(
+    settle: float, observed: bool, advised: bool
+) -> None:
+    """--shutdown-timeout N costs N s of exit on every SIGTERM (vLLM 0.32 kills its
+    engine core at N, idle or not) and saves only a request still running at SIGTERM."""
+    p = dataclasses.replace(make(engine="vllm", settle=settle), grace_observed=observed)
+    codes = {w.code for w in p.warnings}
+    assert ("vllm-shutdown-timeout" in codes) is advised
+    assert planning.shutdown_timeout(p) == (4 if advised else None)
+    applied = typing.cast(dict[str, typing.Any], planning.applied_json(planning.Applied(p, ())))
+    assert applied["engine_args"] == (["--shutdown-timeout", "4"] if advised else [])
 
 
 @pytest.mark.parametrize(
@@ -222,13 +248,12 @@ def test_json_names_the_engine_args_its_advice_gives(
     flags: dict[str, typing.Any], engine_args: list[str]
 ) -> None:
     """The structured form of the --shutdown-timeout advice, for tooling (the
-    rehearsal reads it): the same number as the warning's text."""
+    rehearsal reads it): R - 1, whenever the advice can give one."""
     p = make(**flags)
     applied = typing.cast(dict[str, typing.Any], planning.to_json(p)["applied"])
     assert applied["engine_args"] == engine_args
-    if engine_args:
-        (w,) = [w for w in p.warnings if w.code == "vllm-shutdown-timeout"]
-        assert f"--shutdown-timeout {engine_args[1]} (R - 1)" in w.message
+    n = planning.shutdown_timeout(p)
+    assert engine_args == ([] if n is None else ["--shutdown-timeout", str(n)])
 
 
 def test_each_rule_owns_one_code_and_fires_alone() -> None:
@@ -254,7 +279,7 @@ def test_the_rules_read_a_wait_config_as_wait_builds_it() -> None:
     # The plan of the very WaitConfig `wait` runs on (a target, log settings):
     # the warnings `wait` could log at its start.
     config = WaitConfig(
-        reach=Reach(target=parse_url("http://127.0.0.1:9000/metrics"), engine="vllm"),
+        reach=ReadConfig(target=parse_url("http://127.0.0.1:9000/metrics"), engine="vllm"),
         grace=12.0,
         settle=2.0,
         log_format="json",
@@ -269,40 +294,41 @@ def test_the_rules_read_a_wait_config_as_wait_builds_it() -> None:
 
 def test_warnings_name_the_numbers() -> None:
     (w,) = make(grace=17.0, exit_reserve=10.5).warnings
-    assert "D - S = 1.5s" in w.message and "2 confirming reads" in w.message
+    assert w.code == "no-room"
     (w,) = make("decode", engine="sglang", grace=45.0, exit_reserve=5.0).warnings
     # G rises with R (D stays 40 s): the numbers the fragment will carry.
-    assert "--exit-reserve 20 (now 5s) and G = 60s (now 45s)" in w.message
+    assert w.code == "sglang-pd-exit"
+    assert [(f.field, f.value) for f in w.fixes] == [("exit_reserve", 20.0), ("grace", 60.0)]
 
 
 def test_timeline_rules_and_advice_rules_split_the_table() -> None:
     """`wait` logs TIMELINE_RULES only: every rule is in exactly one of the two, and
     the engine and role advice (about the Pod spec, not the run) is not logged."""
-    assert planning.RULES == planning.TIMELINE_RULES + planning.ADVICE_RULES
+    assert planning.RULES == timeline.TIMELINE_RULES + planning.ADVICE_RULES
     assert len(set(planning.RULES)) == len(planning.RULES)
     everything = planning.wait_config(grace=7.0, settle=6.0, exit_reserve=1.0, engine="vllm")
-    assert {w.code for w in planning.timeline_warnings(everything)} == {
+    assert {w.code for w in timeline.timeline_warnings(everything)} == {
         "grace-range",
         "settle-past-deadline",
         "exit-reserve-short",
     }
     assert "vllm-shutdown-timeout" in codes(planning.make_plan(everything))
     config = planning.wait_config(grace=17.0, exit_reserve=10.5, settle=4.6, engine="vllm")
-    found = planning.timeline_warnings(config)
+    found = timeline.timeline_warnings(config)
     assert [w.code for w in found] == ["no-room", "settle-short"]  # in RULES' order
     assert found == tuple(w for w in planning.make_plan(config).warnings if w in found)
-    assert planning.timeline_warnings(planning.wait_config(engine="vllm")) == ()
-    assert planning.timeline_warnings(planning.wait_config(grace=30.5)) == (
+    assert timeline.timeline_warnings(planning.wait_config(engine="vllm")) == ()
+    assert timeline.timeline_warnings(planning.wait_config(grace=30.5)) == (
         planning.make_plan(planning.wait_config(grace=30.5)).warnings
     )
 
 
 def test_timeline_warnings_never_raise(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(plan: planning.Plan) -> planning.PlanWarning | None:
+    def broken(instants: timeline.Instants) -> timeline.PlanWarning | None:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(planning, "TIMELINE_RULES", (broken,))
-    (w,) = planning.timeline_warnings(planning.wait_config())
+    monkeypatch.setattr(timeline, "TIMELINE_RULES", (broken,))
+    (w,) = timeline.timeline_warnings(planning.wait_config())
     assert w.code == "timeline-unchecked" and "ZeroDivisionError: a bug" in w.message
 
 
@@ -381,8 +407,8 @@ def test_vllm_shutdown_timeout_advice_follows_the_applied_reserve() -> None:
     done = planning.apply_advice(make("decode", grace=30.0))  # auto: the SGLang rule raises R
     assert done.plan.config.exit_reserve == 20
     vllm = planning.make_plan(done.plan.config, "decode", known_engine="vllm")
-    (w,) = vllm.warnings
-    assert "--shutdown-timeout 19 (R - 1)" in w.message
+    assert codes(vllm) == {"vllm-shutdown-timeout"}
+    assert planning.shutdown_timeout(vllm) == 19
 
 
 def test_invalid_values_are_usage_errors() -> None:

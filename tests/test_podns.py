@@ -30,8 +30,6 @@ from tests.podns import (
     sidecar,
 )
 
-pytestmark = pytest.mark.slow
-
 IDLE = "vllm-external-lb-rank3-idle.txt"  # engine vllm, idle (tests/samples/expected.json)
 BUSY = "vllm-api-server-count-3.txt"  # engine vllm, busy, in flight 7
 SGLANG_IDLE = "sglang-pre05-model-name-idle.txt"

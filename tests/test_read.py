@@ -25,7 +25,7 @@ from drainhook.exposition import ACCEPT
 from drainhook.read import Reader, classify
 from drainhook.target import parse_url
 from drainhook.verdict import Reading, Scan, Verdict
-from tests.conftest import run_delay
+from tests.conftest import READ_LATE, late, run_delay
 from tests.loopback import (
     Heard,
     Loopback,
@@ -45,7 +45,6 @@ IDLE = sample("vllm-single-dp2-idle.txt")
 BUSY = sample("vllm-single-dp2.txt")  # in_flight 6
 UNKNOWN, UNREACHABLE = Verdict.UNKNOWN, Verdict.UNREACHABLE
 # What a read may take beyond its timeout on a loaded 2-core machine.
-SLACK = 0.15
 
 # ---------------------------------------------------------------------------
 # (a) Every exception httpx exports is either a row of read._ERRORS or one the
@@ -302,7 +301,7 @@ def timed_read(url: str, timeout: float = 1.0, **kwargs: typing.Any) -> tuple[Re
 def assert_timed_out(reading: Reading, took: float, timeout: float) -> None:
     assert reading.verdict is UNKNOWN
     assert reading.reason is not None and "timed out" in reading.reason, reading.reason
-    assert took <= timeout + SLACK, f"read took {took:.3f} s for a {timeout} s timeout"
+    assert took <= late(timeout, READ_LATE), f"read took {took:.3f} s for a {timeout} s timeout"
 
 
 @pytest.mark.parametrize(
@@ -594,4 +593,4 @@ def test_a_read_cut_by_its_deadline_says_so() -> None:
         reading, took = timed_read(srv.url, 0.2)
     assert reading.verdict is UNKNOWN
     assert reading.reason == "read timed out: the read's time ran out"
-    assert took <= 0.2 + SLACK
+    assert took <= late(0.2, READ_LATE)

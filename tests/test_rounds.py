@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from drainhook.rounds import Round, combine
+from drainhook.rounds import Round, combine_readings
 from drainhook.verdict import Reading, Series, Verdict
 from tests.conftest import Hook
 from tests.loopback import Loopback, sample, sequence, serve
@@ -27,69 +27,69 @@ def failed(verdict: Verdict, reason: str = "x") -> Reading:
 
 
 def test_answering_targets_are_summed() -> None:
-    r = combine([(A, counted(2, rank="0")), (B, counted(3, rank="1"))], set())
+    r = combine_readings([(A, counted(2, rank="0")), (B, counted(3, rank="1"))], set())
     assert (r.verdict, r.in_flight, len(r.series), r.engine) == (Verdict.BUSY, 5, 2, "vllm")
     assert [n for n, _ in r.parts] == [A, B]
 
 
 def test_a_series_seen_on_two_targets_counts_once_at_its_max() -> None:
     # A proxy re-exporting the engine's gauges (B), read a moment after the engine (A).
-    r = combine([(A, counted(3)), (B, counted(2))], set())
+    r = combine_readings([(A, counted(3)), (B, counted(2))], set())
     assert (r.verdict, r.in_flight, len(r.series)) == (Verdict.BUSY, 3, 1)
-    assert combine([(A, counted(0)), (B, counted(0))], set()).verdict is Verdict.IDLE
+    assert combine_readings([(A, counted(0)), (B, counted(0))], set()).verdict is Verdict.IDLE
 
 
 def test_a_refused_target_that_discovery_replaced_counts_as_zero_while_it_refuses() -> None:
     refused = Reading.failed(Verdict.UNREACHABLE, "cannot connect", 1.0, refused=True)
-    r = combine([(A, refused), (B, counted(0))], {B}, replaced={A})
+    r = combine_readings([(A, refused), (B, counted(0))], {B}, replaced={A})
     assert (r.verdict, r.in_flight, r.reason) == (Verdict.IDLE, 0, None)
     # ...and is counted like any target when an engine answers there after all.
-    back = combine([(A, counted(2, rank="1")), (B, counted(1))], {B}, replaced={A})
+    back = combine_readings([(A, counted(2, rank="1")), (B, counted(1))], {B}, replaced={A})
     assert (back.verdict, back.in_flight) == (Verdict.BUSY, 3)
     # Once it has answered, refusing again is an engine that exited: 0, and said.
-    gone = combine([(A, refused), (B, counted(0))], {A, B}, replaced={A})
+    gone = combine_readings([(A, refused), (B, counted(0))], {A, B}, replaced={A})
     assert gone.verdict is Verdict.IDLE and gone.reason is not None and "exited" in gone.reason
 
 
 def test_every_target_refused_is_a_refused_round() -> None:
     refused = Reading.failed(Verdict.UNREACHABLE, "cannot connect", 1.0, refused=True)
     other = Reading.failed(Verdict.UNREACHABLE, "HTTP 404", 1.0, status=404)
-    assert combine([(A, refused), (B, refused)], set()).refused
-    assert not combine([(A, refused), (B, other)], set()).refused
+    assert combine_readings([(A, refused), (B, refused)], set()).refused
+    assert not combine_readings([(A, refused), (B, other)], set()).refused
 
 
 def test_idle_only_when_every_target_is_idle() -> None:
-    assert combine([(A, counted(0)), (B, counted(0))], set()).verdict is Verdict.IDLE
-    assert combine([(A, counted(0)), (B, counted(1))], set()).verdict is Verdict.BUSY
+    assert combine_readings([(A, counted(0)), (B, counted(0))], set()).verdict is Verdict.IDLE
+    assert combine_readings([(A, counted(0)), (B, counted(1))], set()).verdict is Verdict.BUSY
 
 
 def test_one_unknown_target_makes_the_round_unknown() -> None:
-    r = combine([(A, counted(0)), (B, failed(Verdict.UNKNOWN, "read timed out"))], {A, B})
+    r = combine_readings([(A, counted(0)), (B, failed(Verdict.UNKNOWN, "read timed out"))], {A, B})
     assert (r.verdict, r.in_flight) == (Verdict.UNKNOWN, None)
     assert r.reason == f"{B}: read timed out"
 
 
 def test_all_unreachable_is_unreachable() -> None:
-    r = combine([(A, failed(Verdict.UNREACHABLE)), (B, failed(Verdict.UNREACHABLE))], {A})
+    r = combine_readings([(A, failed(Verdict.UNREACHABLE)), (B, failed(Verdict.UNREACHABLE))], {A})
     assert r.verdict is Verdict.UNREACHABLE
     assert r.reason is not None and "all 2 targets unreachable" in r.reason
 
 
 def test_a_target_that_never_answered_holds_the_round_unknown() -> None:
     # A typo in a port must not shrink the drain to the other targets.
-    r = combine([(A, counted(0)), (B, failed(Verdict.UNREACHABLE, "refused"))], {A})
+    r = combine_readings([(A, counted(0)), (B, failed(Verdict.UNREACHABLE, "refused"))], {A})
     assert (r.verdict, r.in_flight) == (Verdict.UNKNOWN, None)
     assert r.reason == f"{B} unreachable and has not answered yet (refused)"
 
 
 def test_a_target_gone_after_answering_counts_as_zero() -> None:
-    r = combine([(A, counted(0)), (B, failed(Verdict.UNREACHABLE, "refused"))], {A, B})
+    r = combine_readings([(A, counted(0)), (B, failed(Verdict.UNREACHABLE, "refused"))], {A, B})
     assert (r.verdict, r.in_flight) == (Verdict.IDLE, 0)
     assert r.reason is not None and B in r.reason and "counted as 0" in r.reason
 
 
 def test_targets_that_disagree_on_the_engine_are_unknown() -> None:
-    r = combine([(A, counted(0, "vllm")), (B, counted(0, "sglang"))], set())
+    r = combine_readings([(A, counted(0, "vllm")), (B, counted(0, "sglang"))], set())
     assert r.verdict is Verdict.UNKNOWN
     assert r.engine is None
 

@@ -41,8 +41,6 @@ from tests.loopback import (
     serve,
 )
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = sample("vllm-single-dp2-idle.txt")
 USER, PASSWORD = "scraper-USER", "hunter2-SECRET"

@@ -1,11 +1,16 @@
 """The simulated engine (drainhook/sim/), over real HTTP on loopback, in this process.
 
-What SIGTERM does to it, path by path, as the demo and the rehearsal rely on:
-vLLM with `--shutdown-timeout N` (drains, answers new requests with an empty
-`abort` completion, exits as soon as nothing is left, kills what is left at N),
-vLLM's default abort, vLLM with several API servers (streams cut, HTTP 500),
-and SGLang (its watchdog's grid; /v1/loads live while /metrics lags). Timelines
-are shrunk to tenths of a second; each test names the bound it tells a broken
+What SIGTERM does to it, path by path, as the demo and the rehearsal rely on.
+vLLM with one API server is calibrated to the live vLLM 0.32 (CONTRACT §7):
+by default the engine core dies at once and every stream in flight stalls (no
+error, no [DONE]), the listener closes within 0.25 s and the process stays
+while a connection is open, until SIGKILL (`Engine.kill`), or exits in 0.4 s
+with none; with `--shutdown-timeout N` requests that end within N complete,
+new ones get HTTP 500, /health stays 200, and the engine core is killed at N
+whatever is left (the exit follows N, idle or not: N + 0.5 s live), so a
+request left at N stalls. Then vLLM with several API servers (streams cut, HTTP 500) and SGLang
+(its watchdog's grid; /v1/loads live while /metrics lags). Timelines are
+shrunk to tenths of a second; each test names the bound it tells a broken
 model apart by.
 """
 
@@ -13,12 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from drainhook.exposition import scan
 from drainhook.loads import scan_loads
@@ -27,7 +32,10 @@ from drainhook.verdict import Verdict
 from tests.conftest import base_env
 
 TOKEN = 0.02  # s per streamed event
-EXIT = 0.05  # s the process takes to exit once its work is over
+EXIT = 0.05  # s the process takes to exit once its work is over (SGLang)
+# vLLM's stop as measured live (s from SIGTERM, or from the drain's end).
+CORE, LISTENER, VLLM_EXIT = 0.02, 0.25, 0.4
+SLACK = 0.25  # s a busy machine may add to a thread's wake-up
 
 
 def tokens(seconds: float) -> int:
@@ -47,8 +55,9 @@ def get(port: int, path: str) -> tuple[int, bytes]:
 class Streams:
     """Completions sent on threads; each one's outcome and when it ended."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, timeout: float = 10.0) -> None:
         self.port = port
+        self.timeout = timeout
         self.done: dict[int, tuple[Outcome, float]] = {}
         self._threads: list[threading.Thread] = []
 
@@ -57,23 +66,35 @@ class Streams:
             index = len(self._threads)
 
             def run(index: int = index, n: int = tokens(s)) -> None:
-                got = complete(self.port, {"max_tokens": n, "stream": True}, timeout=10)
+                got = complete(self.port, {"max_tokens": n, "stream": True}, self.timeout)
                 self.done[index] = (got, time.monotonic())
 
             thread = threading.Thread(target=run, daemon=True)
             self._threads.append(thread)
             thread.start()
 
-    def join(self) -> list[tuple[Outcome, float]]:
+    def join(self, timeout: float = 10.0) -> list[tuple[Outcome, float]]:
         for t in self._threads:
-            t.join(timeout=10)
+            t.join(timeout=timeout)
         return [self.done[i] for i in range(len(self._threads))]
+
+    def open(self) -> int:
+        """Streams that have not ended yet."""
+        return sum(t.is_alive() for t in self._threads)
 
 
 @contextlib.contextmanager
 def vllm(**fields: Any) -> Iterator[SimServer]:
     """A vLLM-shaped engine, one DP rank of two slots unless fields say otherwise."""
-    config = {"dp": 1, "max_running": 2, "token_seconds": TOKEN, "exit_seconds": EXIT, **fields}
+    config = {
+        "dp": 1,
+        "max_running": 2,
+        "token_seconds": TOKEN,
+        "core_seconds": CORE,
+        "listener_seconds": LISTENER,
+        "exit_seconds": VLLM_EXIT,
+        **fields,
+    }
     with SimServer(Engine(EngineConfig(**config))) as server:
         yield server
 
@@ -85,73 +106,157 @@ def wait_in_flight(engine: Engine, n: int) -> None:
         time.sleep(0.005)
 
 
-def test_shutdown_timeout_drains_and_answers_new_requests_with_an_empty_abort() -> None:
-    with vllm(shutdown_timeout=3.0) as server:
+def sigterm(engine: Engine) -> float:
+    """SIGTERM the engine; when it took it (what its timeline counts from)."""
+    engine.sigterm()
+    assert engine.sigterm_at is not None
+    return engine.sigterm_at
+
+
+def refused_at(port: int, until: float) -> float:
+    """Poll until a connection to port is refused; when it first was."""
+    while time.monotonic() < until:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                pass
+        except ConnectionRefusedError:
+            return time.monotonic()
+        except ConnectionResetError:  # accepted into the backlog as the listener closed
+            return time.monotonic()
+        time.sleep(0.005)
+    raise AssertionError("the listener never closed")
+
+
+def post(port: int, body: dict[str, Any]) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps(body))
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_default_sigterm_stalls_every_stream_until_the_kill() -> None:
+    with vllm(max_running=1) as server:
         engine, streams = server.engine, Streams(server.port)
-        streams.send(0.4, 0.4, 0.4)  # two run, the third waits for a slot
-        wait_in_flight(engine, 3)
-        engine.sigterm()
-        term = time.monotonic()
-        # A new request: HTTP 200 at once, no tokens, finish_reason abort: refused.
-        new = complete(server.port, {"max_tokens": 5}, timeout=5)
-        assert (new.outcome, new.tokens, new.finish_reason) == ("refused", 0, "abort")
-        assert time.monotonic() - term < 0.3  # answered at once, not queued
-        # Still serving its pages while it drains: the hook can read it.
+        streams.send(3.0)
+        wait_in_flight(engine, 1)
+        time.sleep(0.1)  # the first one has tokens
+        streams.send(3.0)  # waits for the only slot
+        wait_in_flight(engine, 2)
+        term = sigterm(engine)
+        # Between the engine core's death and the listener's close, /metrics answers
+        # with the values it had (1 running, 1 waiting), /health 200.
+        time.sleep(CORE + 0.05)
         assert get(server.port, "/health")[0] == 200
-        status, body = get(server.port, "/metrics")
-        assert status == 200 and scan(body).in_flight == 3
-        # Running and waiting requests finish; the engine exits as soon as none is left,
-        # far before N = 3 s.
-        ends = streams.join()
-        assert [o.outcome for o, _ in ends] == ["completed"] * 3
-        assert engine.exited.wait(2)
-        last = max(end for _, end in ends)
-        exit_at = time.monotonic()
-        assert last <= exit_at < last + EXIT + 0.5
-        assert exit_at - term < 1.5
+        assert scan(get(server.port, "/metrics")[1]).in_flight == 2
+        # The listener closes within 0.25 s (not at once, not with the process).
+        closed = refused_at(server.port, term + 2)
+        assert LISTENER <= closed - term < LISTENER + SLACK
+        # No abort, no error, no [DONE]: both streams are still open well past the
+        # 0.4 s an idle engine takes to exit, and so is the process.
+        time.sleep(VLLM_EXIT + 0.4 - (time.monotonic() - term))
+        assert streams.open() == 2 and not engine.exited.is_set()
+        killed = time.monotonic()
+        engine.kill()  # the kubelet's SIGKILL at G
+        (running, r_end), (waiting, w_end) = streams.join()
+        # Truncated at the kill: the running one had tokens, none after SIGTERM
+        # (bar the engine core's last ~20 ms); the waiting one never got any.
+        assert (running.outcome, running.finish_reason) == ("cut", None) and running.tokens > 0
+        assert running.last is not None and running.last - term < CORE + SLACK
+        assert (waiting.outcome, waiting.tokens) == ("cut", 0)
+        assert min(r_end, w_end) >= killed
+        assert engine.exited.is_set()
+
+
+def test_default_sigterm_with_nothing_in_flight_exits_in_0_4_s() -> None:
+    with vllm() as server:
+        term = sigterm(server.engine)
+        assert server.engine.exited.wait(VLLM_EXIT + 2)
+        assert VLLM_EXIT <= time.monotonic() - term < VLLM_EXIT + SLACK
         assert complete(server.port, {"max_tokens": 1}, timeout=5).detail == "connection refused"
 
 
-def test_shutdown_timeout_kills_what_is_left_at_n() -> None:
+def test_default_sigterm_the_process_waits_for_its_last_connection() -> None:
+    with vllm() as server:
+        engine = server.engine
+        streams = Streams(server.port, timeout=1.0)  # the client gives up 1 s after its last byte
+        streams.send(5.0)
+        wait_in_flight(engine, 1)
+        term = sigterm(engine)
+        ((stream, end),) = streams.join()
+        assert stream.outcome == "cut" and end - term >= 1.0  # it stalled, then timed out
+        # The API server exits once that connection is gone, not at 0.4 s, not never.
+        assert engine.exited.wait(2)
+        assert end <= time.monotonic() < end + SLACK
+
+
+def test_shutdown_timeout_drains_and_answers_new_requests_with_http_500() -> None:
+    n = 1.0
+    with vllm(shutdown_timeout=n) as server:
+        engine, streams = server.engine, Streams(server.port)
+        streams.send(0.3, 0.3, 0.3)  # two run, the third waits for a slot
+        wait_in_flight(engine, 3)
+        term = sigterm(engine)
+        # A new request: HTTP 500 at once with vLLM's error, not queued, not a stream.
+        status, body = post(server.port, {"max_tokens": 5, "stream": True})
+        error = json.loads(body)["error"]
+        assert (status, error["message"]) == (500, "cannot schedule new futures after shutdown")
+        assert time.monotonic() - term < SLACK
+        assert complete(server.port, {"max_tokens": 5}, timeout=5).outcome == "refused"
+        # Still serving its pages while it drains: the hook can read it.
+        assert get(server.port, "/health")[0] == 200
+        status, page = get(server.port, "/metrics")
+        assert status == 200 and scan(page).in_flight == 3
+        # Running and waiting requests finish (the last by about 0.6 s, within N).
+        ends = streams.join()
+        assert [o.outcome for o, _ in ends] == ["completed"] * 3
+        assert max(end for _, end in ends) - term < n
+        # Idle now, yet it goes on until N: /health 200, the listener open; the engine
+        # core is killed at N and the process exits VLLM_EXIT later, not at once.
+        assert get(server.port, "/health")[0] == 200
+        assert not engine.exited.is_set()
+        assert engine.exited.wait(n + VLLM_EXIT + 2)
+        assert n + VLLM_EXIT <= time.monotonic() - term < n + VLLM_EXIT + SLACK
+        assert complete(server.port, {"max_tokens": 1}, timeout=5).detail == "connection refused"
+
+
+def test_shutdown_timeout_idle_at_sigterm_still_takes_n() -> None:
+    n = 1.0
+    with vllm(shutdown_timeout=n) as server:
+        term = sigterm(server.engine)
+        closed = refused_at(server.port, term + n + 2)
+        assert n + LISTENER <= closed - term < n + LISTENER + SLACK
+        assert server.engine.exited.wait(n + VLLM_EXIT + 2)
+        # N + 0.4 s (4.5-4.8 s live at N = 4), not the 0.4 s of the default.
+        assert n + VLLM_EXIT <= time.monotonic() - term < n + VLLM_EXIT + SLACK
+
+
+def test_shutdown_timeout_stalls_what_is_left_at_n_until_the_kill() -> None:
     with vllm(shutdown_timeout=0.4) as server:
         engine, streams = server.engine, Streams(server.port)
         streams.send(3.0, 0.1)
         wait_in_flight(engine, 2)
-        engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(engine)
+        time.sleep(0.4 + VLLM_EXIT + 0.4)
+        # The short one completed; the long one stopped getting tokens at N and stays
+        # open with the process, which does not exit by itself.
+        assert streams.open() == 1 and not engine.exited.is_set()
+        killed = time.monotonic()
+        engine.kill()
         (long, long_end), (short, _) = streams.join()
         assert short.outcome == "completed"
-        assert long.outcome == "cut" and long.tokens > 0  # cut at N, not at once, not at its end
-        assert 0.4 <= long_end - term < 1.2
-        assert engine.exited.wait(2)
-        assert 0.4 + EXIT <= time.monotonic() - term < 1.5
-
-
-def test_no_shutdown_timeout_aborts_everything_and_stops_listening() -> None:
-    with vllm(shutdown_timeout=0, max_running=1) as server:
-        engine, streams = server.engine, Streams(server.port)
-        streams.send(2.0)
-        wait_in_flight(engine, 1)
-        time.sleep(0.1)  # the first one has tokens
-        streams.send(2.0)  # waits for the only slot
-        wait_in_flight(engine, 2)
-        engine.sigterm()
-        term = time.monotonic()
-        (running, r_end), (waiting, w_end) = streams.join()
-        assert (running.outcome, running.finish_reason) == ("cut", "abort") and running.tokens > 0
-        assert (waiting.outcome, waiting.tokens, waiting.finish_reason) == ("refused", 0, "abort")
-        assert max(r_end, w_end) - term < 0.3  # at once, not at the streams' end (2 s)
-        assert engine.exited.wait(2)
-        assert complete(server.port, {"max_tokens": 1}, timeout=5).detail == "connection refused"
+        assert long.outcome == "cut" and long.tokens > 0 and long_end >= killed
+        assert long.last is not None and 0.4 - TOKEN <= long.last - term < 0.4 + CORE + SLACK
 
 
 def test_several_api_servers_cut_streams_and_answer_500_while_the_engine_works_on() -> None:
-    with vllm(api_servers=2, shutdown_timeout=2.0) as server:
+    with vllm(api_servers=2, shutdown_timeout=2.0, exit_seconds=EXIT) as server:
         engine, streams = server.engine, Streams(server.port)
         streams.send(0.6)
         wait_in_flight(engine, 1)
-        engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(engine)
         ((stream, end),) = streams.join()
         assert stream.outcome == "cut" and end - term < 0.3  # dropped at once
         new = complete(server.port, {"max_tokens": 5}, timeout=5)
@@ -202,8 +307,7 @@ def test_sglang_notices_sigterm_on_its_watchdog_grid_and_drains() -> None:
         streams = Streams(server.port)
         streams.send(0.5)
         wait_in_flight(server.engine, 1)
-        server.engine.sigterm()
-        term = time.monotonic()
+        term = sigterm(server.engine)
         # It goes on serving after SIGTERM: a new request completes.
         assert complete(server.port, {"max_tokens": tokens(0.1)}, timeout=5).outcome == "completed"
         assert [o.outcome for o, _ in streams.join()] == ["completed"]
@@ -213,7 +317,6 @@ def test_sglang_notices_sigterm_on_its_watchdog_grid_and_drains() -> None:
         assert 0.8 <= time.monotonic() - term < 1.6
 
 
-@pytest.mark.slow
 def test_demo_drains_every_stream() -> None:
     import subprocess
     import sys

@@ -18,17 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hook, Run, fields
+from tests.conftest import HOOK_LATE, SPAWN_LATE, Hook, Run, fields, late
 from tests.loopback import Behaviour, Loopback, response_bytes, sample, serve
 from tests.loopback import _read_request as read_request
-
-pytestmark = pytest.mark.slow
 
 SETTLE, INTERVAL, WINDOW = 0.2, 0.1, 0.6
 D = 2.5
 TIMELINE = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--read-timeout", "0.3",
             "--grace", "3", "--exit-reserve", "0.5")  # fmt: skip
-SLACK = 0.5  # a subprocess on a loaded 2-core machine: start-up, scheduling
 TICK = 0.011  # the kernel's resolution of the process start
 
 # vLLM V1 /metrics: 2 running, 1 waiting; of the waiting, `deferred` wait for a KV pull.
@@ -86,7 +83,8 @@ def assert_stalled(run: Run) -> dict[str, str]:
     summary = fields(run.summary)
     assert (summary["outcome"], summary["exit"]) == ("stalled", "5"), run.stderr
     # The window opens at the first read (S) and closes W later: S + W, never before.
-    assert SETTLE + WINDOW - TICK <= run.elapsed <= SETTLE + WINDOW + INTERVAL + SLACK + run.starved
+    bound = late(SETTLE + WINDOW + INTERVAL, SPAWN_LATE, run.starved)
+    assert SETTLE + WINDOW - TICK <= run.elapsed <= bound
     assert run.elapsed < D
     return summary
 
@@ -94,7 +92,7 @@ def assert_stalled(run: Run) -> dict[str, str]:
 def assert_held_to_d(run: Run) -> None:
     assert run.code == 3, run.stderr
     assert fields(run.summary)["outcome"] == "deadline", run.stderr
-    assert D - 0.1 <= run.elapsed <= D + SLACK + run.starved
+    assert D - 0.1 <= run.elapsed <= late(D, SPAWN_LATE, run.starved)
 
 
 def test_frozen_counters_are_released_stalled_at_s_plus_w(hook: Hook, tmp_path: Path) -> None:
@@ -105,11 +103,10 @@ def test_frozen_counters_are_released_stalled_at_s_plus_w(hook: Hook, tmp_path: 
     reads = [fields(line) for line in run.lines if " read=" in line]
     assert all(r["verdict"] == "busy" and r["in_flight"] == "3" for r in reads)
     assert len(reads) >= 2 and srv.connections == len(reads)
-    # The summary and the termination message name the frozen counters, the work, how long.
+    # The summary and the termination message name the frozen counters with their values.
     for text in (summary["reason"], message.read_text()):
         assert "vllm:generation_tokens_total=500" in text
         assert "vllm:iteration_tokens_total_count=50" in text
-        assert "3 requests that can stall" in text and "no progress for " in text
     assert message.read_text().startswith("drainhook: stalled at ")
 
 
@@ -125,7 +122,7 @@ def test_the_json_summary_carries_the_stall(hook: Hook) -> None:
         "vllm:iteration_tokens_total_count": 50.0,
     }
     assert (stall["work"], stall["in_flight"], stall["stall_after"]) == (3, 3, WINDOW)
-    assert WINDOW <= stall["seconds"] < WINDOW + INTERVAL + SLACK + run.starved
+    assert WINDOW <= stall["seconds"] <= late(WINDOW + INTERVAL, HOOK_LATE, run.starved)
 
 
 def test_the_variable_and_exit_zero(hook: Hook) -> None:

@@ -24,6 +24,7 @@ from drainhook.sim import Engine, EngineConfig, SimServer, complete
 from drainhook.verdict import Verdict
 from rehearsal import scenarios
 from rehearsal.timeline import INTERVAL, KSERVE_GRACE, SETTLE
+from tests.conftest import POD_LATE, late
 from tests.test_rehearsal import rehearse
 
 TOKEN = 0.02
@@ -76,7 +77,10 @@ def test_counters_advance_while_it_streams_and_freeze_with_it() -> None:
             time.sleep(0.1)
             frozen.append(metrics(server.port))
         assert all(f == frozen[0] for f in frozen) and frozen[0][0] == 1  # still busy, flat
-        engine.sigterm()  # vLLM's default: aborts what is left
+        engine.sigterm()  # vLLM's default: the engine core dies, what is left stalls
+        t.join(0.5)
+        assert t.is_alive()  # no abort, no [DONE]: the stream is held open
+        engine.kill()  # the kubelet's SIGKILL at G
         t.join(5)
         assert not t.is_alive()
 
@@ -103,7 +107,6 @@ def test_a_long_prefill_is_flat_then_moves_and_a_kv_pull_is_deferred() -> None:
 # -- the rehearsal ------------------------------------------------------------------------
 
 SCALE = 0.1
-SLACK = 0.5  # measured seconds: a loaded machine, the cell's processes
 
 
 @pytest.fixture(scope="module")
@@ -112,14 +115,15 @@ def cells() -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["strategy"], r["scenario"]): r for r in rows}
 
 
-@pytest.mark.slow
 def test_a_wedged_replica_is_released_at_s_plus_w(cells: dict[tuple[str, str], Any]) -> None:
     w = scenarios.BY_KEY["hung"].stall_after
     assert w is not None
     mine, kserve = cells[("drainhook", "hung")], cells[("kserve", "hung")]
     assert mine["hook_exit"] == 5
     released = mine["hook_returned_s"]
-    assert SCALE * (SETTLE + w) - 0.02 <= released <= SCALE * (SETTLE + w + INTERVAL) + SLACK
+    # The cells run in a network namespace of their own: POD_LATE's level (conftest).
+    bound = late(SCALE * (SETTLE + w + INTERVAL), POD_LATE)
+    assert SCALE * (SETTLE + w) - 0.02 <= released <= bound
     # kserve's recipe holds the wedged replica to G: its sleep, then vLLM's 45 s drain of
     # requests that never end.
     assert kserve["held_s"] >= SCALE * KSERVE_GRACE - 0.1
@@ -128,7 +132,6 @@ def test_a_wedged_replica_is_released_at_s_plus_w(cells: dict[tuple[str, str], A
     assert mine["held_s"] < kserve["held_s"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["long-prefill", "kv-wait"])
 def test_healthy_flat_counters_release_nothing_early(
     cells: dict[tuple[str, str], Any], scenario: str

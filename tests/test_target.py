@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.config import Reach
+from drainhook.config import ReadConfig
 from drainhook.errors import UsageError
 from drainhook.target import build_url, parse_url, read_annotations, ssl_context
 
@@ -36,8 +36,8 @@ def test_loopback_rule(url: str, loopback: bool) -> None:
 def test_non_loopback_is_a_usage_error_unless_allowed() -> None:
     target = parse_url("http://10.0.0.1:8000/metrics")
     with pytest.raises(UsageError, match="not a loopback"):
-        Reach(target).check()
-    Reach(target, allow_remote=True).check()
+        ReadConfig(target).check()
+    ReadConfig(target, allow_remote=True).check()
 
 
 def test_localhost_is_connected_as_127_0_0_1_without_lookup() -> None:

@@ -9,6 +9,7 @@ test's own whose /dev is a fresh tmpfs (with or without the file): the machine's
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,14 +25,23 @@ from drainhook import termination
 from drainhook.drain import Outcome, Result
 from drainhook.termination import DEFAULT_PATH, MAX_BYTES, TerminationLog, choose, encode, message
 from drainhook.verdict import Reading, Verdict
-from tests.conftest import Hook, Run, base_env, connections_fit, fields, hook_lines, timed_out
+from tests.conftest import (
+    SPAWN_LATE,
+    Hook,
+    Run,
+    base_env,
+    connections_fit,
+    fields,
+    hook_lines,
+    late,
+    timed_out,
+)
 from tests.loopback import Loopback, hang, serve
 
 IDLE = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
 BUSY = b'vllm:num_requests_running{engine="0"} 2\nvllm:num_requests_waiting{engine="0"} 1\n'
 FAST = ("--settle", "0.1", "--interval", "0.1", "--read-timeout", "0.3")
 SHORT = ("--grace", "1.5", "--exit-reserve", "0.5")  # D = 1.0
-SLACK = 3.0  # a subprocess on a loaded 2-core machine
 
 # -- the line ------------------------------------------------------------------------
 
@@ -46,9 +56,13 @@ def reading(verdict: Verdict, in_flight: float | None, reason: str | None = None
         (Result(Outcome.DRAINED, 8.04, 4, reading(Verdict.IDLE, 0)),
          "drained in 8.0 s after 4 reads; nothing in flight"),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.BUSY, 3)),
-         "deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM"),
+         "deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; "
+         + termination.HANG_WHY),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.BUSY, 1)),
-         "deadline at 25.0 s after 20 reads; 1 request still in flight at SIGTERM"),
+         "deadline at 25.0 s after 20 reads; 1 request still in flight at SIGTERM; "
+         + termination.HANG_WHY),
+        (Result(Outcome.DEADLINE, 25.0, 20, Reading(Verdict.BUSY, "sglang", 2, (), None, 1.0)),
+         "deadline at 25.0 s after 20 reads; 2 requests still in flight at SIGTERM"),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.IDLE, 0)),
          "deadline at 25.0 s after 20 reads; nothing in flight at the last read"),
         (Result(Outcome.DEADLINE, 25.0, 19, reading(Verdict.UNKNOWN, None, "read timed out")),
@@ -65,7 +79,8 @@ def reading(verdict: Verdict, in_flight: float | None, reason: str | None = None
         (Result(Outcome.INTERRUPTED, 2.0, 0, None, signal.SIGINT),
          "interrupted by SIGINT at 2.0 s after 0 reads; no read before it, work in flight unknown"),
     ],
-    ids=["drained", "deadline-busy", "deadline-one", "deadline-idle", "deadline-unknown",
+    ids=["drained", "deadline-busy", "deadline-one", "deadline-sglang", "deadline-idle",
+         "deadline-unknown",
          "deadline-no-read", "unreachable", "interrupted", "interrupted-before-reads"],
 )  # fmt: skip
 def test_message_per_outcome(result: Result, line: str) -> None:
@@ -140,7 +155,6 @@ def parse(path: Path) -> tuple[str, float, int, str]:
     return m.group(1), float(m.group(2)), int(m.group(3)), m.group(4)
 
 
-@pytest.mark.slow
 def test_drained(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "termination-log"
     with Loopback(serve(IDLE)) as srv:
@@ -153,7 +167,6 @@ def test_drained(hook: Hook, tmp_path: Path) -> None:
     assert "warning" not in "".join(hook_lines(run.lines))
 
 
-@pytest.mark.slow
 def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(serve(BUSY)) as srv:
@@ -167,15 +180,36 @@ def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
     # the message then says the work is unknown, and names why.
     if timed_out(lines[-1]):
         assert work.startswith("work in flight unknown (last read unknown: "), work
+        assert "after_sigterm=" not in summary(run)
     else:
-        assert work == "3 requests still in flight at SIGTERM"
+        # vLLM's requests left at SIGTERM hang until the kill at G: the line says so.
+        assert work == f"3 requests still in flight at SIGTERM; {termination.HANG_WHY}"
+        assert fields(summary(run))["after_sigterm"] == termination.HANG_UNTIL_KILL
     assert outcome == "deadline"
     assert n == len(lines) >= 5
     assert connections_fit(reads, lines), run.stderr
     assert 1.0 <= elapsed <= 1.1
 
 
-@pytest.mark.slow
+@pytest.mark.parametrize(("body", "after"), [(BUSY, "hang-until-kill"), (IDLE, None)])
+def test_the_json_summary_says_what_becomes_of_vllm_work_left_at_the_deadline(
+    hook: Hook, body: bytes, after: str | None
+) -> None:
+    """A stable field, not prose: `after_sigterm` is `hang-until-kill` when the deadline
+    came with vLLM requests in flight, null when it came with none (an idle engine whose
+    second idle read never fit: --settle past D)."""
+    extra = ("--settle", "1.2") if body == IDLE else ()
+    with Loopback(serve(body)) as srv:
+        run = wait(hook, srv.url, *SHORT, *extra, "--log-format", "json")
+    assert run.code == 3, run.stderr
+    (line,) = [json.loads(x) for x in run.lines if x.startswith('{"event": "summary"')]
+    if line["reason"] is None and line["in_flight"]:
+        assert line["after_sigterm"] == after and line["after_sigterm_why"]
+        assert line["in_flight"] == 3 and isinstance(line["in_flight"], int)
+    else:
+        assert line["after_sigterm"] is None and line["after_sigterm_why"] is None
+
+
 def test_deadline_with_reads_unknown(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(hang) as srv:
@@ -186,7 +220,6 @@ def test_deadline_with_reads_unknown(hook: Hook, tmp_path: Path) -> None:
     assert work.startswith("work in flight unknown (last read unknown: read timed out")
 
 
-@pytest.mark.slow
 def test_deadline_before_any_read(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     run = hook("wait", "--url", f"http://127.0.0.1:{free_port()}/metrics", "--settle", "2",
@@ -195,7 +228,6 @@ def test_deadline_before_any_read(hook: Hook, tmp_path: Path) -> None:
     assert parse(path)[2:] == (0, "no read before it, work in flight unknown")
 
 
-@pytest.mark.slow
 def test_unreachable(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     run = wait(hook, f"http://127.0.0.1:{free_port()}/metrics", "--termination-log", str(path))
@@ -205,7 +237,6 @@ def test_unreachable(hook: Hook, tmp_path: Path) -> None:
     assert work == "no work could be measured: cannot connect: connection refused"
 
 
-@pytest.mark.slow
 def test_exit_zero_keeps_the_outcome_in_the_line(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(serve(BUSY)) as srv:
@@ -214,7 +245,6 @@ def test_exit_zero_keeps_the_outcome_in_the_line(hook: Hook, tmp_path: Path) -> 
     assert parse(path)[0] == "deadline"
 
 
-@pytest.mark.slow
 def test_interrupted_by_sigterm(entry: list[str], tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(serve(BUSY)) as srv:
@@ -239,7 +269,6 @@ def test_interrupted_by_sigterm(entry: list[str], tmp_path: Path) -> None:
     assert work == "3 requests at the last read"
 
 
-@pytest.mark.slow
 def test_a_fifo_without_reader_does_not_block(hook: Hook, tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -247,12 +276,11 @@ def test_a_fifo_without_reader_does_not_block(hook: Hook, tmp_path: Path) -> Non
         run = wait(hook, srv.url, "--termination-log", str(fifo))
     assert run.code == 0, run.stderr
     assert "outcome=drained" in summary(run)
-    assert run.elapsed < SLACK
+    assert run.elapsed < late(0.2, SPAWN_LATE, run.starved)  # S + I: drained on time
     assert "cannot write --termination-log" in run.stderr
     assert "no process reads that FIFO" in run.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "why"),
     [("dir", "Is a directory"), ("/dev/full", "No space left on device"),
@@ -273,7 +301,6 @@ def test_a_path_that_cannot_be_written_never_changes_the_outcome(
     assert run.lines[-1] == summary(run)  # the summary stays the last line
 
 
-@pytest.mark.slow
 def test_the_failure_is_a_json_warning_with_log_format_json(hook: Hook, tmp_path: Path) -> None:
     with Loopback(serve(IDLE)) as srv:
         run = wait(hook, srv.url, "--log-format", "json", "--termination-log", str(tmp_path))
@@ -340,7 +367,6 @@ def in_private_dev(
     return run, out.read_text() if out.exists() else None
 
 
-@pytest.mark.slow
 @needs_mountns
 def test_default_path_is_written_when_it_exists(entry: list[str], tmp_path: Path) -> None:
     with Loopback(serve(IDLE)) as srv:
@@ -350,7 +376,6 @@ def test_default_path_is_written_when_it_exists(entry: list[str], tmp_path: Path
     assert text.endswith("after 2 reads; nothing in flight")
 
 
-@pytest.mark.slow
 @needs_mountns
 def test_default_path_is_not_made_when_missing(entry: list[str], tmp_path: Path) -> None:
     with Loopback(serve(IDLE)) as srv:
@@ -360,7 +385,6 @@ def test_default_path_is_not_made_when_missing(entry: list[str], tmp_path: Path)
     assert "termination-log" not in run.stderr
 
 
-@pytest.mark.slow
 @needs_mountns
 @pytest.mark.parametrize(
     ("args", "env"),
@@ -376,7 +400,6 @@ def test_empty_turns_it_off(
     assert text == ""  # the file the kubelet made, left empty
 
 
-@pytest.mark.slow
 @needs_mountns
 def test_the_variable_names_the_path(entry: list[str], tmp_path: Path) -> None:
     mine = tmp_path / "mine"
@@ -388,7 +411,6 @@ def test_the_variable_names_the_path(entry: list[str], tmp_path: Path) -> None:
     assert mine.read_text().startswith("drainhook: drained in ")
 
 
-@pytest.mark.slow
 @needs_mountns
 def test_a_read_only_filesystem(entry: list[str], tmp_path: Path) -> None:
     path = tmp_path / "work" / "ro" / "tl"

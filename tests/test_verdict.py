@@ -10,7 +10,7 @@ import pytest
 
 from drainhook.exposition import scan
 from drainhook.loads import scan_loads
-from drainhook.rounds import combine
+from drainhook.rounds import combine_readings
 from drainhook.verdict import Reading, Series, Verdict, count, value_problem
 
 HUGE = 1e308  # finite; two of them are not
@@ -77,7 +77,7 @@ def round_of(*values: float) -> Reading:
         )
         for i, v in enumerate(values)
     ]
-    return combine(parts, set())
+    return combine_readings(parts, set())
 
 
 @pytest.mark.parametrize(

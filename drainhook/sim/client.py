@@ -1,11 +1,14 @@
 """One streaming completion against an engine on loopback, and how it ended for the client.
 
 - `completed`: the last event's finish_reason is not "abort", then `[DONE]`;
-- `cut`: the stream ended early (reset, closed), or was aborted after tokens;
-- `refused`: the connection was refused, the answer was not 2xx (vLLM's
-  several API servers answer 500 while shutting down), or it was an empty
-  completion with finish_reason "abort" (vLLM with `--shutdown-timeout`
-  answers every new request so while it drains: HTTP 200, no tokens).
+- `cut`: the stream ended early (reset, closed: a stream that stalled until
+  the process was killed ends so, truncated), or was aborted after tokens;
+- `refused`: the connection was refused, the answer was not 2xx (vLLM with
+  `--shutdown-timeout` answers a new request with HTTP 500 while it drains),
+  or it was an empty completion with finish_reason "abort".
+
+`first` and `last` are when the first and the last event came: a stream that
+stalled shows a gap from `last` to when it ended.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class Outcome:
     finish_reason: str | None = None
     first: float | None = None  # time.monotonic() of the first event
     detail: str = ""
+    last: float | None = None  # time.monotonic() of the last event
 
 
 def complete(port: int, body: Mapping[str, Any], timeout: float = 30.0) -> Outcome:
@@ -52,19 +56,24 @@ def complete(port: int, body: Mapping[str, Any], timeout: float = 30.0) -> Outco
 
 
 def _read_stream(response: http.client.HTTPResponse) -> Outcome:
-    tokens, finish, first = 0, None, None
-    while line := response.readline():
-        if not line.startswith(b"data: "):
-            continue
-        first = time.monotonic() if first is None else first
-        data = line[len(b"data: ") :].strip()
-        if data == b"[DONE]":
-            if finish != "abort":
-                return Outcome(COMPLETED, tokens, finish, first)
-            if tokens == 0:
-                return Outcome(REFUSED, 0, finish, first, "empty completion, finish_reason abort")
-            return Outcome(CUT, tokens, finish, first, "aborted after tokens")
-        choice = json.loads(data)["choices"][0]
-        tokens += 1 if choice.get("text") else 0
-        finish = choice.get("finish_reason") or finish
-    return Outcome(CUT, tokens, finish, first, "stream ended early")
+    tokens, finish, first, last = 0, None, None, None
+    try:
+        while line := response.readline():
+            if not line.startswith(b"data: "):
+                continue
+            last = time.monotonic()
+            first = last if first is None else first
+            data = line[len(b"data: ") :].strip()
+            if data == b"[DONE]":
+                if finish != "abort":
+                    return Outcome(COMPLETED, tokens, finish, first, last=last)
+                if tokens == 0:
+                    why = "empty completion, finish_reason abort"
+                    return Outcome(REFUSED, 0, finish, first, why, last)
+                return Outcome(CUT, tokens, finish, first, "aborted after tokens", last)
+            choice = json.loads(data)["choices"][0]
+            tokens += 1 if choice.get("text") else 0
+            finish = choice.get("finish_reason") or finish
+    except (OSError, http.client.HTTPException) as exc:
+        return Outcome(CUT, tokens, finish, first, f"{type(exc).__name__}: {exc}", last)
+    return Outcome(CUT, tokens, finish, first, "stream ended early", last)

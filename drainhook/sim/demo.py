@@ -60,7 +60,7 @@ def run_demo() -> int:
         cut = sum(o.outcome == CUT for o in outcomes)
         say(f"demo: requests completed {done}/{len(TOKENS)}, cut {cut}")
         say(
-            "demo: SIGTERM may be sent now: nothing is left to abort"
+            "demo: SIGTERM may be sent now: no request is left to stall until the kill"
             if code == 0
             else f"demo: the hook ended without confirming idle (exit {code})"
         )

@@ -5,19 +5,28 @@ it as a process). Times are seconds as run: the rehearsal scales them before
 they get here.
 
 The scheduler runs at most `max_running` requests per DP rank; the rest wait.
-On SIGTERM (`Engine.sigterm`) it does what the engines' code does (vLLM read
-at 0.24's EngineCore and launcher, SGLang 0.5's TokenizerManager):
+On SIGTERM (`Engine.sigterm`) it does what the engines do. vLLM with one API
+server is calibrated to the live vLLM 0.32 (CPU build, measured; CONTRACT
+§7); the rest was read in the engines' code:
 
-- vLLM, one API server, `--shutdown-timeout 0` (its default): every request
-  still in the engine ends at once with an abort output (a stream that had
-  tokens is cut; one still waiting gets an empty completion), the server stops
-  listening and the process exits `exit_seconds` later.
-- vLLM, one API server, `--shutdown-timeout N` (vLLM >= 0.18): it keeps
-  accepting connections but answers each new completion at once with an empty
-  one (HTTP 200, `finish_reason: "abort"`, no tokens); running and waiting
-  requests go on; `/health` stays 200 and `/metrics` keeps serving. It exits
-  as soon as nothing is left, and its process manager kills the engine at N
-  (what is left is cut).
+- vLLM, `--shutdown-timeout 0` (its default): the engine core is killed
+  `core_seconds` after SIGTERM (~20 ms), before it sends any abort. Every
+  request still in it stalls: no more tokens, no error, no `[DONE]`, the
+  connection held open. The listener closes `listener_seconds` after SIGTERM
+  (~0.25 s); the API server then waits, with no bound, for every connection
+  with a request in progress to close, so a stalled stream keeps the process
+  until the kubelet's SIGKILL (`kill`), and its client ends with a truncated
+  body. With none in progress it exits `exit_seconds` after SIGTERM (~0.4 s).
+- vLLM, `--shutdown-timeout N`: running and waiting requests go on; a new
+  completion gets HTTP 500 at once (`cannot schedule new futures after
+  shutdown`); `/health` and `/metrics` keep answering until the listener
+  closes. The engine core's worker does not exit by itself, so vLLM's process
+  manager kills it at N whatever is left, idle or not, and the stop above
+  follows from there: a request still running at N stalls, the listener
+  closes at about N + 0.25 s, the process exits at about N + 0.4 s with no
+  connection open (live: N = 4 gave 4.5 and 4.8 s, N = 10 gave 10.8 s).
+- Once the engine core is gone, /metrics shows the values it last published
+  (frozen), while the listener lasts.
 - vLLM, several API servers (`api_servers` > 1, vLLM's default under internal
   data parallelism): each API server drops its engine connection at once:
   the streams in flight are cut and new completions get HTTP 500, while the
@@ -28,6 +37,7 @@ at 0.24's EngineCore and launcher, SGLang 0.5's TokenizerManager):
   exits; a prefill/decode server never sooner than `exit_after_sigterm`.
   With `idle_lag`, /metrics refreshes about once a second while busy and
   shows idle only `idle_lag` after going idle; `GET /v1/loads` is always live.
+  Read in SGLang's code only: it has no CPU build to run here.
 
 Progress (CONTRACT §2b), the way vLLM counts it: every streamed token adds
 one generated token and one step that emitted output, a request's first
@@ -47,6 +57,7 @@ import contextlib
 import dataclasses
 import enum
 import math
+import select
 import socket
 import threading
 import time
@@ -69,15 +80,23 @@ class Answer(enum.Enum):
     """How the engine answers a new completion request."""
 
     SERVE = "serve"
-    ABORT = "abort"  # HTTP 200, an empty completion with finish_reason "abort"
     ERROR = "error"  # HTTP 500
 
 
 class Fate(enum.Enum):
     """What happens to the streams still open when the engine stops their requests."""
 
-    ABORT = "abort"  # a last event with finish_reason "abort", then [DONE]
+    STALL = "stall"  # no more bytes; the connection stays open until the process ends
     CUT = "cut"  # the connection is closed
+
+
+# vLLM's answer to a new completion while `--shutdown-timeout` drains (vLLM 0.32, live).
+SHUTDOWN_ERROR = (
+    b'{"error":{"message":"cannot schedule new futures after shutdown",'
+    b'"type":"InternalServerError","param":null,"code":500}}'
+)
+# Several API servers that lost their engine connection (read in the code, not observed).
+ENGINE_LOST_ERROR = b'{"error":{"message":"engine connection lost","code":500}}'
 
 
 @dataclass(frozen=True)
@@ -91,7 +110,10 @@ class EngineConfig:
     token_seconds: float = 0.05  # one streamed event this often
     api_servers: int = 1  # vLLM: more than one takes the several-API-server path
     shutdown_timeout: float = 0.0  # vLLM --shutdown-timeout
-    exit_seconds: float = 1.0  # the process's own exit once its work is over
+    # vLLM's stop, from SIGTERM (default) or from N after it (--shutdown-timeout N):
+    core_seconds: float = 0.02  # the engine core is killed (no abort sent)
+    listener_seconds: float = 0.25  # the listener is closed
+    exit_seconds: float = 0.4  # the process exits, once no request is in progress
     notice_seconds: float = 5.0  # SGLang: its SIGTERM watchdog's period
     notice_origin: float | None = None  # SGLang: when that grid starts (default: the start)
     exit_after_sigterm: float = 0.0  # SGLang prefill/decode: no exit sooner than this
@@ -142,9 +164,11 @@ class Engine:
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _next: int = 0
     _streams: set[socket.socket] = field(default_factory=set)
+    _open: set[socket.socket] = field(default_factory=set)  # requests in progress
     _published: list[tuple[int, int]] = field(default_factory=list)
     _stop_listening: list[Callable[[], None]] = field(default_factory=list)
-    frozen: threading.Event = field(default_factory=threading.Event)
+    frozen: threading.Event = field(default_factory=threading.Event)  # `freeze_after` came
+    # What /metrics shows from the freeze on, or once vLLM's engine core is gone.
     _frozen_at: list[Shown] | None = None
     _first_arrival: float | None = None
 
@@ -171,8 +195,10 @@ class Engine:
 
     def admit(self) -> int | None:
         """Queue a request on its DP rank and block until it runs; None: the engine
-        stopped it while it waited."""
+        stopped it while it waited (or had stopped before it came)."""
         with self._cond:
+            if self.killed.is_set():
+                return None
             if self._first_arrival is None:
                 self._first_arrival = time.monotonic()
                 if self.config.freeze_after is not None:
@@ -229,10 +255,51 @@ class Engine:
             with self._cond:
                 self._streams.discard(conn)
 
+    @contextlib.contextmanager
+    def serving(self, conn: socket.socket) -> Iterator[None]:
+        """A request in progress on conn: vLLM's API server does not exit while one is."""
+        with self._cond:
+            self._open.add(conn)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._open.discard(conn)
+                self._cond.notify_all()
+
+    def open_requests(self) -> int:
+        with self._cond:
+            return len(self._open)
+
+    def hold(self, conn: socket.socket) -> None:
+        """Keep conn open with nothing more to send (a stalled stream, a hung page)
+        until its client closes it or the process ends."""
+        while not self.exited.wait(0.02):
+            with contextlib.suppress(OSError):
+                ready, _, _ = select.select([conn], [], [], 0)
+                if ready and not conn.recv(1, socket.MSG_PEEK):
+                    return  # the client closed it
+                continue
+            return  # the socket is gone
+
+    def kill(self) -> None:
+        """SIGKILL: the process ends now; every connection it held is closed."""
+        self.log("sigkill")
+        with self._cond:
+            self.killed.set()
+            self._cond.notify_all()
+            conns = list(self._open | self._streams)
+        self._close_listener()
+        self.exited.set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
     # --- the pages ------------------------------------------------------------------
 
     def gauges(self) -> list[tuple[int, int]]:
-        """What /metrics shows: live counts, or SGLang's lagging snapshot."""
+        """What /metrics shows: live counts, SGLang's lagging snapshot, or the values
+        frozen (a frozen engine's, or vLLM's last once its engine core is gone)."""
         if self._frozen_at is not None:
             return [(s.running, s.waiting) for s in self._frozen_at]
         if self.config.kind == "sglang" and self.config.idle_lag > 0:
@@ -311,14 +378,33 @@ class Engine:
 
     def _vllm_shutdown(self) -> None:
         c = self.config
+        assert self.sigterm_at is not None
+        stop = self.sigterm_at
+        if c.shutdown_timeout > 0:
+            with self._cond:
+                self.answer = Answer.ERROR  # new completions: HTTP 500
+            self._wait_idle(c.shutdown_timeout)  # requests that end within N complete
+            stop += c.shutdown_timeout  # the engine core is killed at N, idle or not
+        self._api_server_stop(stop)
+
+    def _api_server_stop(self, origin: float) -> None:
+        """vLLM's stop from `origin`: the engine core killed (what is left stalls), the
+        listener closed, the process gone once no request is in progress."""
+        c = self.config
+        _sleep_until(origin + c.core_seconds)
         with self._cond:
-            self.answer = Answer.ABORT
-        if c.shutdown_timeout <= 0:
-            self._stop_requests(Fate.ABORT)
-        elif not self._wait_idle(c.shutdown_timeout):
-            self._stop_requests(Fate.CUT)  # the process manager kills the engine at N
+            if self._frozen_at is None:
+                self._frozen_at = self.shown()
+        self._stop_requests(Fate.STALL)
+        _sleep_until(origin + c.listener_seconds)
         self._close_listener()
-        self._exit_at(time.monotonic() + c.exit_seconds)
+        self.log("listener-closed", open=self.open_requests())
+        _sleep_until(origin + c.exit_seconds)
+        with self._cond:
+            if self._open:
+                self.log("lingering", open=len(self._open))
+            self._cond.wait_for(lambda: not self._open)
+        self._exit_at(time.monotonic())
 
     def _several_api_servers_shutdown(self) -> None:
         c = self.config
@@ -365,7 +451,7 @@ class Engine:
             self._cond.notify_all()
         if self.fate is Fate.CUT:
             self._cut_streams()
-        self.log("aborted" if fate is Fate.ABORT else "killed", requests=n)
+        self.log("stalled" if self.fate is Fate.STALL else "killed", requests=n)
 
     def _cut_streams(self) -> None:
         with self._cond:
@@ -380,6 +466,8 @@ class Engine:
 
     def _exit_at(self, at: float) -> None:
         _sleep_until(at)
+        if self.exited.is_set():  # killed meanwhile
+            return
         self._close_listener()
         self.log("exit")
         self.exited.set()

@@ -1,10 +1,15 @@
 """The simulated engine's HTTP front: an OpenAI-style completion stream and the read-only pages.
 
 - `POST /v1/completions`: a server-sent event stream, one `data:` event per
-  token (every `token_seconds`), a last event with `finish_reason` ("length",
-  or "abort" when the engine stopped the request), then `data: [DONE]`.
+  token (every `token_seconds`), a last event with `finish_reason` "length",
+  then `data: [DONE]`; or, while vLLM drains, HTTP 500 with vLLM's error body.
+  A stream whose engine core is gone stalls: no more bytes, its connection held
+  until the client closes it or the process ends.
 - `GET /metrics` (vLLM- or SGLang-shaped), `GET /v1/loads` (SGLang only, live
-  counts), `GET /health` (200 while the process lives).
+  counts), `GET /health` (200 while the listener lasts).
+
+Every request in progress is tracked (`Engine.serving`): vLLM's API server does
+not exit while one is.
 
 Every read of /metrics or /v1/loads is logged (`read`: start, end, the total
 shown, the page), so a run can draw what a hook saw.
@@ -19,7 +24,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from drainhook.sim.model import Answer, Engine, EngineConfig, Fate
+from drainhook.sim.model import (
+    ENGINE_LOST_ERROR,
+    SHUTDOWN_ERROR,
+    Answer,
+    Engine,
+    EngineConfig,
+    Fate,
+)
 
 POLL = 0.02  # s: how soon the listener closes once asked to
 JSON = "application/json"
@@ -43,6 +55,10 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:
+            with engine.serving(self.connection):
+                self._get()
+
+        def _get(self) -> None:
             path = self.path.split("?")[0]
             if path == "/health":
                 self._plain(200, b"")
@@ -57,7 +73,9 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             start = time.monotonic()
             if page == "metrics" and config.metrics_hang:
                 engine.log("read", t0=start, t1=None, total=None, page=page)
-                threading.Event().wait()  # hold the connection until the process ends
+                engine.hold(self.connection)  # until its client gives up or the process ends
+                self.close_connection = True
+                return
             answer = engine.metrics() if page == "metrics" else engine.loads()
             assert answer is not None
             body, total = answer
@@ -70,6 +88,10 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             engine.log("read", t0=start, t1=time.monotonic(), total=total, page=page)
 
         def do_POST(self) -> None:
+            with engine.serving(self.connection):
+                self._post()
+
+        def _post(self) -> None:
             if self.path.split("?")[0] != "/v1/completions":
                 self._plain(404, b"not found\n")
                 return
@@ -80,23 +102,19 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 request = {}
             if not isinstance(request, dict):
                 request = {}
-            answer = engine.answer
-            if answer is Answer.ERROR:
-                self._plain(500, b'{"error": "engine connection lost"}\n')
+            if engine.answer is Answer.ERROR:
+                body = SHUTDOWN_ERROR if config.api_servers == 1 else ENGINE_LOST_ERROR
+                self._plain(500, body, JSON)
                 return
             self._stream_head()
-            if answer is Answer.ABORT:
-                self._finish(0, "abort")
-            else:
-                with engine.stream(self.connection):
-                    self._stream(engine.request_seconds(request))
+            with engine.stream(self.connection):
+                self._stream(engine.request_seconds(request))
             self.close_connection = True
 
         def _stream(self, duration: float) -> None:
             rank = engine.admit()
-            if rank is None:  # stopped while it waited
-                if engine.fate is Fate.ABORT:
-                    self._finish(0, "abort")
+            if rank is None:  # the engine stopped while it waited, or before
+                self._stopped()
                 return
             sent, alive = 0, True
             try:
@@ -108,19 +126,26 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                     if engine.frozen.is_set():
                         pause, end = 3600.0, math.inf
                     if engine.killed.wait(min(pause, left)):
-                        if alive and engine.fate is Fate.ABORT:
-                            self._finish(sent, "abort")
-                        return
+                        break
                     if engine.frozen.is_set():
                         continue
                     # A stream whose connection was cut stays in the engine, unseen.
                     alive = alive and self._send(_event(config.model, sent, f" t{sent}", None))
                     engine.emitted(rank, first=sent == 0)
                     sent += 1
-                if alive:
-                    self._finish(sent, "length")
+                else:
+                    if alive:
+                        self._finish(sent, "length")
+                    return
             finally:
                 engine.finish(rank)
+            if alive:
+                self._stopped()
+
+        def _stopped(self) -> None:
+            """The engine stopped this request: a stall holds the connection open."""
+            if engine.fate is Fate.STALL:
+                engine.hold(self.connection)
 
         def _stream_head(self) -> None:
             self.send_response(200)
@@ -141,9 +166,9 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 return False
             return True
 
-        def _plain(self, status: int, body: bytes) -> None:
+        def _plain(self, status: int, body: bytes, kind: str = "text/plain") -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Connection", "close")
             self.end_headers()

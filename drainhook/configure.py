@@ -1,0 +1,165 @@
+"""Parsed flags in, the frozen configs out (CONTRACT §4): the edge where flags,
+the environment and the annotations file meet, in that order of precedence.
+
+Every flag also reads DRAINHOOK_<FLAG> (drainhook.flags); explicit values
+(command line or environment; the command line wins over the environment)
+win over `--annotations`, which wins over the defaults. Only this module and
+drainhook.flags read the environment, and only through the parse's context
+(`flags.environ_of`), so that a test hands one in.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+
+import click
+from click.core import ParameterSource
+
+from drainhook.config import (
+    DEFAULT_PATH,
+    DEFAULT_SCHEME,
+    IN_POD_VARIABLE,
+    LOADS_PATH,
+    ReadConfig,
+    WaitConfig,
+)
+from drainhook.errors import UsageError
+from drainhook.flags import environ_of
+from drainhook.gauges import default_port
+from drainhook.target import Target, build_url, parse_url, read_annotations
+from drainhook.termination import choose as choose_termination_log
+
+
+def _explicit(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def _targets(
+    ctx: click.Context, params: Mapping[str, typing.Any], source: str
+) -> tuple[Target, ...]:
+    """The targets from --url, or the parts, or the annotations file, or defaults."""
+    parts = ("scheme", "host", "port", "path")
+    if params["url"]:
+        # A URL and its parts conflict only when given at the same level: a
+        # command-line flag beats the environment, whichever form each has.
+        level = ctx.get_parameter_source("url")
+        given = [f"--{p}" for p in parts if ctx.get_parameter_source(p) == level]
+        if given:
+            raise UsageError(f"--url cannot be combined with {', '.join(given)}")
+        if not any(ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE for p in parts):
+            return tuple(parse_url(url) for url in params["url"])
+    found: dict[str, str] = {}
+    if params["annotations"] is not None:
+        found = read_annotations(params["annotations"])
+    scheme = params["scheme"] if _explicit(ctx, "scheme") else found.get("scheme", DEFAULT_SCHEME)
+    if _explicit(ctx, "path"):
+        path = params["path"]
+    elif source == "loads":
+        path = LOADS_PATH  # the annotations' path names /metrics, not /v1/loads
+    else:
+        path = found.get("path", DEFAULT_PATH)
+    if params["port"]:
+        ports = tuple(params["port"])
+    elif "port" in found:
+        try:
+            ports = (int(found["port"]),)
+        except ValueError:
+            raise UsageError(
+                f"annotation prometheus.io/port is not a port: {found['port'][:40]!r}"
+            ) from None
+    else:
+        ports = (default_port("sglang" if source in ("loads", "both") else params["engine"]),)
+    if scheme.lower() not in ("http", "https"):
+        raise UsageError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
+    for port in ports:
+        if not 1 <= port <= 65535:
+            raise UsageError(f"port {port} is out of range")
+    return tuple(parse_url(build_url(scheme.lower(), params["host"], port, path)) for port in ports)
+
+
+def discovery_on(ctx: click.Context, params: Mapping[str, typing.Any]) -> bool:
+    """Listener discovery on or off (CONTRACT §2a): --discover or --no-discover
+    when given (on the command line and in the environment: the command line
+    wins; both at one level: a usage error); else on inside a Pod only."""
+    given = {
+        flag: ctx.get_parameter_source(flag)
+        for flag in ("discover", "no_discover")
+        if params[flag] and _explicit(ctx, flag)
+    }
+    if len(given) == 2:
+        if given["discover"] == given["no_discover"]:
+            raise UsageError("--discover and --no-discover cannot both be given")
+        return given["discover"] == ParameterSource.COMMANDLINE
+    if given:
+        return "discover" in given
+    return in_pod(environ_of(ctx))
+
+
+def in_pod(environ: Mapping[str, str]) -> bool:
+    """Whether this runs in a Kubernetes container: Kubernetes sets
+    KUBERNETES_SERVICE_HOST in every one. Elsewhere (a laptop, CI, a plain
+    container) a hook run by hand must not read every port of the machine."""
+    return bool(environ.get(IN_POD_VARIABLE, "").strip())
+
+
+def reach_of(
+    ctx: click.Context,
+    params: Mapping[str, typing.Any],
+    *,
+    source: str | None = None,
+    discover: bool | None = None,
+) -> ReadConfig:
+    """The ReadConfig of target_options (and source_options, unless `source` and
+    `discover` are fixed: `plan --observe` reads /metrics, with no key and no
+    discovery)."""
+    if source is None:
+        source = params["source"]
+    first, *more = _targets(ctx, params, source)
+    engine = params["engine"]
+    if source in ("loads", "both") and engine == "auto":
+        engine = "sglang"  # /v1/loads is SGLang's
+    api_key = None
+    if params.get("api_key_file") is not None:
+        from drainhook.auth import read_api_key
+
+        api_key = read_api_key(params["api_key_file"])
+    reach = ReadConfig(
+        target=first,
+        more=tuple(more),
+        source=source,
+        api_key=api_key,
+        engine=engine,
+        max_body=params["max_body"],
+        read_timeout=params["read_timeout"],
+        cacert=params["cacert"],
+        tls_server_name=params["tls_server_name"],
+        insecure=params["insecure"],
+        allow_remote=params["allow_remote"],
+        discover=discovery_on(ctx, params) if discover is None else discover,
+    )
+    reach.check()
+    return reach
+
+
+def wait_config_of(ctx: click.Context, params: Mapping[str, typing.Any]) -> WaitConfig:
+    """`wait`'s frozen config from its parsed flags, checked."""
+    config = WaitConfig(
+        reach=reach_of(ctx, params),
+        grace=params["grace"],
+        settle=params["settle"],
+        exit_reserve=params["exit_reserve"],
+        interval=params["interval"],
+        confirm=params["confirm"],
+        linger=params["linger"],
+        max_wait=params["max_wait"],
+        log_format=params["log_format"],
+        log_file=params["log_file"],
+        exit_zero=params["exit_zero"],
+        quiet=params["quiet"],
+        termination_log=choose_termination_log(params["termination_log"]),
+        stall_after=params["stall_after"],
+    )
+    config.check()
+    return config

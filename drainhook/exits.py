@@ -1,0 +1,31 @@
+"""Every exit code drainhook gives, in one place: CONTRACT §5, row for row.
+
+Imports nothing, so that the signal catcher that runs before any other import
+(drainhook.signals) can use it too. `wait`'s codes are keyed by the outcome's
+name and `probe`'s by the verdict's, the words the log and the JSON show.
+"""
+
+from __future__ import annotations
+
+# `wait`: the outcome's exit code.
+WAIT = {
+    "drained": 0,  # idle confirmed
+    "deadline": 3,  # D reached without confirmation
+    "unreachable": 4,
+    "stalled": 5,  # work reported, no progress for --stall-after seconds (§2b)
+}
+# `probe`: the verdict's exit code.
+PROBE = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
+
+INSTALL_FAILED = 1  # `install` could not copy the build
+USAGE = 2  # flags, environment, annotations, files they name; in every command
+# `plan --observe`: no histogram is a usage error (USAGE); these two are its own.
+OBSERVE_UNREADABLE = 3  # the body could not be read, or its histogram cannot be right
+OBSERVE_UNREACHABLE = 4  # the target refused, or answered non-2xx (as probe's 4)
+INTERNAL = 70  # a bug (EX_SOFTWARE, sysexits.h): a code no outcome uses; probe's busy is 1
+EXIT_ZERO = 0  # `wait --exit-zero`: every outcome
+
+
+def interrupted(signum: int) -> int:
+    """A SIGTERM or SIGINT to the hook: 128 + the signal's number (143, 130)."""
+    return 128 + signum

@@ -1,0 +1,105 @@
+"""Reader assembly: a ReadConfig in, the reader that `wait`, `probe` and `plan
+--observe` read through out. The one place that turns the reach flags into
+Readers (drainhook.read): a Reader per target with the scanner its source
+needs (with `--source auto`, an AutoReader over /metrics and SGLang's
+/v1/loads), a Round over several, and listener discovery over them only when
+it is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from drainhook.config import LOADS_PATH, ReadConfig
+from drainhook.discover import DiscoveringReader, SearchRecord
+from drainhook.exposition import MetricsScanner
+from drainhook.loads import LoadsScanner
+from drainhook.read import Reader
+from drainhook.rounds import Round, TargetReader
+from drainhook.sources import AutoReader
+from drainhook.target import Target, parse_url, ssl_context
+from drainhook.verdict import Scanner
+
+
+def scanner_for(reach: ReadConfig) -> Scanner:
+    """The scanner of reach's source: /v1/loads JSON, or /metrics for its engine."""
+    if reach.source == "loads":
+        return LoadsScanner()
+    return MetricsScanner(reach.engine, progress=reach.progress)
+
+
+def plain_reader(
+    reach: ReadConfig, target: Target, scanner: Scanner | None = None, *, in_pod: bool = False
+) -> Reader:
+    """One GET of target with reach's body cap, TLS and key; `scanner` (reach's
+    source's by default) names the Accept header and counts the body.
+
+    `in_pod`: a listener discovery found in the hook's own network namespace,
+    read over TLS without verification unless --cacert (as a loopback one is):
+    it is in the Pod by construction, whatever its address.
+    """
+    return Reader(
+        target,
+        scanner=scanner or scanner_for(reach),
+        max_body=reach.max_body,
+        ssl_context=ssl_context(target, reach.cacert, reach.insecure or in_pod),
+        tls_server_name=reach.tls_server_name,
+        api_key=reach.api_key,
+    )
+
+
+def target_reader(reach: ReadConfig, target: Target, *, in_pod: bool = False) -> TargetReader:
+    """The reader of one target: a Reader of reach's source; with `auto` (and an
+    engine that may be SGLang's), /metrics with /v1/loads beside it."""
+    if reach.source != "auto" or reach.engine == "vllm":
+        return plain_reader(reach, target, in_pod=in_pod)
+    return AutoReader(
+        plain_reader(
+            reach, target, MetricsScanner(reach.engine, progress=reach.progress), in_pod=in_pod
+        ),
+        plain_reader(reach, target.with_path(LOADS_PATH), LoadsScanner(), in_pod=in_pod),
+        engine=reach.engine,
+    )
+
+
+def reader_for(reach: ReadConfig) -> TargetReader:
+    """The configured targets' reader, without discovery: one target's, or a
+    Round over one per target."""
+    readers = [target_reader(reach, target) for target in reach.targets]
+    return readers[0] if len(readers) == 1 else Round(readers)
+
+
+def discovers(reach: ReadConfig) -> bool:
+    """Whether a refused first read searches the Pod (CONTRACT §2a): when
+    reach.discover says so and every target is in the Pod (loopback: a remote
+    target that refuses is a remote engine gone, which the Pod's own listeners
+    do not stand in for)."""
+    return reach.discover and all(t.is_loopback for t in reach.targets)
+
+
+def hook_reader(
+    reach: ReadConfig,
+    *,
+    always: bool = False,
+    on_search: Callable[[SearchRecord], None] = lambda _s: None,
+) -> TargetReader:
+    """The reader `wait` and `probe` read through: the configured targets', with
+    listener discovery over them when it is on (`discovers`) or `always` (probe
+    --discover); without, no discovering reader at all."""
+    if not (discovers(reach) or always):
+        return reader_for(reach)
+    return DiscoveringReader(
+        [target_reader(reach, target) for target in reach.targets],
+        reach.targets,
+        lambda url: target_reader(reach, parse_url(url), in_pod=True),
+        read_timeout=reach.read_timeout,
+        engine=reach.engine,
+        on_refused=discovers(reach),
+        always=always,
+        on_search=on_search,
+    )
+
+
+def last_search(reader: TargetReader) -> SearchRecord | None:
+    """The search a hook reader ran, if it ran one."""
+    return reader.last_search if isinstance(reader, DiscoveringReader) else None

@@ -1,0 +1,198 @@
+/*
+ * drainhook's launcher: the file the kubelet runs (dist/drainhook/drainhook).
+ *
+ * A static executable, so it needs nothing from the image: no loader, no libc.
+ * It finds its own folder, checks that the bundle beside it is complete, and
+ * replaces itself (execve, same process: same PID, same start time, so the
+ * hook's t0 stays the kernel's record of this process's start) with the glibc
+ * loader carried in the bundle, which runs PyInstaller's bootloader with the
+ * bundle's own libraries:
+ *
+ *   _internal/ld-linux-x86-64.so.2 --inhibit-cache --library-path DIR/_internal
+ *       DIR/bootloader ARGS...
+ *
+ * The environment passed on is the one received, less LD_PRELOAD, LD_AUDIT and
+ * LD_LIBRARY_PATH (an image's preloaded allocator built against a newer glibc
+ * would kill the hook; the library path is the bundle's alone) and less any
+ * PyInstaller variables, plus the three that make the bootloader skip its
+ * restart through /proc (docs/packaging.md, "The launcher"), and LOCPATH and
+ * GCONV_PATH naming the bundle's own locale folders.
+ *
+ * Exit 70 (EX_SOFTWARE), one line on stderr, when the bundle is incomplete or
+ * cannot be run: never a loader's message. Built by scripts/build-binary with
+ * a generated manifest.h (the bundle's files) and musl-gcc or gcc -static.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "manifest.h" /* LOADER, BOOTLOADER, CONTENTS, PYI_RESTART_LEVEL, BUNDLE[] */
+
+#define EXIT_BUNDLE 70
+#define NAME "drainhook"
+
+extern char **environ;
+
+static void fail(const char *what, const char *path, const char *why)
+{
+    if (why)
+        fprintf(stderr, NAME ": %s %s: %s (exit 70)\n", what, path, why);
+    else
+        fprintf(stderr, NAME ": %s %s (exit 70)\n", what, path);
+    exit(EXIT_BUNDLE);
+}
+
+/* The folder of `candidate` with every symbolic link resolved, when it holds
+ * the bundle's contents folder: 1 and the folder in `dir`; else 0. */
+static int folder_of(const char *candidate, char dir[PATH_MAX])
+{
+    char real[PATH_MAX], contents[PATH_MAX];
+    struct stat st;
+    char *slash;
+
+    if (!candidate || !candidate[0] || !realpath(candidate, real))
+        return 0;
+    slash = strrchr(real, '/');
+    if (!slash)
+        return 0;
+    if (slash == real)
+        slash[1] = 0; /* the launcher in / itself */
+    else
+        *slash = 0;
+    if (snprintf(contents, sizeof contents, "%s/%s", real, CONTENTS) >= (int)sizeof contents)
+        return 0;
+    if (stat(contents, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    memcpy(dir, real, strlen(real) + 1);
+    return 1;
+}
+
+/* argv[0] without a slash: the first match on PATH, as a shell found it. */
+static int folder_on_path(const char *name, char dir[PATH_MAX])
+{
+    const char *path = getenv("PATH");
+    char candidate[PATH_MAX];
+
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        size_t len = strcspn(path, ":");
+        if (len > 0 && len + strlen(name) + 2 <= sizeof candidate) {
+            memcpy(candidate, path, len);
+            candidate[len] = '/';
+            strcpy(candidate + len + 1, name);
+            if (access(candidate, X_OK) == 0)
+                return folder_of(candidate, dir);
+        }
+        path += len + (path[len] == ':');
+    }
+    return 0;
+}
+
+/* Where the launcher lies: the path the kernel exec'd (AT_EXECFN), then
+ * argv[0], then /proc/self/exe, the only one that needs /proc. Each is
+ * resolved through symbolic links (a link in /usr/local/bin, an installed
+ * copy) to the folder holding the bundle. */
+static void locate(const char *argv0, char dir[PATH_MAX])
+{
+    const char *execfn = (const char *)getauxval(AT_EXECFN);
+
+    if (execfn && strchr(execfn, '/') && folder_of(execfn, dir))
+        return;
+    if (argv0 && strchr(argv0, '/') && folder_of(argv0, dir))
+        return;
+    if (argv0 && argv0[0] && !strchr(argv0, '/') && folder_on_path(argv0, dir))
+        return;
+    if (folder_of("/proc/self/exe", dir))
+        return;
+    fail("cannot find its bundle: no folder", CONTENTS, "beside the launcher (copy the whole folder)");
+}
+
+static int dropped(const char *entry)
+{
+    static const char *const names[] = {
+        "LD_PRELOAD=", "LD_AUDIT=", "LD_LIBRARY_PATH=", "LOCPATH=", "GCONV_PATH=", "_PYI_", "PYINSTALLER_",
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strncmp(entry, names[i], strlen(names[i])) == 0)
+            return 1;
+    return 0;
+}
+
+static char *joined(const char *a, const char *b, const char *c)
+{
+    size_t len = strlen(a) + strlen(b) + strlen(c) + 1;
+    char *s = malloc(len);
+
+    if (!s)
+        fail("out of memory for", "a path", NULL);
+    snprintf(s, len, "%s%s%s", a, b, c);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    char dir[PATH_MAX];
+    char *loader, *bootloader, *contents, **args, **env;
+    size_t i, n, count = 0;
+
+    (void)argc;
+    locate(argv[0], dir);
+    loader = joined(dir, "/", LOADER);
+    bootloader = joined(dir, "/", BOOTLOADER);
+    contents = joined(dir, "/", CONTENTS);
+
+    /* Every file of the bundle, so that a partial copy is named here, in one
+     * line, not by the loader or Python half-way through the start. */
+    for (i = 0; BUNDLE[i]; i++) {
+        char *path = joined(dir, "/", BUNDLE[i]);
+        if (access(path, F_OK) != 0)
+            fail("incomplete bundle: missing", path, NULL);
+        free(path);
+    }
+    if (access(loader, X_OK) != 0)
+        fail("cannot run", loader, strerror(errno));
+
+    for (n = 0; environ && environ[n]; n++)
+        ;
+    env = calloc(n + 6, sizeof *env);
+    args = calloc((size_t)argc + 6, sizeof *args);
+    if (!env || !args)
+        fail("out of memory for", "the environment", NULL);
+    for (i = 0; i < n; i++)
+        if (!dropped(environ[i]))
+            env[count++] = environ[i];
+    /* What PyInstaller's bootloader would set before restarting itself
+     * through the loader named by /proc/self/exe: with them it takes itself
+     * for the restarted process, does not restart, and names the process. */
+    env[count++] = joined("_PYI_ARCHIVE_FILE=", bootloader, "");
+    env[count++] = "_PYI_PARENT_PROCESS_LEVEL=" PYI_RESTART_LEVEL;
+    env[count++] = "_PYI_LINUX_PROCESS_NAME=" NAME;
+    /* The bundle's C.UTF-8 locale, and no character set converters from the
+     * image: the locale files of another glibc are not read. */
+    env[count++] = joined("LOCPATH=", contents, "/locale");
+    env[count++] = joined("GCONV_PATH=", contents, "/gconv");
+    env[count] = NULL;
+
+    n = 0;
+    args[n++] = loader;
+    args[n++] = "--inhibit-cache";
+    args[n++] = "--library-path";
+    args[n++] = contents;
+    args[n++] = bootloader;
+    for (i = 1; argv[i]; i++)
+        args[n++] = argv[i];
+    args[n] = NULL;
+
+    execve(loader, args, env);
+    fail("cannot run", loader, strerror(errno));
+    return EXIT_BUNDLE;
+}

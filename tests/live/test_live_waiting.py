@@ -1,0 +1,120 @@
+"""drainhook against a live vLLM that runs one request at a time (`--max-num-seqs 1`).
+
+One engine, the cases in order: probe counts requests waiting as well as the
+one running; a frozen engine core (SIGSTOP) leaves /metrics answering with
+every series frozen and /health 200, and `wait` holds to its deadline; last,
+SIGTERM with two streams in flight (the conformance episode
+`abort-in-flight`), which ends the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests import conformance
+from tests.conftest import Run
+from tests.live.conftest import Hook, wait_for
+from tests.live.engine import LiveVllm
+from tests.live.streams import Streams, assert_complete, gauges, probe
+
+pytestmark = pytest.mark.live
+
+# The counters that advance while the engine computes (CONTRACT §2b): frozen with it.
+PROGRESS = ("vllm:generation_tokens_total", "vllm:iteration_tokens_total_count")
+
+
+@pytest.fixture(scope="module")
+def engine(start_engine: Callable[..., Any]) -> Iterator[LiveVllm]:
+    with start_engine("max-num-seqs-1", "--max-num-seqs", "1") as live:
+        yield live
+
+
+def test_probe_counts_the_waiting_requests(hook: Hook, engine: LiveVllm, record: Any) -> None:
+    """Three streams, one at a time: probe's count is 1 running + 2 waiting = 3."""
+    streams = Streams(engine)
+    for _ in range(3):
+        streams.send(2.0)
+    wait_for(lambda: gauges(engine) == (1, 2), 10, "1 running and 2 waiting")
+    code, three = probe(hook, engine)
+    values = {s["name"]: s["value"] for s in three["series"]}
+    assert (code, three["verdict"], three["in_flight"]) == (1, "busy", 3)
+    assert values == {"vllm:num_requests_running": 1, "vllm:num_requests_waiting": 2}
+    assert_complete(streams.join())
+    record("probe 1 running + 2 waiting", in_flight=three["in_flight"], read_ms=three["read_ms"])
+
+
+def progress(engine: LiveVllm) -> dict[str, float]:
+    """The progress counters and the counted gauges, summed over their series."""
+    samples = engine.metrics()
+    names = (*PROGRESS, "vllm:num_requests_running", "vllm:num_requests_waiting")
+    return {n: sum(v for k, v in samples.items() if k.split("{", 1)[0] == n) for n in names}
+
+
+def frozen_wait(hook: Hook, engine: LiveVllm, *flags: str) -> Run:
+    """`wait` against the frozen engine, G = 8 s, R = 2 s: D = 6 s."""
+    args = ["wait", "--url", engine.url(), "--grace", "8", "--exit-reserve", "2"]
+    args += ["--settle", "0", "--interval", "0.5", "--termination-log", "", *flags]
+    return hook(*args)
+
+
+def test_frozen_engine_core_keeps_metrics_answering(
+    hook: Hook, engine: LiveVllm, record: Any
+) -> None:
+    """SIGSTOP the EngineCore with work in flight: /metrics still answers, fast, with
+    every series frozen (the progress counters too), /health stays 200, and
+    `wait` sees busy until its deadline (exit 3), as the contract says a hook
+    without stall detection must."""
+    streams = Streams(engine)
+    streams.send(3.0)
+    streams.send(3.0)
+    wait_for(lambda: gauges(engine) == (1, 1), 10, "1 running and 1 waiting")
+    core = engine.engine_core()
+    os.kill(core, signal.SIGSTOP)
+    try:
+        time.sleep(0.5)  # what was in flight inside the API server settles
+        first = progress(engine)
+        start = time.monotonic()
+        run = frozen_wait(hook, engine)
+        # Issue 20 adds `wait --stall-after W`: with "--stall-after", "2" passed to
+        # frozen_wait here, `wait` ends `stalled` (exit 5) about S + W after its start.
+        later = progress(engine)
+        read_ms = []
+        for _ in range(3):
+            t = time.monotonic()
+            status, _ = engine.get("/metrics")
+            read_ms.append(round((time.monotonic() - t) * 1000, 1))
+            assert status == 200
+        health = engine.get("/health")[0]
+        frozen_for = time.monotonic() - start
+    finally:
+        os.kill(core, signal.SIGCONT)
+    assert later == first, (first, later)  # nothing moved, counters included
+    assert first["vllm:num_requests_running"] == 1 and first["vllm:num_requests_waiting"] == 1
+    assert health == 200
+    summary = json.dumps(run.stderr.strip().splitlines()[-1:])
+    assert run.code == 3 and "outcome=deadline" in summary, run.stderr
+    assert_complete(streams.join())  # SIGCONT: the engine goes on, every token comes
+    record(
+        "frozen EngineCore",
+        frozen_s=round(frozen_for, 2),
+        metrics_read_ms=read_ms,
+        health=health,
+        frozen=sorted(k for k in first if first[k] == later[k]),
+        wait_exit=run.code,
+        wait_elapsed_s=round(run.elapsed, 2),
+    )
+
+
+def test_sigterm_with_streams_in_flight(engine: LiveVllm, record: Any) -> None:
+    """Default mode, SIGTERM with two streams in flight (conformance `abort-in-flight`)."""
+    episode = conformance.EPISODES["abort-in-flight"]
+    seen = conformance.run(engine, episode)
+    record("SIGTERM with streams in flight (default mode)", **conformance.numbers(seen))
+    assert conformance.mismatch(seen, episode) == [], conformance.summary(seen)

@@ -1,0 +1,98 @@
+"""The conformance episodes (tests/conformance.py) against the simulated engine.
+
+The rehearsal's engine process (`python -m rehearsal.engine --kind vllm`), its
+timeline scaled by SCALE, plays each episode and is held to the table the
+live vLLM was measured against (tests/live/test_conformance_live.py runs the
+same episodes on the live engine). Each case fails with the list of what the
+simulated engine did differently from vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from rehearsal.timeline import TOKEN_TICK
+from tests import conformance
+from tests.conftest import ROOT, base_env
+
+SCALE = 0.5  # the simulated engine's seconds per episode second
+
+
+class SimEngine:
+    """The rehearsal's simulated vLLM as a process on 127.0.0.1 (conformance.EngineUnderTest)."""
+
+    scale = SCALE
+
+    def __init__(self, shutdown_timeout: float) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "rehearsal.engine",
+            "--kind",
+            "vllm",
+            "--dp",
+            "1",
+            "--max-running",
+            "4",
+            "--durations",
+            "tokens",
+            "--scale",
+            str(SCALE),
+            "--shutdown-timeout",
+            str(shutdown_timeout),
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=base_env({"PYTHONPATH": str(ROOT)}),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline().split()
+        if not ready or ready[0] != "READY":
+            self.kill()
+            raise AssertionError(f"the simulated engine did not start: {ready}")
+        self.port = int(ready[1])
+        self.pid = self.proc.pid
+
+    def tokens(self, seconds: float) -> int:
+        return max(1, round(seconds / TOKEN_TICK))  # one event a tick, the tick scaled
+
+    def body(self, tokens: int, user: str) -> dict[str, Any]:
+        return {"max_tokens": tokens, "stream": True, "user": user}
+
+    def sigterm(self) -> None:
+        self.proc.terminate()
+
+    def wait_exit(self, timeout: float) -> bool:
+        try:
+            self.proc.wait(timeout=max(0.0, timeout))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 9)
+        self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.mark.parametrize("name", list(conformance.EPISODES))
+def test_simulated_vllm_conforms_to_the_live_one(name: str) -> None:
+    episode = conformance.EPISODES[name]
+    engine = SimEngine(episode.shutdown_timeout)
+    try:
+        seen = conformance.run(engine, episode)
+    finally:
+        engine.kill()
+    assert conformance.mismatch(seen, episode) == [], conformance.summary(seen)
