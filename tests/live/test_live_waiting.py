@@ -2,7 +2,10 @@
 
 One engine, the cases in order: probe counts requests waiting as well as the
 one running; a frozen engine core (SIGSTOP) leaves /metrics answering with
-every series frozen and /health 200, and `wait` holds to its deadline; last,
+every series frozen and /health 200, and `wait` without a stall window that
+closes before D holds to its deadline; with `--stall-after 5` a freeze ends
+it `stalled` (exit 5) within W + I of the freeze, and a freeze thawed inside
+W never does; last,
 SIGTERM with two streams in flight (the conformance episode
 `abort-in-flight`), which ends the engine.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests import conformance
-from tests.conftest import Run
+from tests.conftest import SPAWN_LATE, Run, late
 from tests.live.conftest import Hook, wait_for
 from tests.live.engine import LiveVllm
 from tests.live.streams import Streams, assert_complete, gauges, probe
@@ -81,9 +85,9 @@ def test_frozen_engine_core_keeps_metrics_answering(
         time.sleep(0.5)  # what was in flight inside the API server settles
         first = progress(engine)
         start = time.monotonic()
+        # The default W (120 s) cannot close before D = 6 s: no stall detection here,
+        # the hook a replica without --stall-after runs; the stall cases follow.
         run = frozen_wait(hook, engine)
-        # Issue 20 adds `wait --stall-after W`: with "--stall-after", "2" passed to
-        # frozen_wait here, `wait` ends `stalled` (exit 5) about S + W after its start.
         later = progress(engine)
         read_ms = []
         for _ in range(3):
@@ -109,6 +113,95 @@ def test_frozen_engine_core_keeps_metrics_answering(
         frozen=sorted(k for k in first if first[k] == later[k]),
         wait_exit=run.code,
         wait_elapsed_s=round(run.elapsed, 2),
+    )
+
+
+# The stall cases (CONTRACT §2b): W = 5 s, I = 1 s, S = 1 s, G = 60 s (D = 55 s), the
+# freeze at F = 2.5 s after the hook's start: after the settle, between two reads.
+STALL_W, STALL_I, STALL_SETTLE, FREEZE_AT = 5.0, 1.0, 1.0, 2.5
+STALL_FLAGS = ("--stall-after", "5", "--interval", "1", "--grace", "60", "--settle", "1",
+               "--log-format", "json", "--termination-log", "")  # fmt: skip
+
+
+def wait_while_frozen(hook: Hook, engine: LiveVllm, thaw_after: float | None) -> tuple[Run, float]:
+    """`wait` with two streams in flight and the EngineCore SIGSTOPped FREEZE_AT after
+    the hook's start (SIGCONT `thaw_after` later, or when the hook has returned, and
+    always before this returns); the run, and when the freeze came from its start."""
+    streams = Streams(engine)
+    streams.send(5.0)
+    streams.send(5.0)
+    wait_for(lambda: gauges(engine) == (1, 1), 10, "1 running and 1 waiting")
+    core = engine.engine_core()
+    done: dict[str, Run] = {}
+    start = time.monotonic()
+    waiting = threading.Thread(
+        target=lambda: done.update(run=hook("wait", "--url", engine.url(), *STALL_FLAGS))
+    )
+    waiting.start()
+    stopped = False
+    try:
+        time.sleep(max(0.0, start + FREEZE_AT - time.monotonic()))
+        os.kill(core, signal.SIGSTOP)
+        stopped = True
+        frozen_at = time.monotonic() - start
+        if thaw_after is not None:
+            time.sleep(thaw_after)
+            os.kill(core, signal.SIGCONT)
+            stopped = False
+        waiting.join(90)
+    finally:
+        if stopped:
+            os.kill(core, signal.SIGCONT)
+    assert_complete(streams.join())  # thawed, the engine goes on: every token comes
+    return done["run"], frozen_at
+
+
+def summary_of(run: Run) -> dict[str, Any]:
+    last = json.loads(run.stderr.strip().splitlines()[-1])
+    assert last["event"] == "summary", run.stderr
+    return dict(last)
+
+
+def test_a_frozen_engine_core_is_released_stalled(
+    hook: Hook, engine: LiveVllm, record: Any
+) -> None:
+    """SIGSTOP at F with two streams in flight: `wait --stall-after 5` ends `stalled`
+    (exit 5) within F + W + I (+ the spawn's tolerance), never before F + W - I."""
+    run, f = wait_while_frozen(hook, engine, thaw_after=None)
+    summary = summary_of(run)
+    assert (run.code, summary["outcome"], summary["exit"]) == (5, "stalled", 5), run.stderr
+    stall = summary["stall"]
+    assert {"vllm:generation_tokens_total", "vllm:iteration_tokens_total_count"} <= set(
+        stall["counters"]
+    ), stall
+    assert stall["in_flight"] == 2 and stall["stall_after"] == STALL_W, stall
+    latest = late(f + STALL_W + STALL_I, SPAWN_LATE, run.starved)
+    assert f + STALL_W - STALL_I <= run.elapsed <= latest, (f, run.elapsed, run.stderr)
+    record(
+        "frozen EngineCore, --stall-after 5",
+        frozen_at_s=round(f, 3),
+        wait_exit=run.code,
+        wait_elapsed_s=round(run.elapsed, 3),
+        freeze_to_stalled_s=round(run.elapsed - f, 3),
+        stall_seconds=stall["seconds"],
+        counters=sorted(stall["counters"]),
+    )
+
+
+def test_a_freeze_thawed_inside_the_window_is_not_a_stall(
+    hook: Hook, engine: LiveVllm, record: Any
+) -> None:
+    """SIGSTOP at F, SIGCONT at F + 3 (inside W = 5): the counters move again, the
+    streams end, and `wait` drains (exit 0), never `stalled`."""
+    run, f = wait_while_frozen(hook, engine, thaw_after=3.0)
+    summary = summary_of(run)
+    assert run.code != 5 and summary["outcome"] != "stalled", run.stderr
+    assert (run.code, summary["outcome"]) == (0, "drained"), run.stderr
+    record(
+        "EngineCore frozen 3 s, --stall-after 5",
+        frozen_at_s=round(f, 3),
+        wait_exit=run.code,
+        wait_elapsed_s=round(run.elapsed, 3),
     )
 
 
