@@ -1,11 +1,9 @@
-"""Which build of drainhook is running: the PyInstaller directory build, the
-single file, or a Python install (pip, editable, `python -m drainhook`).
+"""Which build of drainhook is running: the PyInstaller directory build, or a
+Python install (pip, editable, `python -m drainhook`).
 
 PyInstaller's bootloader sets `sys.frozen` and `sys._MEIPASS` (the folder the
-bundled modules and libraries are loaded from). A directory build loads them
-from `_internal/` beside its executable; a single file unpacks them into a
-fresh `_MEIxxxxxx` folder under the temp dir at every start, so `_MEIPASS` is
-somewhere else.
+bundled modules and libraries are loaded from: `_internal/` beside the
+executable). There is no single-file build (docs/packaging.md says why).
 """
 
 from __future__ import annotations
@@ -22,23 +20,17 @@ CONTENTS_DIRECTORY = "_internal"
 
 class Kind(enum.Enum):
     DIRECTORY = "directory build"
-    ONEFILE = "single file"
     PYTHON = "Python install"
 
 
 def kind() -> Kind:
     """The kind of build this process runs from."""
-    bundle = getattr(sys, "_MEIPASS", None)
-    if not getattr(sys, "frozen", False) or not isinstance(bundle, str):
-        return Kind.PYTHON
-    beside = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), CONTENTS_DIRECTORY)
-    if os.path.normpath(bundle) == os.path.normpath(beside):
-        return Kind.DIRECTORY
-    return Kind.ONEFILE
+    frozen = getattr(sys, "frozen", False) and isinstance(getattr(sys, "_MEIPASS", None), str)
+    return Kind.DIRECTORY if frozen else Kind.PYTHON
 
 
 def executable() -> Path:
-    """The file that was started: the directory build's launcher or the single file."""
+    """The directory build's executable (its folder is what `install` copies)."""
     return Path(os.path.abspath(sys.executable))
 
 

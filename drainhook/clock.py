@@ -4,17 +4,15 @@ The kubelet's grace countdown starts before it execs the hook, so the hook's
 time is counted from the process's start as the kernel records it
 (/proc/PID/stat, field 22), not from when Python reaches main: interpreter
 start-up and imports are then absorbed by the settle instead of pushing the
-deadline out. In the single-file build the kubelet execs a bootloader that
-unpacks the bundle and then starts Python as its child: t0 is that outer
-process's start, so unpacking counts against the settle too.
+deadline out. The directory build's launcher execs the bundled loader and
+PyInstaller's bootloader in its own process (same PID, same start), so t0 is
+the launcher's start: the loader and the bootloader count against the settle.
 """
 
 from __future__ import annotations
 
 import os
 import time
-
-from drainhook import build_info
 
 # A start more than this far in the past is not believable for a process that
 # is only now reaching main (a time namespace, a /proc that lies): use "now".
@@ -36,26 +34,9 @@ def process_age(pid: int | str = "self") -> float | None:
     return age if 0.0 <= age <= _MAX_BELIEVABLE_AGE else None
 
 
-def hook_pid() -> int | str:
-    """The process the kubelet started: this one, or the single file's bootloader.
-
-    The bootloader is this process's parent and runs the same executable; a
-    parent that is anything else (a test harness, a shell) is not the hook.
-    """
-    if build_info.kind() is build_info.Kind.ONEFILE:
-        parent = os.getppid()
-        try:
-            ours, theirs = os.stat("/proc/self/exe"), os.stat(f"/proc/{parent}/exe")
-        except OSError:
-            return "self"
-        if (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino):
-            return parent
-    return "self"
-
-
-def start_time(pid: int | str | None = None) -> float:
-    """The start of `pid` (default: the hook, per hook_pid) on time.monotonic()'s
+def start_time(pid: int | str = "self") -> float:
+    """The start of `pid` (default: this process, the hook) on time.monotonic()'s
     scale (now, when unknown)."""
     now = time.monotonic()
-    age = process_age(hook_pid() if pid is None else pid)
+    age = process_age(pid)
     return now if age is None else now - age

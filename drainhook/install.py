@@ -3,18 +3,15 @@
 For an engine image with no shell: an initContainer that has drainhook (the
 `FROM scratch` image of the Dockerfile, or any image with the build in it)
 runs `drainhook install /hook` into an emptyDir that the engine container
-mounts too, and the engine's preStop runs the printed path.
-
-    single file       DIR/drainhook            (the file, mode 0755)
-    directory build   DIR/drainhook/drainhook  (the whole folder, executable 0755)
+mounts too, and the engine's preStop runs the printed path,
+DIR/drainhook/drainhook (the whole directory build, its launcher 0755).
 
 Nothing half-written is ever at the printed path: the copy is written under a
 hidden temporary name in DIR, flushed to disk, then renamed into place (a
 rename within one folder is atomic). A rename cannot put a folder in the
-place of a non-empty folder (or of a file, or a file in place of a folder), so
-an earlier install of the other shape or of a directory build is first
-renamed aside, then removed: an initContainer runs before the engine starts,
-so no preStop can run between the two renames.
+place of a non-empty folder (or of a file: an older release's single file),
+so an earlier install is first renamed aside, then removed: an initContainer
+runs before the engine starts, so no preStop can run between the two renames.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ def install(directory: Path, kind: build_info.Kind, executable: Path) -> Path:
     if kind is build_info.Kind.PYTHON:
         raise UsageError(
             "this drainhook is a Python install; install copies a packaged build "
-            "(the directory build or the single file: see docs/packaging.md)"
+            "(the directory build: see docs/packaging.md)"
         )
     directory = Path(os.path.abspath(directory))
     try:
@@ -58,8 +55,6 @@ def install(directory: Path, kind: build_info.Kind, executable: Path) -> Path:
     except OSError as exc:
         raise UsageError(f"cannot use {directory}: {_why(exc)}") from None
     try:
-        if kind is build_info.Kind.ONEFILE:
-            return _install_file(executable, directory / NAME)
         return _install_folder(executable.parent, directory / NAME) / NAME
     except OSError as exc:
         where = exc.filename or directory
@@ -79,19 +74,6 @@ def _same(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
-
-
-def _install_file(source: Path, final: Path) -> Path:
-    """Write source to a temporary name beside final, mode 0755, fsync, rename."""
-    if _same(source, final):  # installing onto itself: already there
-        return final
-    temporary = _temporary(final)
-    try:
-        _copy_file(source, temporary, 0o755)
-        _rename_into_place(temporary, final)
-    finally:
-        _remove(temporary)
-    return final
 
 
 def _install_folder(source: Path, final: Path) -> Path:

@@ -55,29 +55,11 @@ def fake_directory_build(tmp_path: Path) -> Path:
     return build / "drainhook"
 
 
-@pytest.fixture
-def fake_onefile(tmp_path: Path) -> Path:
-    path = tmp_path / "dist" / "drainhook-onefile"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"\x7fELF onefile" * 1000)
-    os.chmod(path, 0o700)
-    return path
-
-
 def leftovers(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
 
 
 # -- the copy, on fake builds ---------------------------------------------
-
-
-def test_single_file_lands_as_drainhook_0755(tmp_path: Path, fake_onefile: Path) -> None:
-    target = tmp_path / "hook"
-    path = install(target, Kind.ONEFILE, fake_onefile)
-    assert path == target / "drainhook"
-    assert path.read_bytes() == fake_onefile.read_bytes()
-    assert mode(path) == 0o755
-    assert leftovers(target) == []
 
 
 def test_directory_build_lands_as_a_folder_with_its_launcher(
@@ -97,14 +79,15 @@ def test_directory_build_lands_as_a_folder_with_its_launcher(
     assert leftovers(target) == []
 
 
-def test_modes_do_not_depend_on_the_umask(tmp_path: Path, fake_onefile: Path) -> None:
+def test_modes_do_not_depend_on_the_umask(tmp_path: Path, fake_directory_build: Path) -> None:
     old = os.umask(0o077)
     try:
-        path = install(tmp_path / "hook", Kind.ONEFILE, fake_onefile)
+        path = install(tmp_path / "hook", Kind.DIRECTORY, fake_directory_build)
     finally:
         os.umask(old)
     assert mode(path) == 0o755
-    assert mode(path.parent) in (0o700, 0o755)  # DIR itself is the caller's (an emptyDir)
+    assert mode(path.parent) == 0o755
+    assert mode(path.parent.parent) in (0o700, 0o755)  # DIR is the caller's (an emptyDir)
 
 
 def test_a_second_install_replaces_the_first(tmp_path: Path, fake_directory_build: Path) -> None:
@@ -119,14 +102,15 @@ def test_a_second_install_replaces_the_first(tmp_path: Path, fake_directory_buil
     assert leftovers(target) == []
 
 
-def test_each_shape_replaces_the_other(
-    tmp_path: Path, fake_directory_build: Path, fake_onefile: Path
+def test_a_directory_build_replaces_an_older_single_file(
+    tmp_path: Path, fake_directory_build: Path
 ) -> None:
+    """Older releases installed a single file at DIR/drainhook: a folder takes its place."""
     target = tmp_path / "hook"
-    install(target, Kind.DIRECTORY, fake_directory_build)
-    path = install(target, Kind.ONEFILE, fake_onefile)
-    assert path.is_file() and path.read_bytes() == fake_onefile.read_bytes()
+    target.mkdir()
+    (target / "drainhook").write_bytes(b"\x7fELF an older single file")
     path = install(target, Kind.DIRECTORY, fake_directory_build)
+    assert path == target / "drainhook" / "drainhook"
     assert path.read_bytes() == b"\x7fELF launcher"
     assert leftovers(target) == []
 
@@ -156,19 +140,19 @@ def test_a_failed_copy_leaves_nothing_at_the_path(
 
 
 def test_a_failed_copy_keeps_the_earlier_install(
-    tmp_path: Path, fake_onefile: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fake_directory_build: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "hook"
-    install(target, Kind.ONEFILE, fake_onefile)
-    before = (target / "drainhook").read_bytes()
+    install(target, Kind.DIRECTORY, fake_directory_build)
+    before = (target / "drainhook" / "drainhook").read_bytes()
 
     def full_disk(src: object, dst: object, length: int = 0) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(shutil, "copyfileobj", full_disk)
     with pytest.raises(InstallError):
-        install(target, Kind.ONEFILE, fake_onefile)
-    assert (target / "drainhook").read_bytes() == before
+        install(target, Kind.DIRECTORY, fake_directory_build)
+    assert (target / "drainhook" / "drainhook").read_bytes() == before
     assert leftovers(target) == []
 
 
@@ -181,27 +165,27 @@ def test_installing_onto_itself_changes_nothing(tmp_path: Path, fake_directory_b
 
 
 def test_a_file_where_the_folder_should_be_is_a_usage_error(
-    tmp_path: Path, fake_onefile: Path
+    tmp_path: Path, fake_directory_build: Path
 ) -> None:
     occupied = tmp_path / "occupied"
     occupied.write_text("not a folder")
     with pytest.raises(UsageError) as caught:
-        install(occupied, Kind.ONEFILE, fake_onefile)
+        install(occupied, Kind.DIRECTORY, fake_directory_build)
     assert caught.value.exit_code == 2
     assert occupied.read_text() == "not a folder"
 
 
 def test_command_prints_only_the_path(
     tmp_path: Path,
-    fake_onefile: Path,
+    fake_directory_build: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(build_info, "kind", lambda: Kind.ONEFILE)
-    monkeypatch.setattr(build_info, "executable", lambda: fake_onefile)
+    monkeypatch.setattr(build_info, "kind", lambda: Kind.DIRECTORY)
+    monkeypatch.setattr(build_info, "executable", lambda: fake_directory_build)
     assert run_install(tmp_path / "hook") == 0
     out, err = capsys.readouterr()
-    assert out == f"{tmp_path / 'hook' / 'drainhook'}\n"
+    assert out == f"{tmp_path / 'hook' / 'drainhook' / 'drainhook'}\n"
     assert err == ""
 
 
