@@ -40,11 +40,17 @@ def engine(start_engine: Callable[..., Any]) -> Iterator[LiveVllm]:
         yield live
 
 
+@pytest.mark.timeout(240)
 def test_probe_counts_the_waiting_requests(hook: Hook, engine: LiveVllm, record: Any) -> None:
-    """Three streams, one at a time: probe's count is 1 running + 2 waiting = 3."""
+    """Three streams, one at a time: probe's count is 1 running + 2 waiting = 3.
+
+    Each stream runs 6 s, so that the state lasts well past the packaged hook's
+    start-up: with 2 s streams, a CI run saw the first end between the gauges
+    reading (1, 2) and probe's read, which then counted 2, rightly. The first
+    case of the module also carries the engine's start (up to 95 s seen here)."""
     streams = Streams(engine)
     for _ in range(3):
-        streams.send(2.0)
+        streams.send(6.0)
     wait_for(lambda: gauges(engine) == (1, 2), 10, "1 running and 2 waiting")
     code, three = probe(hook, engine)
     values = {s["name"]: s["value"] for s in three["series"]}
