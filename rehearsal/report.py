@@ -10,6 +10,7 @@ from rehearsal import scenarios as scenario_table
 from rehearsal import strategies as strategy_table
 from rehearsal import svg
 from rehearsal.claims import BASELINE, HELD_MARGIN, better, claims
+from rehearsal.record import Cell
 from rehearsal.run import DRAINHOOKS, ORACLE, Run
 from rehearsal.strategies import Plan
 from rehearsal.timeline import (
@@ -116,12 +117,7 @@ def advice_table(run: Run) -> list[str]:
     ]
     for scenario in (*ADVICE_SCENARIOS, "rollout"):
         for key in ADVICE_RECIPES:
-            if scenario == "rollout":
-                r = run.rollout(key)
-                cells = list(r.cells) if r is not None else []
-            else:
-                c = run.cell(key, scenario)
-                cells = [c] if c is not None else []
+            cells = _cells(run, key, scenario)
             if not cells:
                 continue
             n = len(cells)
@@ -142,14 +138,18 @@ def advice_table(run: Run) -> list[str]:
     return out
 
 
-def _mean_exit(run: Run, key: str, scenario: str) -> float | None:
-    """Mean SIGTERM-to-exit of a recipe's cells in a scenario (rollout: its replicas)."""
+def _cells(run: Run, key: str, scenario: str) -> list[Cell]:
+    """A recipe's cells in a scenario: the one cell, or the rollout's replicas."""
     if scenario == "rollout":
         r = run.rollout(key)
-        cells = list(r.cells) if r is not None else []
-    else:
-        c = run.cell(key, scenario)
-        cells = [c] if c is not None else []
+        return list(r.cells) if r is not None else []
+    c = run.cell(key, scenario)
+    return [c] if c is not None else []
+
+
+def _mean_exit(run: Run, key: str, scenario: str) -> float | None:
+    """Mean SIGTERM-to-exit of a recipe's cells in a scenario (rollout: its replicas)."""
+    cells = _cells(run, key, scenario)
     clean = [run.real(c.held_s - c.sigterm_at_s) for c in cells if not c.sigkill]
     return sum(clean) / len(clean) if clean else None
 
@@ -182,12 +182,7 @@ def advice_text(run: Run) -> list[str]:
     slips = []
     for scenario in ("short", "router-lag-20", "rollout"):
         for key in ("drainhook", "drainhook-st"):
-            if scenario == "rollout":
-                r = run.rollout(key)
-                cells = list(r.cells) if r is not None else []
-            else:
-                c = run.cell(key, scenario)
-                cells = [c] if c is not None else []
+            cells = _cells(run, key, scenario)
             if cells:
                 slips.append(f"`{scenario}` {_label(key)} {sum(len(c.slipped()) for c in cells)}")
     if slips:
