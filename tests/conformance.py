@@ -155,8 +155,16 @@ def _sleep_until(when: float) -> None:
         time.sleep(min(left, 0.05))
 
 
-def send(port: int, body: Mapping[str, Any], out: Ended, timeout: float = 120.0) -> None:
-    """POST one streaming completion to 127.0.0.1:port and read it to its end into `out`."""
+def send(
+    port: int,
+    body: Mapping[str, Any],
+    out: Ended,
+    timeout: float = 120.0,
+    stop: threading.Event | None = None,
+) -> None:
+    """POST one streaming completion to 127.0.0.1:port and read it to its end into `out`
+    (or until `stop` is set: the client then closes the connection, and the engine
+    aborts the request, as it does for any client that goes away)."""
     out.asked = int(body.get("max_tokens", 0))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
@@ -177,6 +185,9 @@ def send(port: int, body: Mapping[str, Any], out: Ended, timeout: float = 120.0)
         events = 0
         while line := response.readline():
             out.last_byte = time.monotonic()
+            if stop is not None and stop.is_set():
+                out.detail = "closed by the client"
+                break
             if not line.startswith(b"data: "):
                 continue
             data = line[len(b"data: ") :].strip()

@@ -20,6 +20,7 @@ class Streams:
         self.ended: list[conformance.Ended] = []
         self.sent: list[float] = []
         self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
 
     def send(self, seconds: float) -> conformance.Ended:
         out = conformance.Ended()
@@ -27,7 +28,10 @@ class Streams:
         self.sent.append(time.monotonic())
         request = body(self.engine.tokens(seconds), f"stream-{len(self.ended)}")
         thread = threading.Thread(
-            target=conformance.send, args=(self.engine.port, request, out), daemon=True
+            target=conformance.send,
+            args=(self.engine.port, request, out),
+            kwargs={"stop": self._stop},
+            daemon=True,
         )
         thread.start()
         self._threads.append(thread)
@@ -38,6 +42,14 @@ class Streams:
             thread.join(timeout)
         for sent, s in zip(self.sent, self.ended, strict=True):
             self.engine.durations.append((s.last_byte or sent) - sent)
+        return self.ended
+
+    def close(self, timeout: float = 30) -> list[conformance.Ended]:
+        """Every client closes its connection at its next chunk (the engine aborts
+        those requests); returns once they have all gone."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
         return self.ended
 
 

@@ -26,6 +26,7 @@ from tests.live.streams import Streams, assert_complete, gauges, probe
 pytestmark = pytest.mark.live
 
 SETTLE = 2.0  # `wait --settle` of the release case
+LONGEST = 1900  # tokens: about what --max-model-len 2048 leaves after the prompt
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +37,32 @@ def engine(start_engine: Callable[..., Any]) -> Iterator[LiveVllm]:
 
 def test_probe_counts_what_the_engine_runs(hook: Hook, engine: LiveVllm, record: Any) -> None:
     """probe's verdict and count under 0, 1 and 3 streams equal the engine's running +
-    waiting (vllm:num_requests_waiting_by_reason is on the page, never counted)."""
+    waiting (vllm:num_requests_waiting_by_reason is on the page, never counted).
+
+    The streams are as long as the model's context allows, far longer than the case,
+    and their clients close them at its end, so the engine's count cannot change while
+    a probe starts and reads (a CI run saw an 8 s stream end inside one probe's
+    start-up); the gauges read after each probe show it did not."""
     code, idle = probe(hook, engine)
     assert (code, idle["verdict"], idle["in_flight"], idle["engine"]) == (0, "idle", 0, "vllm")
     streams = Streams(engine)
-    streams.send(8.0)
+    long = LONGEST / engine.rate  # s: 30-35 here, and closed after a few
+    streams.send(long)
     wait_for(lambda: gauges(engine) == (1, 0), 10, "one running request")
     code, one = probe(hook, engine)
+    assert gauges(engine) == (1, 0)
     assert (code, one["verdict"], one["in_flight"]) == (1, "busy", 1)
-    streams.send(6.0)
-    streams.send(6.0)
+    streams.send(long)
+    streams.send(long)
     wait_for(lambda: gauges(engine) == (3, 0), 10, "three running requests")
     code, three = probe(hook, engine)
+    assert gauges(engine) == (3, 0)
     assert (code, three["verdict"], three["in_flight"]) == (1, "busy", 3)
     names = {s["name"] for s in three["series"]}
     assert names == {"vllm:num_requests_running", "vllm:num_requests_waiting"}
-    assert_complete(streams.join())
+    for s in streams.close():
+        assert (s.finish, s.detail) == (None, "closed by the client"), s  # still running
+    wait_for(lambda: gauges(engine) == (0, 0), 10, "the closed requests aborted")
     code, after = probe(hook, engine)
     assert (code, after["verdict"], after["in_flight"]) == (0, "idle", 0)
     record(
