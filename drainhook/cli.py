@@ -54,7 +54,7 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
 
     Exit: 0 drained, 3 deadline, 4 unreachable, 5 stalled, 143/130 SIGTERM/SIGINT, 2 usage.
-    At the deadline with vLLM requests in flight, the summary adds
+    At the deadline or stalled, with vLLM requests in flight, the summary adds
     after_sigterm=hang-until-kill: vLLM sends no abort, they hang until the kill at G.
     """
     t0 = start_time()

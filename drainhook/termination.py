@@ -57,7 +57,8 @@ def message(result: Result) -> str:
     `deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; ...`
     `stalled at 125.0 s after 121 reads; no progress for 120.0 s (...) ...`
 
-    At the deadline with vLLM work in flight, what becomes of it (`hang_note`).
+    At the deadline or stalled, with vLLM work in flight, what becomes of it
+    (`hang_note`).
     """
     reads = f"{result.reads} read" + ("" if result.reads == 1 else "s")
     last = result.last
@@ -68,7 +69,9 @@ def message(result: Result) -> str:
         why = f": {last.reason}" if last is not None and last.reason else ""
         return f"unreachable at {elapsed} after {reads}; no work could be measured{why}"
     if result.outcome is Outcome.STALLED and result.stall is not None:
-        return f"stalled at {elapsed} after {reads}; {result.stall.describe()}"
+        line = f"stalled at {elapsed} after {reads}; {result.stall.describe()}"
+        note = hang_note(result)
+        return line if note is None else f"{line}; {note[1]}"
     if result.outcome is Outcome.INTERRUPTED:
         name = signal.Signals(result.signum or signal.SIGTERM).name
         return (
@@ -88,10 +91,14 @@ HANG_WHY = (
 
 
 def hang_note(result: Result) -> tuple[str, str] | None:
-    """(HANG_UNTIL_KILL, why) when `wait` returns at its deadline with vLLM requests
-    still in flight at the last read; None otherwise."""
+    """(HANG_UNTIL_KILL, why) when `wait` returns at its deadline, or stalled, with vLLM
+    requests still in flight at the last read; None otherwise. A stalled engine's
+    requests never end, and vLLM's API server stays while their clients are connected
+    (measured live: tests/live/test_live_wedged.py)."""
     last = result.last
-    if result.outcome is not Outcome.DEADLINE or last is None or last.engine != "vllm":
+    if result.outcome not in (Outcome.DEADLINE, Outcome.STALLED):
+        return None
+    if last is None or last.engine != "vllm":
         return None
     if last.verdict is not Verdict.BUSY or not last.in_flight:
         return None

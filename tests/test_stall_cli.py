@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from drainhook.termination import HANG_UNTIL_KILL, HANG_WHY
 from tests.conftest import HOOK_LATE, SPAWN_LATE, Hook, Run, fields, late
 from tests.loopback import Behaviour, Loopback, response_bytes, sample, serve
 from tests.loopback import _read_request as read_request
@@ -108,6 +109,10 @@ def test_frozen_counters_are_released_stalled_at_s_plus_w(hook: Hook, tmp_path: 
         assert "vllm:generation_tokens_total=500" in text
         assert "vllm:iteration_tokens_total_count=50" in text
     assert message.read_text().startswith("drainhook: stalled at ")
+    # vLLM's requests of a wedged engine hang after SIGTERM until the kill at G (its API
+    # server stays while their clients are connected): the summary and message say so.
+    assert summary["after_sigterm"] == HANG_UNTIL_KILL
+    assert message.read_text().rstrip("\n").endswith(HANG_WHY)
 
 
 def test_the_json_summary_carries_the_stall(hook: Hook) -> None:
@@ -116,6 +121,7 @@ def test_the_json_summary_carries_the_stall(hook: Hook) -> None:
     assert run.code == 5, run.stderr
     summary = json.loads(run.summary)
     assert (summary["outcome"], summary["exit"]) == ("stalled", 5)
+    assert (summary["after_sigterm"], summary["after_sigterm_why"]) == (HANG_UNTIL_KILL, HANG_WHY)
     stall = summary["stall"]
     assert stall["counters"] == {
         "vllm:generation_tokens_total": 500.0,
@@ -210,3 +216,24 @@ def test_plan_shows_w_and_warns_when_it_cannot_trigger(hook: Hook) -> None:
     assert "--stall-after 30" in short.stdout  # the preStop command carries it
     default = hook("plan")  # the default W with the default G: off, shown, not warned
     assert "stall detection off" in default.stdout and "warnings: none" in default.stdout
+
+
+SGLANG_FROZEN = b"""# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 2.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"} 0.0
+# TYPE sglang:realtime_tokens_total counter
+sglang:realtime_tokens_total{model_name="m",mode="decode",tp_rank="0",pp_rank="0"} 900.0
+"""
+
+
+def test_a_stalled_sglang_says_nothing_of_vllm_s_shutdown(hook: Hook) -> None:
+    """`after_sigterm` is vLLM's measured shutdown: a stalled SGLang (its own drain after
+    SIGTERM, read in its code) is released `stalled` without it."""
+    with Loopback(serve(SGLANG_FROZEN)) as srv:
+        run = wait(hook, srv.url, "--stall-after", str(WINDOW), "--log-format", "json")
+    assert run.code == 5, run.stderr
+    summary = json.loads(run.summary)
+    assert (summary["outcome"], summary["stall"]["in_flight"]) == ("stalled", 2)
+    assert summary["stall"]["counters"] == {"sglang:realtime_tokens_total": 900.0}
+    assert (summary["after_sigterm"], summary["after_sigterm_why"]) == (None, None)

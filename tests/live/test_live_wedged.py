@@ -73,6 +73,7 @@ def test_sigterm_after_a_stalled_release(hook: Hook, engine: LiveVllm, record: A
     run = done["run"]
     summary = json.loads(run.stderr.strip().splitlines()[-1])
     assert (run.code, summary["outcome"]) == (5, "stalled"), run.stderr
+    assert summary["after_sigterm"] == "hang-until-kill", run.stderr  # what follows here
     engine.sigterm()
     term = time.monotonic()
     wait_for(lambda: dead(core), 5, "the EngineCore gone after SIGTERM")
