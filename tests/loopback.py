@@ -149,11 +149,13 @@ def route(
     heads: list[bytes] | None = None,
 ) -> Behaviour:
     """Serve paths[request path], 404 for any other path; append each request
-    head (request line and headers) to `heads` when given."""
+    head (request line and headers) to `heads` when given. A connection that
+    sends nothing (a hook that reached its deadline between connecting and
+    writing, on a loaded machine) is not a request and is not recorded."""
 
     def behaviour(conn: socket.socket) -> None:
         head = _read_request(conn)
-        if heads is not None:
+        if heads is not None and head:
             heads.append(head)
         parts = head.split(b" ", 2)
         body = paths.get(parts[1].decode("latin-1")) if len(parts) == 3 else None

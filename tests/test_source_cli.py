@@ -40,8 +40,8 @@ def test_wait_source_loads_reads_v1_loads_and_drains(hook: Hook) -> None:
     for line in reads:
         assert "verdict=busy in_flight=3 " in line or "timed out" in line, line
     assert second.code == 0 and "reads=2" in second.summary  # /metrics (6) is never read
-    assert all(h.startswith(b"GET /v1/loads ") for h in heads)
-    assert all(b"accept: application/json" in h.lower() for h in heads)
+    assert heads and all(h.startswith(b"GET /v1/loads ") for h in heads), heads
+    assert all(b"accept: application/json" in h.lower() for h in heads), heads
 
 
 def test_api_key_file_is_sent_and_never_shown(hook: Hook, tmp_path: Path) -> None:
