@@ -1,37 +1,35 @@
 """One read: a GET of the metrics URL, turned into exactly one verdict (CONTRACT §2).
 
-Error map: every failure a read can meet is one row of `_ERRORS`. The
-transport raises httpcore's failures as the httpx class of the same row, as
-httpx's own transport does; `classify` turns the httpx class into a verdict:
+Error map: every failure a read can meet is one row of `_ERRORS`, keyed by
+the httpcore class it is raised as; `classify` turns it into a verdict:
 
-    httpx.HTTPError
+    httpcore's failures
      ├─ ConnectTimeout, ReadTimeout, WriteTimeout ......... unknown
      ├─ ConnectError (refused, TLS handshake, DNS) ........ unreachable
      ├─ ReadError, WriteError (reset) ..................... unknown
      ├─ RemoteProtocolError (closed before/during reply) .. unknown
      └─ LocalProtocolError ................................ unknown
-    httpx.InvalidURL (a host httpx cannot encode) ......... unreachable
     a non-2xx status ...................................... unreachable
     anything else (a bug) ................................. unknown
 
-httpx's other exceptions cannot come out of this read: no redirect is
-followed, no proxy is used, no status is raised for, the body is read raw
-(not decoded, once), one read at a time never waits for a pool slot, and the
-URL is always http or https. tests/test_read.py walks every exported class
-and holds that list.
+httpcore's other exceptions cannot come out of this read: one read at a time
+never waits for a pool slot, no proxy is used, the URL is always http or
+https with a host, and a connection the pool cannot use is retried inside it.
+tests/test_read.py walks every exported class and holds that list. A URL
+whose host has no ASCII form is refused before any read (drainhook.target).
 
 A read's timeout bounds the whole read, not each socket call: the network
 backend below clips every connect, write, TLS handshake and socket read to
 the time left before the read's own deadline, so a server that drips its
 body (or its headers) a byte at a time cannot hold the hook.
 
-Built on public extension points only: an `httpx.BaseTransport` over an
-`httpcore.ConnectionPool` whose `httpcore.NetworkBackend` does the clipping.
+Built on httpcore's public extension points only: an `httpcore.ConnectionPool`
+whose `httpcore.NetworkBackend` does the clipping; no redirect is followed,
+no proxy or .netrc is consulted, and the body is read raw (and inflated here).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import mmap
 import socket
@@ -41,10 +39,9 @@ import threading
 import time
 import typing
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import httpcore
-import httpx
 
 from drainhook.config import DEFAULT_MAX_BODY
 from drainhook.exposition import MetricsScanner
@@ -56,27 +53,16 @@ T = typing.TypeVar("T")
 USER_AGENT = "drainhook"
 RAN_OUT = "the read's time ran out"
 
-# (httpx class, the httpcore class raised as it, verdict, reason)
-_ERRORS: tuple[tuple[type[Exception], type[Exception] | None, Verdict, str], ...] = (
-    (httpx.ConnectTimeout, httpcore.ConnectTimeout, Verdict.UNKNOWN, "connect timed out"),
-    (httpx.ReadTimeout, httpcore.ReadTimeout, Verdict.UNKNOWN, "read timed out"),
-    (httpx.WriteTimeout, httpcore.WriteTimeout, Verdict.UNKNOWN, "write timed out"),
-    (httpx.ConnectError, httpcore.ConnectError, Verdict.UNREACHABLE, "cannot connect"),
-    (httpx.ReadError, httpcore.ReadError, Verdict.UNKNOWN, "connection broken while reading"),
-    (httpx.WriteError, httpcore.WriteError, Verdict.UNKNOWN, "connection broken while writing"),
-    (
-        httpx.RemoteProtocolError,
-        httpcore.RemoteProtocolError,
-        Verdict.UNKNOWN,
-        "connection closed mid-response",
-    ),
-    (
-        httpx.LocalProtocolError,
-        httpcore.LocalProtocolError,
-        Verdict.UNKNOWN,
-        "request could not be sent",
-    ),
-    (httpx.InvalidURL, None, Verdict.UNREACHABLE, "invalid URL"),
+# (the httpcore class a failure is raised as, its verdict, its reason)
+_ERRORS: tuple[tuple[type[Exception], Verdict, str], ...] = (
+    (httpcore.ConnectTimeout, Verdict.UNKNOWN, "connect timed out"),
+    (httpcore.ReadTimeout, Verdict.UNKNOWN, "read timed out"),
+    (httpcore.WriteTimeout, Verdict.UNKNOWN, "write timed out"),
+    (httpcore.ConnectError, Verdict.UNREACHABLE, "cannot connect"),
+    (httpcore.ReadError, Verdict.UNKNOWN, "connection broken while reading"),
+    (httpcore.WriteError, Verdict.UNKNOWN, "connection broken while writing"),
+    (httpcore.RemoteProtocolError, Verdict.UNKNOWN, "connection closed mid-response"),
+    (httpcore.LocalProtocolError, Verdict.UNKNOWN, "request could not be sent"),
 )
 
 
@@ -92,7 +78,7 @@ class _Failed(Exception):
 
 def classify(exc: Exception) -> tuple[Verdict, str]:
     """The verdict and a one-line reason for an exception raised by a read."""
-    for kind, _, verdict, reason in _ERRORS:
+    for kind, verdict, reason in _ERRORS:
         if isinstance(exc, kind):
             detail = _root_cause(exc)
             return verdict, f"{reason}: {detail}" if detail else reason
@@ -102,7 +88,7 @@ def classify(exc: Exception) -> tuple[Verdict, str]:
 def is_refused(exc: BaseException) -> bool:
     """Whether a read's failure is a refused connection: nothing listens there
     (CONTRACT §2a: the one failure that sends the hook looking for the engine)."""
-    return isinstance(exc, httpx.ConnectError) and isinstance(
+    return isinstance(exc, httpcore.ConnectError) and isinstance(
         _innermost(exc), ConnectionRefusedError
     )
 
@@ -262,72 +248,6 @@ def _resolve(host: str, port: int, timeout: float) -> str:
     return str(result[0][4][0])
 
 
-class _Transport(httpx.BaseTransport):
-    """httpx's transport interface over httpcore's pool and the deadline backend;
-    one connection per read."""
-
-    def __init__(self, ssl_context: ssl.SSLContext | None, deadline: _Deadline) -> None:
-        # No SSL context is made here: an https target always brings its own
-        # (target.ssl_context), so neither the system store nor SSL_CERT_FILE is read.
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
-            max_keepalive_connections=0,  # a fresh connection per read
-            retries=0,
-            network_backend=_Backend(deadline),
-        )
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        assert isinstance(request.stream, httpx.SyncByteStream)
-        url = request.url
-        core = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
-        with _as_httpx():
-            response = self._pool.handle_request(core)
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_ResponseStream(response),
-            extensions=response.extensions,
-        )
-
-    def close(self) -> None:
-        self._pool.close()
-
-
-class _ResponseStream(httpx.SyncByteStream):
-    """A response body from httpcore, its failures raised as httpx's."""
-
-    def __init__(self, response: httpcore.Response) -> None:
-        self._response = response
-
-    def __iter__(self) -> Iterator[bytes]:
-        with _as_httpx():
-            yield from self._response.iter_stream()
-
-    def close(self) -> None:
-        with _as_httpx():
-            self._response.close()
-
-
-@contextlib.contextmanager
-def _as_httpx() -> Iterator[None]:
-    """Raise an httpcore failure as the httpx class of its `_ERRORS` row."""
-    try:
-        yield
-    except Exception as exc:
-        for outer, inner, _, _ in _ERRORS:
-            if inner is not None and isinstance(exc, inner):
-                raise outer(str(exc)) from exc
-        raise
-
-
 # A body is gathered in an anonymous memory map grown in place (mremap), not
 # in a bytearray: once glibc's malloc has freed one large block its mmap
 # threshold rises, the next body then grows on the heap by copying, and a
@@ -398,24 +318,36 @@ class Reader:
         self._max_body = max_body
         self._clock = clock
         self._deadline = _Deadline(clock)
-        host_header = target.host if ":" not in target.host else f"[{target.host}]"
-        self._headers = {
-            "Accept": self._scanner.accept,
-            "Accept-Encoding": "identity",
-            "User-Agent": USER_AGENT,
-            "Host": f"{host_header}:{target.port}",
-        }
-        if api_key is not None:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._extensions: dict[str, typing.Any] = {}
+        headers = [
+            ("Host", target.host_header),
+            ("Accept", self._scanner.accept),
+            ("Accept-Encoding", "identity"),
+            ("User-Agent", USER_AGENT),
+        ]
+        # Userinfo in the URL is basic auth; it wins over --api-key-file, being
+        # the credentials given for this one URL.
+        authorization = target.basic_auth or (api_key and f"Bearer {api_key}")
+        if authorization:
+            headers.append(("Authorization", authorization))
+        self._headers = [(k.encode("ascii"), v.encode("latin-1")) for k, v in headers]
+        self._url = httpcore.URL(
+            scheme=target.scheme.encode("ascii"),
+            host=target.connect_host.encode("ascii"),
+            port=target.port,
+            target=target.request_target,
+        )
+        self._tls_name: str | None = None
         if target.scheme == "https":
             # The name sent as SNI and verified: `localhost` stays `localhost`
             # although 127.0.0.1 is what is connected to.
-            self._extensions["sni_hostname"] = tls_server_name or target.host
-        self._client = httpx.Client(
-            transport=_Transport(ssl_context, self._deadline),
-            follow_redirects=False,
-            trust_env=False,  # no proxy, no .netrc: a loopback read goes straight there
+            self._tls_name = tls_server_name or target.sent_host
+        # No SSL context is made here: an https target always brings its own
+        # (target.ssl_context), so neither the system store nor SSL_CERT_FILE is read.
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=ssl_context,
+            max_keepalive_connections=0,  # a fresh connection per read
+            retries=0,
+            network_backend=_Backend(self._deadline),
         )
 
     @property
@@ -429,7 +361,7 @@ class Reader:
         return self._scanner.source
 
     def close(self) -> None:
-        self._client.close()
+        self._pool.close()
 
     def read(self, timeout: float) -> Reading:
         """One read, ending within `timeout` seconds, whatever the server does."""
@@ -481,26 +413,26 @@ class Reader:
 
     def _fetch(self, timeout: float, body: _Body) -> None:
         """Read the body into `body`, or raise why there is none to scan."""
-        with self._client.stream(
-            "GET",
-            self.target.request_url,
-            headers=self._headers,
-            timeout=httpx.Timeout(timeout),
-            extensions=self._extensions,
+        extensions: dict[str, typing.Any] = {
+            "timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)
+        }
+        if self._tls_name is not None:
+            extensions["sni_hostname"] = self._tls_name
+        with self._pool.stream(
+            b"GET", self._url, headers=self._headers, extensions=extensions
         ) as response:
-            if not 200 <= response.status_code < 300:
-                status = response.status_code
-                raise _Failed(Verdict.UNREACHABLE, f"HTTP {status}", status)
+            if not 200 <= response.status < 300:
+                raise _Failed(Verdict.UNREACHABLE, f"HTTP {response.status}", response.status)
             self._body(response, body)
 
-    def _body(self, response: httpx.Response, body: _Body) -> None:
+    def _body(self, response: httpcore.Response, body: _Body) -> None:
         """Gather the body, decoded; _Failed when it is over the cap or undecodable.
 
         identity was asked for; a server that compresses anyway is decoded
         here, a chunk at a time, so that a small gzip bomb stops at the cap.
         """
         cap = self._max_body
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        encoding = _header(response, b"content-encoding").strip().lower() or "identity"
         inflate: zlib._Decompress | None = None
         if encoding in ("gzip", "x-gzip"):
             inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -509,7 +441,7 @@ class Reader:
         elif encoding not in ("", "identity"):
             raise _Failed(Verdict.UNKNOWN, f"unsupported content-encoding {encoding[:40]!r}")
         over = _Failed(Verdict.UNKNOWN, f"body over --max-body ({cap} bytes)")
-        for raw in response.iter_raw():
+        for raw in response.iter_stream():
             if inflate is None:
                 if body.size + len(raw) > cap:
                     raise over
@@ -532,3 +464,9 @@ class Reader:
             if body.size + len(rest) > cap:
                 raise over
             body.add(rest)
+
+
+def _header(response: httpcore.Response, name: bytes) -> str:
+    """A response header's values joined by commas, as one; "" when absent."""
+    values = [v for k, v in response.headers if k.lower() == name]
+    return b", ".join(values).decode("latin-1")

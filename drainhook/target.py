@@ -5,14 +5,16 @@ Nothing here opens a connection: `Target` is checked before the first read.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import ipaddress
 import os
+import re
 import ssl
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import SplitResult, urlsplit, urlunsplit
+from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
 from drainhook.errors import UsageError
 
@@ -43,8 +45,38 @@ class Target:
     @property
     def connect_host(self) -> str:
         """The address connected to. `localhost` is 127.0.0.1 and is never looked up,
-        so an /etc/hosts entry cannot send a loopback-only read elsewhere (RFC 6761)."""
-        return "127.0.0.1" if _is_localhost(self.host) else self.host
+        so an /etc/hosts entry cannot send a loopback-only read elsewhere (RFC 6761);
+        a name is sent and looked up in its IDNA (ASCII) form."""
+        return "127.0.0.1" if _is_localhost(self.host) else self.sent_host
+
+    @property
+    def sent_host(self) -> str:
+        """The host as it is sent (Host header, TLS server name): a name in its
+        IDNA (ASCII) form, a literal as it is."""
+        return _wire_host(self.host) or self.host
+
+    @property
+    def host_header(self) -> str:
+        """The Host header: the host as sent, bracketed where IPv6, with its port."""
+        host = self.sent_host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    @property
+    def request_target(self) -> bytes:
+        """The request line's target: path and query, percent-encoded where a
+        request line cannot carry a character as it is (a space, non-ASCII)."""
+        return quote(self.path, safe=_TARGET_SAFE).encode("ascii")
+
+    @property
+    def basic_auth(self) -> str | None:
+        """The Authorization value the URL's userinfo stands for (`Basic ...`), or
+        None without userinfo. Sent, never shown."""
+        auth = urlsplit(self.url).netloc.rpartition("@")[0]
+        user, _, password = auth.partition(":")
+        if not (user or password):
+            return None
+        pair = f"{unquote(user)}:{unquote(password)}".encode()
+        return "Basic " + base64.b64encode(pair).decode("ascii")
 
     @property
     def is_loopback(self) -> bool:
@@ -58,16 +90,6 @@ class Target:
             return addr.ipv4_mapped.is_loopback
         return addr.is_loopback
 
-    @property
-    def request_url(self) -> str:
-        """The URL handed to httpx: the connect host, userinfo kept for basic auth."""
-        host = self.connect_host
-        host = f"[{host}]" if ":" in host else host
-        parts = urlsplit(self.url)
-        auth = parts.netloc.rpartition("@")[0]
-        netloc = f"{auth}@{host}:{self.port}" if auth else f"{host}:{self.port}"
-        return urlunsplit((self.scheme, netloc, parts.path or "/", parts.query, ""))
-
     def with_path(self, path: str) -> Target:
         """This listener, another path (`probe --source both`: /v1/loads beside /metrics)."""
         url = build_url(self.scheme, self.host, self.port, path)
@@ -76,6 +98,27 @@ class Target:
 
 def _is_localhost(host: str) -> bool:
     return host.lower().rstrip(".") == "localhost"
+
+
+# What a request target keeps as it is: RFC 3986's pchar and query characters,
+# and `%`, so that what is already percent-encoded is sent as given.
+_TARGET_SAFE = "/?:@!$&'()*+,;=-._~%"
+_LDH = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _wire_host(host: str) -> str | None:
+    """A host name in the ASCII form sent and looked up (IDNA), or None where it
+    has none (then parse_url refuses it). An IP literal is returned as it is."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        ascii_name = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return None
+    return ascii_name if _LDH.fullmatch(ascii_name) else None
 
 
 def parse_url(url: str) -> Target:
@@ -91,6 +134,8 @@ def parse_url(url: str) -> Target:
         raise UsageError(f"URL {_redact(url)!r} must start with http:// or https://")
     if not host:
         raise UsageError(f"URL {_redact(url)!r} has no host")
+    if _wire_host(host) is None:
+        raise UsageError(f"invalid URL {_redact(url)!r}: the host is not a name or an address")
     if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
         # A password with a raw `/`, `?` or `#` (a base64 token) ends the host
         # early: its tail would be shown as the path, and read from another host.

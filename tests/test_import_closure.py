@@ -1,5 +1,6 @@
 """The hook's import path holds only the hook: what `drainhook wait` loads, at
-import and while it runs, includes none of the planning tools or the simulator.
+import and while it runs, includes none of the planning tools or the simulator
+(nor httpx: a read drives httpcore directly).
 
 Each case runs a fresh interpreter (a test process has imported everything) and
 reads its sys.modules; the hook's own start imports drainhook.hook and
@@ -58,6 +59,8 @@ def test_a_whole_wait_run_loads_no_planning_tool() -> None:
     )
     assert "drainhook.drain" in loaded and "drainhook.report" in loaded
     assert outside_the_hook(loaded) == set()
+    # A read is httpcore's pool and one table of its failures: httpx is not loaded.
+    assert "httpcore" in loaded and "httpx" not in loaded
 
 
 def test_the_check_sees_a_planning_tool_when_one_is_loaded() -> None:

@@ -163,7 +163,7 @@ def test_signal_while_a_read_hangs(entry: list[str], signum: int) -> None:
 @pytest.mark.parametrize("signum", SIGNALS, ids=SIG_IDS)
 def test_signal_while_the_hook_imports(entry: list[str], signum: int) -> None:
     # The hook's first handlers are installed before the heavy imports (click,
-    # httpx): signal the moment /proc shows SIGTERM caught, so the signal lands
+    # httpcore, ssl): signal the moment /proc shows SIGTERM caught, so the signal lands
     # mid-import. (The interpreter catches SIGINT from its own start; the
     # hook's SIGINT handler goes in alongside SIGTERM's, hence the 5 ms.)
     def importing(proc: subprocess.Popen[str]) -> None:

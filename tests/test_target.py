@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import ssl
 from pathlib import Path
 
@@ -43,14 +44,58 @@ def test_non_loopback_is_a_usage_error_unless_allowed() -> None:
 def test_localhost_is_connected_as_127_0_0_1_without_lookup() -> None:
     target = parse_url("http://localhost:9/metrics")
     assert target.connect_host == "127.0.0.1"
-    assert target.request_url == "http://127.0.0.1:9/metrics"
+    assert (target.host_header, target.request_target) == ("localhost:9", b"/metrics")
 
 
 def test_userinfo_is_kept_for_the_request_and_never_displayed() -> None:
     target = parse_url("https://user:s3cret@127.0.0.1:8443/m?x=1")
     assert "s3cret" not in target.display
     assert target.display == "https://127.0.0.1:8443/m?x=1"
-    assert target.request_url == "https://user:s3cret@127.0.0.1:8443/m?x=1"
+    assert target.request_target == b"/m?x=1"
+    assert target.basic_auth == "Basic " + base64.b64encode(b"user:s3cret").decode()
+
+
+@pytest.mark.parametrize(
+    ("userinfo", "pair"),
+    [("user:s3cret", b"user:s3cret"), ("user", b"user:"), (":tok", b":tok"),
+     ("u%40x:p%2Fw%3A", b"u@x:p/w:"), ("j%C3%B6rg:pw", "jörg:pw".encode())],
+)  # fmt: skip
+def test_userinfo_is_percent_decoded_into_basic_auth(userinfo: str, pair: bytes) -> None:
+    target = parse_url(f"http://{userinfo}@127.0.0.1:9/metrics")
+    assert target.basic_auth == "Basic " + base64.b64encode(pair).decode()
+
+
+def test_no_userinfo_is_no_basic_auth() -> None:
+    assert parse_url("http://127.0.0.1:9/metrics").basic_auth is None
+    assert parse_url("http://@127.0.0.1:9/metrics").basic_auth is None
+
+
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [("/metrics", b"/metrics"), ("/a b", b"/a%20b"), ("/m%20x?q=1&r=a:b", b"/m%20x?q=1&r=a:b"),
+     ("/m\u00e9trics", b"/m%C3%A9trics")],
+)  # fmt: skip
+def test_the_request_target_is_percent_encoded_where_it_must_be(path: str, sent: bytes) -> None:
+    target = parse_url(f"http://127.0.0.1:9{path}")
+    assert target.request_target == sent
+
+
+@pytest.mark.parametrize(
+    ("host", "sent"),
+    [("engine.test", "engine.test"), ("b\u00fccher.test", "xn--bcher-kva.test"),
+     ("127.0.0.1", "127.0.0.1"), ("::1", "::1")],
+)  # fmt: skip
+def test_a_name_is_sent_in_its_ascii_form(host: str, sent: str) -> None:
+    bracketed = f"[{host}]" if ":" in host else host
+    target = parse_url(f"http://{bracketed}:9/metrics")
+    assert (target.sent_host, target.connect_host) == (sent, sent)
+    assert target.host_header == (f"[{sent}]:9" if ":" in sent else f"{sent}:9")
+
+
+@pytest.mark.parametrize("host", ["\u2100.test", "a..b", "ex ample.test", "x" * 64 + ".test"])
+def test_a_host_with_no_ascii_form_is_a_usage_error(host: str) -> None:
+    with pytest.raises(UsageError, match=r"^invalid URL "):
+        parse_url(f"http://{host}:9/metrics")
 
 
 def test_default_ports_and_paths() -> None:
