@@ -235,8 +235,10 @@ def _connectable(port: int) -> bool:
     return True
 
 
-def _get(port: int, path: str) -> tuple[int | None, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+def get(port: int, path: str, timeout: float = 5.0) -> tuple[int | None, bytes]:
+    """GET path on 127.0.0.1:port: the status and body, or (None, b"") when the
+    connection fails (a listener closed, an engine gone)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("GET", path)
         response = conn.getresponse()
@@ -303,8 +305,8 @@ def run(engine: EngineUnderTest, episode: Episode) -> Observed:
 
     def probe() -> None:
         _sleep_until(term + f * episode.probe)
-        seen.health = _get(engine.port, "/health")[0]
-        seen.metrics, text = _get(engine.port, "/metrics")
+        seen.health = get(engine.port, "/health")[0]
+        seen.metrics, text = get(engine.port, "/metrics")
         seen.metrics_in_flight = in_flight(text) if seen.metrics == 200 else None
 
     spawn(probe)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -149,6 +151,28 @@ def start_engine(
             engine.kill()
 
     return started
+
+
+class HookThread:
+    """`hook(*args)` run in a thread of the test from now (`start`, monotonic), so
+    that the test can act on the engine while the hook waits."""
+
+    def __init__(self, hook: Hook, *args: str) -> None:
+        self._done: dict[str, Run] = {}
+        self.start = time.monotonic()
+        self._thread = threading.Thread(target=lambda: self._done.update(run=hook(*args)))
+        self._thread.start()
+
+    def stop_at(self, pid: int, after: float) -> float:
+        """SIGSTOP pid `after` s from the hook's start; when it was sent (monotonic)."""
+        time.sleep(max(0.0, self.start + after - time.monotonic()))
+        os.kill(pid, signal.SIGSTOP)
+        return time.monotonic()
+
+    def join(self, timeout: float) -> Run:
+        """The hook's run, once it has returned (within timeout s)."""
+        self._thread.join(timeout)
+        return self._done["run"]
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:

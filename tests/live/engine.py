@@ -14,7 +14,6 @@ thread, no core binding, 1 GiB of KV cache.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import signal
 import socket
@@ -22,6 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from tests import conformance
 
 MODEL_NAME = "live"
 PROMPT = "the engine drains a request"
@@ -188,15 +189,8 @@ class LiveVllm:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int | None, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.request("GET", path)
-            response = conn.getresponse()
-            return response.status, response.read()
-        except OSError:
-            return None, b""
-        finally:
-            conn.close()
+        """GET path on the engine (tests.conformance.get)."""
+        return conformance.get(self.port, path, timeout)
 
     def engine_core(self) -> int:
         """The pid of the EngineCore child process (its title is `VLLM::EngineCore`)."""

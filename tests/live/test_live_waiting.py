@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 
 from tests import conformance
 from tests.conftest import SPAWN_LATE, Run, late
-from tests.live.conftest import Hook, wait_for
+from tests.live.conftest import Hook, HookThread, wait_for
 from tests.live.engine import LiveVllm
 from tests.live.streams import Streams, assert_complete, gauges, probe
 
@@ -138,28 +137,21 @@ def wait_while_frozen(hook: Hook, engine: LiveVllm, thaw_after: float | None) ->
     streams.send(5.0)
     wait_for(lambda: gauges(engine) == (1, 1), 10, "1 running and 1 waiting")
     core = engine.engine_core()
-    done: dict[str, Run] = {}
-    start = time.monotonic()
-    waiting = threading.Thread(
-        target=lambda: done.update(run=hook("wait", "--url", engine.url(), *STALL_FLAGS))
-    )
-    waiting.start()
+    waiting = HookThread(hook, "wait", "--url", engine.url(), *STALL_FLAGS)
     stopped = False
     try:
-        time.sleep(max(0.0, start + FREEZE_AT - time.monotonic()))
-        os.kill(core, signal.SIGSTOP)
+        frozen_at = waiting.stop_at(core, FREEZE_AT) - waiting.start
         stopped = True
-        frozen_at = time.monotonic() - start
         if thaw_after is not None:
             time.sleep(thaw_after)
             os.kill(core, signal.SIGCONT)
             stopped = False
-        waiting.join(90)
+        run = waiting.join(90)
     finally:
         if stopped:
             os.kill(core, signal.SIGCONT)
     assert_complete(streams.join())  # thawed, the engine goes on: every token comes
-    return done["run"], frozen_at
+    return run, frozen_at
 
 
 def summary_of(run: Run) -> dict[str, Any]:

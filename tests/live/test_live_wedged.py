@@ -11,9 +11,6 @@ stays until the kill while they are open. The case ends the engine.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Run
-from tests.live.conftest import Hook, wait_for
+from tests.live.conftest import Hook, HookThread, wait_for
 from tests.live.engine import LiveVllm
 from tests.live.streams import Streams, gauges
 
@@ -60,17 +56,9 @@ def test_sigterm_after_a_stalled_release(hook: Hook, engine: LiveVllm, record: A
     ended = [streams.send(LONGEST / engine.rate) for _ in range(2)]
     wait_for(lambda: gauges(engine) == (2, 0), 10, "two running requests")
     core = engine.engine_core()
-    done: dict[str, Run] = {}
-    start = time.monotonic()
-    waiting = threading.Thread(
-        target=lambda: done.update(run=hook("wait", "--url", engine.url(), *FLAGS))
-    )
-    waiting.start()
-    time.sleep(max(0.0, start + FREEZE_AT - time.monotonic()))
-    os.kill(core, signal.SIGSTOP)
-    frozen = time.monotonic()
-    waiting.join(90)
-    run = done["run"]
+    waiting = HookThread(hook, "wait", "--url", engine.url(), *FLAGS)
+    frozen = waiting.stop_at(core, FREEZE_AT)
+    run = waiting.join(90)
     summary = json.loads(run.stderr.strip().splitlines()[-1])
     assert (run.code, summary["outcome"]) == (5, "stalled"), run.stderr
     assert summary["after_sigterm"] == "hang-until-kill", run.stderr  # what follows here
@@ -95,7 +83,7 @@ def test_sigterm_after_a_stalled_release(hook: Hook, engine: LiveVllm, record: A
     record(
         "SIGTERM after a stalled release (default mode)",
         wait_elapsed_s=round(run.elapsed, 3),
-        freeze_to_stalled_s=round(start + run.elapsed - frozen, 3),
+        freeze_to_stalled_s=round(waiting.start + run.elapsed - frozen, 3),
         core_gone_s=round(core_gone, 3),
         exit_s=None if exit_s is None else round(exit_s, 3),
         ending=ending,
