@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -49,6 +51,12 @@ def url(port: int) -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
+# Every thread that has called a Pod's read_one (any Pod's: threads of a read
+# hung in an earlier Pod are no thread that has yet to start its read).
+_ENTERED: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_ENTERED_LOCK = threading.Lock()
+
+
 class Pod:
     """A fake Pod: a reading per URL, or HANG (a read that returns only when the
     test ends); a fake clock; and a record of each read's timeout."""
@@ -72,6 +80,8 @@ class Pod:
             self.timeouts[u] = timeout
             self.started_at[u] = self.now
             self.threads[u] = threading.current_thread()
+        with _ENTERED_LOCK:
+            _ENTERED.add(threading.current_thread())
         reply = self.replies[u]
         if reply is None:
             self.release.wait(30)  # hangs until the test is over
@@ -81,7 +91,11 @@ class Pod:
     def wait(self, event: threading.Event, timeout: float) -> bool:
         """Wake when a result arrives; when every read that can answer has (its
         thread has ended, so its result is in), time passes: the clock moves
-        on by `timeout`, as a real wait that nobody wakes would."""
+        on by `timeout`, as a real wait that nobody wakes would. A read's thread
+        that has started but not yet reached read_one (a loaded machine) is
+        waited for first: which read it makes, and so whether it answers, is not
+        known before then, and without it the clock would move on too soon."""
+        self._until_every_thread_reads()
         with self._lock:
             threads = [t for u, t in self.threads.items() if self.replies[u] is not None]
         for thread in threads:
@@ -90,6 +104,20 @@ class Pod:
             return True
         self.now += timeout
         return False
+
+    @staticmethod
+    def _until_every_thread_reads(limit: float = 10.0) -> None:
+        """Until no discovery thread is alive that has not yet called a Pod's read_one."""
+        give_up = time.monotonic() + limit
+        while time.monotonic() < give_up:
+            with _ENTERED_LOCK:
+                entered = set(_ENTERED)
+            if not [
+                t for t in threading.enumerate()
+                if t.name.startswith("drainhook-discover-") and t.is_alive() and t not in entered
+            ]:  # fmt: skip
+                return
+            time.sleep(0.001)
 
 
 @pytest.fixture
