@@ -336,11 +336,13 @@ class Reader:
             port=target.port,
             target=target.request_target,
         )
-        self._tls_name: str | None = None
+        # No timeout is handed to httpcore: the backend clips every call to the
+        # read's own deadline, which no per-call timeout could come before.
+        self._extensions: dict[str, typing.Any] = {}
         if target.scheme == "https":
             # The name sent as SNI and verified: `localhost` stays `localhost`
             # although 127.0.0.1 is what is connected to.
-            self._tls_name = tls_server_name or target.sent_host
+            self._extensions["sni_hostname"] = tls_server_name or target.sent_host
         # No SSL context is made here: an https target always brings its own
         # (target.ssl_context), so neither the system store nor SSL_CERT_FILE is read.
         self._pool = httpcore.ConnectionPool(
@@ -392,7 +394,7 @@ class Reader:
         body = _Body()
         try:
             try:
-                self._fetch(timeout, body)
+                self._fetch(body)
             except _Failed as exc:
                 return Reading.failed(
                     exc.verdict, exc.reason, self._ms_since(start), source=self.source,
@@ -411,15 +413,10 @@ class Reader:
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0
 
-    def _fetch(self, timeout: float, body: _Body) -> None:
+    def _fetch(self, body: _Body) -> None:
         """Read the body into `body`, or raise why there is none to scan."""
-        extensions: dict[str, typing.Any] = {
-            "timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)
-        }
-        if self._tls_name is not None:
-            extensions["sni_hostname"] = self._tls_name
         with self._pool.stream(
-            b"GET", self._url, headers=self._headers, extensions=extensions
+            b"GET", self._url, headers=self._headers, extensions=self._extensions
         ) as response:
             if not 200 <= response.status < 300:
                 raise _Failed(Verdict.UNREACHABLE, f"HTTP {response.status}", response.status)
