@@ -15,8 +15,11 @@ What is compared is what a client and the kubelet see, nothing internal:
   `[DONE]`), `errored` (an event with an `error` object, then `[DONE]`),
   `stalled` (still open at the kill, no byte for a while before
   it), `truncated` (closed without `[DONE]` before the kill, or still
-  streaming when killed), `empty` (HTTP 200, no tokens, finish_reason
-  "abort"), `refused:<status>` or `refused:connection`;
+  streaming when killed), `empty` (HTTP 200 and `[DONE]` with no token and
+  no error: aborted before its first token, with finish_reason "abort" or
+  none at all, which is what vLLM sends for a request aborted while it
+  waited: its completion stream skips a chunk with no token, so only the
+  usage and `[DONE]` follow), `refused:<status>` or `refused:connection`;
 - the status of `/health` and `/metrics` some time after SIGTERM (None: the
   listener was closed);
 - when the listener closes (the first refused connection after SIGTERM);
@@ -209,13 +212,17 @@ def send(
         conn.close()
 
 
-def _classify(s: Ended, killed_at: float | None, scale: float) -> str:
+def classify(s: Ended, killed_at: float | None, scale: float) -> str:
+    """The kind of end one client read (the module's list); killed_at: when the
+    SIGKILL came (None: the process exited by itself), engine seconds."""
     if s.kind.startswith("refused"):
         return s.kind
     if s.done and s.error:
         return "errored"
+    if s.done and s.tokens == 0 and s.finish in (None, "abort"):
+        return "empty"
     if s.done and s.finish == "abort":
-        return "empty" if s.tokens == 0 else "aborted"
+        return "aborted"
     if s.done and s.finish is not None:
         return "complete"
     end = s.ended if s.ended is not None else math.inf
@@ -328,7 +335,7 @@ def run(engine: EngineUnderTest, episode: Episode) -> Observed:
     seen.starved = starved / f
     seen.listener = (closed[0] - term) / f if closed else None
     for s in [*seen.streams, *seen.late]:
-        s.kind = _classify(s, killed_at, f)
+        s.kind = classify(s, killed_at, f)
     seen.stream_ends = [
         None if s.ended is None else round((s.ended - term) / f, 3) for s in seen.streams
     ]
@@ -389,12 +396,21 @@ def numbers(seen: Observed) -> dict[str, Any]:
     }
 
 
+def _detail(s: Ended) -> str:
+    """What one client read, as the kind was decided from it."""
+    return (
+        f"{s.kind}(status={s.status} tokens={s.tokens}/{s.asked} finish={s.finish} "
+        f"done={s.done} error={s.error}{' ' + s.detail if s.detail else ''})"
+    )
+
+
 def summary(seen: Observed) -> str:
-    """One line for the log and the report."""
+    """One line for the log and the report, with what each client read."""
     return (
         f"streams={seen.kinds()} ends={seen.stream_ends} late={seen.late_kinds()} "
         f"health={seen.health} metrics={seen.metrics} in_flight={seen.metrics_in_flight} "
-        f"listener={_s(seen.listener)} exit={_s(seen.exit)} starved={seen.starved:.3f}"
+        f"listener={_s(seen.listener)} exit={_s(seen.exit)} starved={seen.starved:.3f} "
+        f"read={[_detail(s) for s in [*seen.streams, *seen.late]]}"
     )
 
 
@@ -403,23 +419,39 @@ def summary(seen: Observed) -> str:
 # Measured on vLLM 0.32 (CPU build), one API server, a 30M-parameter model, on a
 # busy two-core machine (docs/operations.md, "What rests on the live engine"):
 # - default mode: SIGTERM kills the engine core at once and the listener closes
-#   within 0.06-0.46 s. What the streams in flight see is a race inside the API
-#   server: nothing more, no abort, no error, no [DONE] (4 runs of 6: they stall,
-#   and the API server waits for their connections with no bound, until
-#   SIGKILL), or an error event and [DONE], and the process exits 1.0-1.3 s
-#   after SIGTERM (2 of 6). Idle, it exits in 0.7-1.4 s.
+#   within 0.04-0.46 s. What the streams in flight see is a race: the API
+#   server's process manager sends the engine core SIGTERM and SIGKILL at once,
+#   and the engine core's own SIGTERM handler aborts every request it holds.
+#   Of 23 runs (4 of them with two CPU hogs at the engine's priority, which
+#   starved it past the listener's window: counted here for the streams only):
+#   in 15 the kill came first and nothing more reached the streams,
+#   no abort, no error, no [DONE]: they stall, and the API server waits for
+#   their connections with no bound, until SIGKILL; in 7 the API server found
+#   its engine dead and each stream got an error event and [DONE], and the
+#   process exited 0.47-1.3 s after SIGTERM; in 1 (a CI run) the engine core's
+#   abort came first: a running stream ended with finish_reason "abort" and
+#   [DONE] (`aborted`), one still waiting (--max-num-seqs 1) with [DONE] alone
+#   (`empty`), 0.01 s after SIGTERM, and the process exited at 0.49 s. That
+#   last ending was also forced, by sending the engine core SIGTERM first, and
+#   gave the same. Idle, it exits in 0.7-1.4 s.
 # - `--shutdown-timeout N`: a request that ends within N completes; a new one
 #   gets HTTP 500; /health and /metrics answer 200 until the listener closes.
 #   The engine core's worker process does not exit by itself, so the API
 #   server's process manager kills the engine core at N even when nothing is
 #   left: the listener closes at N + 0.05-0.6 s and the process exits at
 #   N + 0.4-0.85 s, idle or not (N = 4 and N = 10). A request still running at N
-#   ends as in default mode.
+#   stalls or errors as in default mode; it is never aborted (in drain mode the
+#   engine core's SIGTERM handler aborts nothing).
 
 N = 4.0  # the episodes' --shutdown-timeout
 
 STALLED = Expected(streams=("stalled", "stalled"), listener=Window(0.0, 0.25), exit=None)
 ERRORED = Expected(streams=("errored", "errored"), listener=Window(0.0, 0.25), exit=Window(0, 1.5))
+# The engine core's abort first: a stream that had tokens `aborted`, one that waited `empty`.
+ABORTED = tuple(
+    Expected(streams=ends, listener=Window(0.0, 0.25), exit=Window(0, 1.5))
+    for ends in (("aborted", "aborted"), ("aborted", "empty"), ("empty", "aborted"))
+)
 
 EPISODES: dict[str, Episode] = {
     e.name: e
@@ -433,7 +465,7 @@ EPISODES: dict[str, Episode] = {
         ),
         Episode(
             "abort-in-flight",
-            (STALLED, ERRORED),
+            (STALLED, ERRORED, *ABORTED),
             streams=(30.0, 30.0),
             sigterm=2.0,
             kill=4.0,

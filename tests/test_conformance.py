@@ -96,3 +96,29 @@ def test_simulated_vllm_conforms_to_the_live_one(name: str) -> None:
     finally:
         engine.kill()
     assert conformance.mismatch(seen, episode) == [], conformance.summary(seen)
+
+
+# What a client read -> the kind the table compares (times: engine seconds, kill at 10).
+KILL = 10.0
+READ = [
+    (conformance.Ended(status=200, tokens=5, finish="length", done=True), "complete"),
+    (conformance.Ended(status=200, tokens=5, finish="abort", done=True), "aborted"),
+    (conformance.Ended(status=200, tokens=0, finish="abort", done=True), "empty"),
+    # vLLM aborting a request that still waited: no chunk without a token, usage, [DONE].
+    (conformance.Ended(status=200, tokens=0, finish=None, done=True), "empty"),
+    (conformance.Ended(status=200, tokens=3, finish=None, done=True, error=True), "errored"),
+    (conformance.Ended(status=200, tokens=0, finish=None, done=True, error=True), "errored"),
+    # Closed without [DONE] before the kill, or [DONE] after tokens with no reason.
+    (conformance.Ended(status=200, tokens=3, ended=2.0), "truncated"),
+    (conformance.Ended(status=200, tokens=3, finish=None, done=True, ended=2.0), "truncated"),
+    # Open at the kill: silent for STALL before it, or streaming up to it.
+    (conformance.Ended(status=200, tokens=3, last_byte=KILL - 1.0, ended=KILL + 0.1), "stalled"),
+    (conformance.Ended(status=200, tokens=3, last_byte=KILL - 0.1, ended=KILL + 0.1), "truncated"),
+    (conformance.Ended(kind="refused:500", status=500), "refused:500"),
+    (conformance.Ended(kind="refused:connection"), "refused:connection"),
+]
+
+
+@pytest.mark.parametrize(("read", "kind"), READ, ids=[kind for _, kind in READ])
+def test_each_read_is_classified_as_the_table_names_it(read: conformance.Ended, kind: str) -> None:
+    assert conformance.classify(read, KILL, 1.0) == kind
