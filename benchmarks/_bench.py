@@ -154,7 +154,7 @@ def startup(argv: Sequence[str], runs: int) -> list[float]:
 
 PYTHON_PASS = [sys.executable, "-c", "pass"]
 # The hook's interpreter with every module `wait` imports, exiting at once.
-IMPORTS = "import drainhook.cli, drainhook.read, drainhook.report"
+IMPORTS = "import drainhook.cli.main, drainhook.reading.read, drainhook.hook.log"
 HOOK_IMPORTS = [sys.executable, "-c", IMPORTS]
 
 

@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 from _bench import load_note, parser, write_json
 
-from drainhook.exposition import scan
-from drainhook.loads import scan_loads
-from drainhook.verdict import Scan
+from drainhook.engines.exposition import scan
+from drainhook.engines.loads import scan_loads
+from drainhook.engines.verdict import Scan
 from tests.fuzzing import CORRUPTIONS, LOADS, check
 from tests.loopback import sample, samples_of
 

@@ -37,14 +37,14 @@ from collections.abc import Callable
 from _bench import load_note, parser, table, write_json
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 
-from drainhook import plan as planning
-from drainhook.exposition import scan
-from drainhook.gauges import BY_NAME
-from drainhook.histogram import scan_families, sum_series
-from drainhook.observe import Observation, from_bodies, recommend
-from drainhook.read import Reader
-from drainhook.target import parse_url
-from drainhook.verdict import Reading
+from drainhook.engines.exposition import scan
+from drainhook.engines.gauges import BY_NAME
+from drainhook.engines.verdict import Reading
+from drainhook.planning import plan as planning
+from drainhook.planning.histogram import scan_families, sum_series
+from drainhook.planning.observe import Observation, from_bodies, recommend
+from drainhook.reading.read import Reader
+from drainhook.reading.target import parse_url
 from scripts.latency_samples import VLLM_ITL, VLLM_TTFT
 from tests.loopback import Loopback, serve
 

@@ -129,7 +129,12 @@ def first_read(entry: Sequence[str], server: AcceptClock, runs: int) -> list[flo
     return times
 
 
-PLANNING = ("drainhook.plan", "drainhook.observe", "drainhook.histogram", "drainhook.sim")
+PLANNING = (
+    "drainhook.planning.plan",
+    "drainhook.planning.observe",
+    "drainhook.planning.histogram",
+    "drainhook.sim",
+)
 
 
 def hook_imports(runs: int) -> tuple[list[float], list[str]]:

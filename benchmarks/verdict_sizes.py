@@ -22,9 +22,9 @@ import statistics
 from _bench import load_note, parser, table, write_json
 from verdict_speed import pad, timed
 
-from drainhook.exposition import scan
-from drainhook.read import Reader
-from drainhook.target import parse_url
+from drainhook.engines.exposition import scan
+from drainhook.reading.read import Reader
+from drainhook.reading.target import parse_url
 from tests.loopback import EXPECTED, Loopback, sample, serve
 
 KIB = 1024

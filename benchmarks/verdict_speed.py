@@ -30,8 +30,8 @@ from collections.abc import Callable
 from _bench import load_note, parser, table, write_json
 from prometheus_client.parser import text_string_to_metric_families
 
-from drainhook.exposition import scan
-from drainhook.gauges import counted_name
+from drainhook.engines.exposition import scan
+from drainhook.engines.gauges import counted_name
 from tests.loopback import EXPECTED, sample
 
 MIB = 1024 * 1024

@@ -1,6 +1,6 @@
 """Entry point: a signal catcher first, then the imports, then the raising
 handlers and the CLI. A SIGTERM or SIGINT while the hook imports ends it at
-once with one line (see drainhook.signals); after that, with its summary."""
+once with one line (see drainhook.hook.signals); after that, with its summary."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import os
 import signal
 import sys
 
-from drainhook import exits, signals
+from drainhook import exits
+from drainhook.hook import signals
 
 signals.catch()
 
@@ -17,17 +18,17 @@ signals.catch()
 def main() -> None:
     try:
         # Everything the hook will import, imported now: an import is no place
-        # for a signal to land (drainhook.signals says why). ssl encodes the
+        # for a signal to land (drainhook.hook.signals says why). ssl encodes the
         # TLS server name with the idna codec.
         import encodings.idna  # noqa: F401
 
-        import drainhook.hook  # noqa: F401 (the reads, the loop, the log)
-        from drainhook.cli import run
+        import drainhook.hook.run  # noqa: F401 (the reads, the loop, the log)
+        from drainhook.cli.main import run
     except Exception as exc:  # an import that fails in a broken install: one line
         # A bug of the build: the internal error's code, which no outcome uses.
         print(f"drainhook: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(exits.INTERNAL)
-    from drainhook.drain import Interrupted
+    from drainhook.hook.drain import Interrupted
 
     try:
         signals.arm()

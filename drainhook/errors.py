@@ -13,7 +13,7 @@ the codes themselves are drainhook.exits').
 
 The message of each is one line, said as `drainhook: <message>`. What a read
 meets (a refused connection, a body over the cap) is a verdict, never one of
-these: see drainhook.read.
+these: see drainhook.reading.read.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every exit code drainhook gives, in one place: CONTRACT §5, row for row.
 
 Imports nothing, so that the signal catcher that runs before any other import
-(drainhook.signals) can use it too. `wait`'s codes are keyed by the outcome's
+(drainhook.hook.signals) can use it too. `wait`'s codes are keyed by the outcome's
 name and `probe`'s by the verdict's, the words the log and the JSON show.
 """
 

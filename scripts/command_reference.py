@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from drainhook.cli import cli
+from drainhook.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -33,7 +33,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from drainhook.gauges import BY_NAME
+from drainhook.engines.gauges import BY_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "samples" / "latency"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from drainhook.verdict import Reading, Scan, Verdict
+from drainhook.engines.verdict import Reading, Scan, Verdict
 
 LOADS = json.dumps(
     {

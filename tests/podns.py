@@ -275,7 +275,8 @@ def loopback_up() -> None:
 
 def check_empty() -> str | None:
     """Why this is not a new, empty network namespace (None when it is). Read
-    here without drainhook.listeners: the check must not trust the code under test."""
+    here without drainhook.reading.discovery.listeners: the check must not trust
+    the code under test."""
     try:
         devices = Path("/proc/net/dev").read_text().splitlines()[2:]
         tables = [Path(f"/proc/net/{n}").read_text() for n in ("tcp", "tcp6")]

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from drainhook.clock import process_age, start_time
+from drainhook.hook.clock import process_age, start_time
 from tests.conftest import base_env, measure, run_delay
 
 TICK = 1 / os.sysconf("SC_CLK_TCK")
@@ -101,7 +101,7 @@ def test_a_fresh_process_measures_its_own_start_up() -> None:
     # A child sleeps 0.3 s before asking; its age must include that sleep.
     code = (
         "import time; time.sleep(0.3); "
-        "from drainhook.clock import process_age; print(process_age())"
+        "from drainhook.hook.clock import process_age; print(process_age())"
     )
     run = measure([sys.executable, "-c", code], env=base_env())
     assert run.code == 0, run.stderr

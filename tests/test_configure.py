@@ -1,5 +1,5 @@
 """How `wait`'s flags, environment and annotations file become its config, in
-process (drainhook.cli.build_wait_config): the precedence, flags > environment
+process (drainhook.cli.main.build_wait_config): the precedence, flags > environment
 > annotations file > defaults, as a table. Nothing is read or run, so each row
 costs microseconds; what only a process shows (t0, signals, exit codes, the
 binary) is tested end to end in test_config_cli.py and test_wait_cli.py.
@@ -13,9 +13,9 @@ from pathlib import Path
 import click
 import pytest
 
-from drainhook.cli import build_wait_config
-from drainhook.config import WaitConfig
+from drainhook.cli.main import build_wait_config
 from drainhook.errors import UsageError
+from drainhook.hook.config import WaitConfig
 
 # A downward-API annotations file naming a listener other than the defaults'.
 ANNOTATIONS = (

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from drainhook.exposition import scan
-from drainhook.gauges import ENGINES
-from drainhook.verdict import Verdict
+from drainhook.engines.exposition import scan
+from drainhook.engines.gauges import ENGINES
+from drainhook.engines.verdict import Verdict
 
 Labels = tuple[tuple[str, str], ...]
 Sample = tuple[str, Labels, float]

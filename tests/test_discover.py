@@ -1,4 +1,4 @@
-"""Discovery's reads (drainhook.discover) under a fake clock, with a fake reader:
+"""Discovery's reads (drainhook.reading.discovery.search) under a fake clock, with a fake reader:
 every candidate read once, in parallel, nothing started or waited for past the
 deadline, a reader that never returns abandoned at the deadline. No real waiting.
 
@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from drainhook.discover import (
+from drainhook.engines.verdict import Reading, Series, Verdict
+from drainhook.reading.discovery.listeners import Listener
+from drainhook.reading.discovery.search import (
     DiscoveringReader,
     Discovery,
     SearchRecord,
@@ -27,9 +29,7 @@ from drainhook.discover import (
     read_candidates,
     search,
 )
-from drainhook.listeners import Listener
-from drainhook.target import parse_url
-from drainhook.verdict import Reading, Series, Verdict
+from drainhook.reading.target import parse_url
 
 READ_TIMEOUT = 1.0
 

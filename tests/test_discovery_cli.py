@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from drainhook.config import EXIT_ALLOWANCE
-from drainhook.listeners import MAX_READS
+from drainhook.hook.config import EXIT_ALLOWANCE
+from drainhook.reading.discovery.listeners import MAX_READS
 from tests.conftest import HOOK_LATE, POD_LATE, Pod, fields, hook_lines, late
 from tests.podns import PodRun, Reply, Server, hanging, sidecar
 

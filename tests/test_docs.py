@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drainhook import plan as planning
-from drainhook.cli import cli
-from drainhook.config import DEFAULT_GRACE
-from drainhook.timeline import TIMELINE_RULES
+from drainhook.cli.main import cli
+from drainhook.hook.config import DEFAULT_GRACE
+from drainhook.hook.timeline import TIMELINE_RULES
+from drainhook.planning import plan as planning
 from tests.conftest import ROOT, Hook
 from tests.test_examples import (
     _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)

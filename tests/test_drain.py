@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from drainhook.drain import Interrupted, Outcome, Result, Timeline, drain
-from drainhook.verdict import Reading, Verdict
+from drainhook.engines.verdict import Reading, Verdict
+from drainhook.hook.drain import Interrupted, Outcome, Result, Timeline, drain
 
 IDLE, BUSY, UNKNOWN, UNREACHABLE = Verdict.IDLE, Verdict.BUSY, Verdict.UNKNOWN, Verdict.UNREACHABLE
 T0 = 1000.0

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from drainhook import cli, hook, install
+from drainhook.cli import install
+from drainhook.cli import main as cli
 from drainhook.errors import (
     EXIT_INTERNAL,
     DrainhookError,
@@ -18,7 +19,8 @@ from drainhook.errors import (
     Malformed,
     UsageError,
 )
-from drainhook.hook import EXIT_DEADLINE, EXIT_DRAINED, EXIT_UNREACHABLE, PROBE_EXIT
+from drainhook.hook import run as hook
+from drainhook.hook.run import EXIT_DEADLINE, EXIT_DRAINED, EXIT_UNREACHABLE, PROBE_EXIT
 from tests.conftest import base_env
 
 OUTCOME_CODES = {EXIT_DRAINED, EXIT_DEADLINE, EXIT_UNREACHABLE, 130, 143, *PROBE_EXIT.values()}
@@ -89,7 +91,7 @@ def test_the_command_line_catches_the_base(
 
 def test_a_build_that_cannot_import_its_modules_exits_70() -> None:
     code = (
-        "import sys; sys.modules['drainhook.hook'] = None\n"
+        "import sys; sys.modules['drainhook.hook.run'] = None\n"
         "from drainhook.__main__ import main\n"
         "sys.argv = ['drainhook', 'probe']\n"
         "main()\n"

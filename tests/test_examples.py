@@ -20,9 +20,9 @@ import kubernetes.client.models as k8s
 import pytest
 import yaml
 
-from drainhook import plan as planning
-from drainhook.cli import cli
-from drainhook.config import DEFAULT_GRACE
+from drainhook.cli.main import cli
+from drainhook.hook.config import DEFAULT_GRACE
+from drainhook.planning import plan as planning
 from tests.conftest import ROOT, Hook, Pod
 from tests.loopback import Loopback, sample, serve
 from tests.podns import Reply, Server

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from drainhook import exits
-from drainhook.drain import Outcome, Result
+from drainhook.engines.verdict import Verdict
 from drainhook.errors import (
     DrainhookError,
     InstallError,
@@ -18,8 +18,8 @@ from drainhook.errors import (
     Unreachable,
     UsageError,
 )
-from drainhook.hook import PROBE_EXIT, exit_code
-from drainhook.verdict import Verdict
+from drainhook.hook.drain import Outcome, Result
+from drainhook.hook.run import PROBE_EXIT, exit_code
 
 # CONTRACT §5: the outcome of `wait` and its exit.
 CONTRACT_WAIT = {

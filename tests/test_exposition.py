@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from drainhook.exposition import scan
-from drainhook.verdict import Scan, Series, Verdict
+from drainhook.engines.exposition import scan
+from drainhook.engines.verdict import Scan, Series, Verdict
 
 IDLE, BUSY, UNKNOWN = Verdict.IDLE, Verdict.BUSY, Verdict.UNKNOWN
 

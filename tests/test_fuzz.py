@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drainhook.exposition import scan
-from drainhook.loads import scan_loads
-from drainhook.read import Reader
-from drainhook.target import parse_url
-from drainhook.verdict import Verdict
+from drainhook.engines.exposition import scan
+from drainhook.engines.loads import scan_loads
+from drainhook.engines.verdict import Verdict
+from drainhook.reading.read import Reader
+from drainhook.reading.target import parse_url
 from tests.fuzzing import CORRUPTIONS, LOADS, check
 from tests.loopback import EXPECTED, Loopback, sample, serve
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.gauges import BY_NAME, ENGINE_NAMES, ENGINES, counted_name
+from drainhook.engines.gauges import BY_NAME, ENGINE_NAMES, ENGINES, counted_name
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -1,4 +1,4 @@
-"""The latency histogram scanner (drainhook.histogram): only the wanted family's lines,
+"""The latency histogram scanner (drainhook.planning.histogram): only the wanted family's lines,
 both exposition formats, every series summed, and a clear problem (never a wrong
 count, never a traceback) for a histogram that cannot be right.
 """
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drainhook.histogram import (
+from drainhook.planning.histogram import (
     INF,
     MAX_FAMILY_BYTES,
     MAX_SAMPLES,
@@ -279,9 +279,9 @@ def test_the_fast_path_reads_as_the_full_grammar(
 ) -> None:
     """Plain lines are read by one regular expression; whatever it accepts must read
     exactly as the gauge scanner's full grammar reads it, and what it refuses goes there."""
+    from drainhook.engines.exposition import _parse_rest
     from drainhook.errors import Malformed
-    from drainhook.exposition import _parse_rest
-    from drainhook.histogram import _parse
+    from drainhook.planning.histogram import _parse
 
     inner = ",".join(f'{a}{k}{b}="{v}"' for k, v, a, b in pairs) + ("," if comma and pairs else "")
     rest = f"{blank}{{{inner}}} {value}{ts}"

@@ -1,4 +1,4 @@
-"""The hook's run (drainhook.hook): a config in, an outcome and an exit code
+"""The hook's run (drainhook.hook.run): a config in, an outcome and an exit code
 out; the readers it assembles; and `probe`'s one read. In this process,
 against real loopback servers on a shrunken timeline."""
 
@@ -10,18 +10,18 @@ import time
 
 import pytest
 
-from drainhook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
-from drainhook.discover import DiscoveringReader
-from drainhook.drain import Outcome, Result
-from drainhook.exposition import ACCEPT, MetricsScanner
-from drainhook.hook import exit_code, run_probe, run_wait
-from drainhook.loads import LoadsScanner
-from drainhook.read import Reader
-from drainhook.readers import hook_reader, reader_for, scanner_for
-from drainhook.rounds import Round
-from drainhook.sources import AutoReader
-from drainhook.target import parse_url
-from drainhook.verdict import Verdict
+from drainhook.engines.exposition import ACCEPT, MetricsScanner
+from drainhook.engines.loads import LoadsScanner
+from drainhook.engines.verdict import Verdict
+from drainhook.hook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
+from drainhook.hook.drain import Outcome, Result
+from drainhook.hook.run import exit_code, run_probe, run_wait
+from drainhook.reading.assemble import hook_reader, reader_for, scanner_for
+from drainhook.reading.discovery.search import DiscoveringReader
+from drainhook.reading.read import Reader
+from drainhook.reading.rounds import Round
+from drainhook.reading.sources import AutoReader
+from drainhook.reading.target import parse_url
 from tests.conftest import HOOK_LATE, late
 from tests.loopback import Loopback, route, sample, sequence, serve
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.config import ReadConfig, WaitConfig
-from drainhook.hook import run_wait
-from drainhook.target import parse_url
+from drainhook.hook.config import ReadConfig, WaitConfig
+from drainhook.hook.run import run_wait
+from drainhook.reading.target import parse_url
 from tests.conftest import HOOK_LATE, SPAWN_LATE, base_env, connections_fit, hook_lines, late
 from tests.loopback import Behaviour, Heard, Loopback, record, response_bytes, sample, serve
 from tests.test_hostile_servers import PEAK_RSS_LIMIT, Measured, fields, spawn_measured

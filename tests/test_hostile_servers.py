@@ -48,11 +48,11 @@ import trustme
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drainhook import exposition
-from drainhook.exposition import scan
-from drainhook.read import Reader
-from drainhook.target import parse_url, ssl_context
-from drainhook.verdict import Verdict
+from drainhook.engines import exposition
+from drainhook.engines.exposition import scan
+from drainhook.engines.verdict import Verdict
+from drainhook.reading.read import Reader
+from drainhook.reading.target import parse_url, ssl_context
 from tests.conftest import HOOK_LATE, SPAWN_LATE, base_env, connections_fit, fields, late
 from tests.loopback import (
     Behaviour,

@@ -3,8 +3,8 @@ import and while it runs, includes none of the planning tools or the simulator
 (nor httpx: a read drives httpcore directly).
 
 Each case runs a fresh interpreter (a test process has imported everything) and
-reads its sys.modules; the hook's own start imports drainhook.hook and
-drainhook.cli up front (drainhook.__main__), so that is the closure checked.
+reads its sys.modules; the hook's own start imports drainhook.hook.run and
+drainhook.cli.main up front (drainhook.__main__), so that is the closure checked.
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ import sys
 from tests.conftest import base_env
 
 # What `plan`, `plan --observe` and `demo` need, and `wait` must never load.
-NOT_THE_HOOK = ("drainhook.plan", "drainhook.observe", "drainhook.histogram", "drainhook.sim")
+NOT_THE_HOOK = (
+    "drainhook.planning.plan",
+    "drainhook.planning.observe",
+    "drainhook.planning.histogram",
+    "drainhook.sim",
+)
 
 _MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
@@ -41,9 +46,9 @@ def outside_the_hook(modules: set[str]) -> set[str]:
 def test_what_the_hook_imports_at_its_start_holds_no_planning_tool() -> None:
     # The same imports drainhook.__main__.main makes before it runs a command.
     loaded = modules_after(
-        "import encodings.idna, drainhook.__main__, drainhook.hook, drainhook.cli"
+        "import encodings.idna, drainhook.__main__, drainhook.hook.run, drainhook.cli.main"
     )
-    assert "drainhook.hook" in loaded and "drainhook.timeline" in loaded  # it did import
+    assert "drainhook.hook.run" in loaded and "drainhook.hook.timeline" in loaded  # it did import
     assert outside_the_hook(loaded) == set()
 
 
@@ -51,27 +56,29 @@ def test_a_whole_wait_run_loads_no_planning_tool() -> None:
     """A run to its end (reads refused, then the deadline): the modules imported on
     the way (a read, a summary, the timeline's warnings) are the hook's too."""
     loaded = modules_after(
-        "from drainhook.cli import run\n"
+        "from drainhook.cli.main import run\n"
         "code = run(['wait', '--url', 'http://127.0.0.1:9/metrics', '--settle', '0',"
         " '--grace', '0.4', '--exit-reserve', '0.2', '--interval', '0.05',"
         " '--read-timeout', '0.05', '--no-discover', '--termination-log', '', '--quiet'])\n"
         "assert code in (3, 4), code"
     )
-    assert "drainhook.drain" in loaded and "drainhook.report" in loaded
+    assert "drainhook.hook.drain" in loaded and "drainhook.hook.log" in loaded
     assert outside_the_hook(loaded) == set()
     # A read is httpcore's pool and one table of its failures: httpx is not loaded.
     assert "httpcore" in loaded and "httpx" not in loaded
 
 
 def test_the_check_sees_a_planning_tool_when_one_is_loaded() -> None:
-    """The closure test can fail: `plan` loads drainhook.plan and `plan --observe`
-    drainhook.observe and drainhook.histogram."""
+    """The closure test can fail: `plan` loads drainhook.planning.plan and `plan --observe`
+    drainhook.planning.observe and drainhook.planning.histogram."""
     loaded = modules_after(
-        "from drainhook.cli import run\n"
+        "from drainhook.cli.main import run\n"
         "import contextlib, io\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    run(['plan', '--observe', '--from-file', '/nonexistent'])\n"
     )
-    assert {"drainhook.plan", "drainhook.observe", "drainhook.histogram"} <= outside_the_hook(
-        loaded
-    )
+    assert {
+        "drainhook.planning.plan",
+        "drainhook.planning.observe",
+        "drainhook.planning.histogram",
+    } <= outside_the_hook(loaded)

@@ -22,8 +22,8 @@ import pytest
 import trustme
 
 from drainhook import build_info
+from drainhook.cli.install import install, run_install
 from drainhook.errors import InstallError, UsageError
-from drainhook.install import install, run_install
 from tests.conftest import base_env
 from tests.loopback import Loopback, sample, serve
 

@@ -1,4 +1,4 @@
-"""The /proc/net parser and the reads it plans (drainhook.listeners).
+"""The /proc/net parser and the reads it plans (drainhook.reading.discovery.listeners).
 
 The fixture, tests/proc_net/tcp and tcp6, is real text from a little-endian
 host (tests/proc_net/make.sh made it in an empty network namespace): vLLM's
@@ -18,8 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drainhook import listeners
-from drainhook.listeners import Listener, candidates, parse_proc_net, read_listeners
+from drainhook.reading.discovery import listeners
+from drainhook.reading.discovery.listeners import (
+    Listener,
+    candidates,
+    parse_proc_net,
+    read_listeners,
+)
 
 FIXTURE = Path(__file__).resolve().parent / "proc_net"
 TCP = (FIXTURE / "tcp").read_text()

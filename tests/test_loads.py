@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from drainhook.auth import API_KEY_MAX_BYTES, read_api_key
+from drainhook.engines.gauges import BY_NAME
+from drainhook.engines.loads import MAX_RANKS, MAX_VALUES, scan_loads
+from drainhook.engines.verdict import Scan, Verdict
 from drainhook.errors import UsageError
-from drainhook.gauges import BY_NAME
-from drainhook.loads import MAX_RANKS, MAX_VALUES, scan_loads
-from drainhook.verdict import Scan, Verdict
+from drainhook.reading.auth import API_KEY_MAX_BYTES, read_api_key
 from tests.conftest import base_env
 from tests.loopback import Loopback, route
 

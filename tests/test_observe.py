@@ -23,16 +23,16 @@ from typing import Any
 import pytest
 import yaml
 
-from drainhook import plan as planning
-from drainhook.gauges import BY_NAME
-from drainhook.histogram import INF, scan_families
-from drainhook.observe import (
+from drainhook.engines.gauges import BY_NAME
+from drainhook.planning import plan as planning
+from drainhook.planning.histogram import INF, scan_families
+from drainhook.planning.observe import (
     Observation,
     ceil_sum,
     gather,
     recommend,
 )
-from drainhook.target import read_small_file
+from drainhook.reading.target import read_small_file
 from tests.conftest import ROOT, Hook, Run, base_env, netns
 from tests.loopback import Loopback, hang, sequence, serve
 from tests.test_examples import load_model
@@ -587,7 +587,7 @@ def test_a_remote_target_is_refused_before_any_read(entry: list[str]) -> None:
 
 
 def test_every_engine_has_its_own_latency_family() -> None:
-    from drainhook.gauges import ENGINE_NAMES
+    from drainhook.engines.gauges import ENGINE_NAMES
 
     assert set(BY_NAME) == set(ENGINE_NAMES)
     for name, engine in BY_NAME.items():

@@ -15,13 +15,13 @@ import typing
 import pytest
 import yaml
 
-from drainhook import plan as planning
-from drainhook import timeline
-from drainhook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
-from drainhook.drain import Outcome, drain
+from drainhook.engines.verdict import Reading, Verdict
 from drainhook.errors import UsageError
-from drainhook.target import parse_url
-from drainhook.verdict import Reading, Verdict
+from drainhook.hook import timeline
+from drainhook.hook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
+from drainhook.hook.drain import Outcome, drain
+from drainhook.planning import plan as planning
+from drainhook.reading.target import parse_url
 from tests.conftest import Hook, Run, base_env
 from tests.test_examples import (
     _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
@@ -669,7 +669,7 @@ def test_yaml_needs_no_yaml_library() -> None:
     """The hook ships without PyYAML: plan writes its YAML by hand."""
     code = (
         "import sys; sys.modules['yaml'] = None\n"
-        "from drainhook.cli import run\n"
+        "from drainhook.cli.main import run\n"
         "sys.exit(run(['plan', '--output', 'yaml']))\n"
     )
     proc = subprocess.run(

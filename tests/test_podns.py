@@ -2,7 +2,7 @@
 discovers anything itself: the namespace holds exactly the test's listeners,
 the hook reads a server there, SO_REUSEPORT pairs share their connections, the
 harness refuses a namespace that is not empty; and listener discovery's own
-search (drainhook.discover.search, with the hook's Reader) finds the engine
+search (drainhook.reading.discovery.search.search, with the hook's Reader) finds the engine
 among sidecars, a hanging listener and one that speaks no HTTP, in time.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from drainhook.listeners import MAX_READS
+from drainhook.reading.discovery.listeners import MAX_READS
 from tests.conftest import Pod, base_env
 from tests.podns import (
     ROOT,
@@ -36,7 +36,7 @@ SGLANG_IDLE = "sglang-pre05-model-name-idle.txt"
 
 LIST = """
 import json
-from drainhook.listeners import candidates, read_listeners
+from drainhook.reading.discovery.listeners import candidates, read_listeners
 found = read_listeners()
 print(json.dumps({
     "listeners": sorted([str(l.address), l.port] for l in found),
@@ -46,9 +46,9 @@ print(json.dumps({
 
 SEARCH = """
 import json, sys, time
-from drainhook.discover import search
-from drainhook.read import Reader
-from drainhook.target import parse_url
+from drainhook.reading.discovery.search import search
+from drainhook.reading.read import Reader
+from drainhook.reading.target import parse_url
 left, exclude = float(sys.argv[1]), json.loads(sys.argv[2])
 start = time.monotonic()
 found = search(lambda url: Reader(parse_url(url)), read_timeout=1.0, until=start + left,

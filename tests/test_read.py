@@ -1,4 +1,4 @@
-"""One read (drainhook.read): every httpcore failure mapped to a verdict, causes a
+"""One read (drainhook.reading.read): every httpcore failure mapped to a verdict, causes a
 real server cannot produce on demand (mocked transport), and the Reader against
 real loopback servers: the read's own deadline, compressed bodies, the body
 cap, redirects, the request it sends, and the name lookup's timeout."""
@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 import httpcore
 import pytest
 
-from drainhook import read
-from drainhook.exposition import ACCEPT
-from drainhook.read import Reader, classify
-from drainhook.target import parse_url
-from drainhook.verdict import Reading, Scan, Verdict
+from drainhook.engines.exposition import ACCEPT
+from drainhook.engines.verdict import Reading, Scan, Verdict
+from drainhook.reading import read
+from drainhook.reading.read import Reader, classify
+from drainhook.reading.target import parse_url
 from tests.conftest import READ_LATE, late, run_delay
 from tests.loopback import (
     Heard,
@@ -329,7 +329,7 @@ def gzip_bomb() -> bytes:
 
 
 class CountingZlib:
-    """drainhook.read's zlib, counting the bytes every decompressor produces."""
+    """drainhook.reading.read's zlib, counting the bytes every decompressor produces."""
 
     def __init__(self) -> None:
         self.inflated = 0

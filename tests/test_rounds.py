@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from drainhook.rounds import Round, combine_readings
-from drainhook.verdict import Reading, Series, Verdict
+from drainhook.engines.verdict import Reading, Series, Verdict
+from drainhook.reading.rounds import Round, combine_readings
 from tests.conftest import Hook
 from tests.loopback import Loopback, sample, sequence, serve
 

@@ -13,10 +13,10 @@ import math
 
 import pytest
 
-from drainhook.exposition import MetricsScanner, scan
-from drainhook.read import Reader
-from drainhook.target import parse_url
-from drainhook.verdict import Reading, Scan, Verdict
+from drainhook.engines.exposition import MetricsScanner, scan
+from drainhook.engines.verdict import Reading, Scan, Verdict
+from drainhook.reading.read import Reader
+from drainhook.reading.target import parse_url
 from tests.loopback import EXPECTED, SAMPLES, Loopback, sample, samples_of, serve
 
 KINDS = {"generated", "captured", "built"}

@@ -196,8 +196,8 @@ def test_sigterm_right_after_spawn(entry: list[str]) -> None:
 
 SWALLOWED = """
 import os, signal, sys, time
-from drainhook import signals
-from drainhook.drain import Interrupted
+from drainhook.hook import signals
+from drainhook.hook.drain import Interrupted
 
 signals.arm()
 

@@ -25,10 +25,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from drainhook.exposition import scan
-from drainhook.loads import scan_loads
+from drainhook.engines.exposition import scan
+from drainhook.engines.loads import scan_loads
+from drainhook.engines.verdict import Verdict
 from drainhook.sim import Engine, EngineConfig, Outcome, SimServer, complete
-from drainhook.verdict import Verdict
 from tests.conftest import base_env
 
 TOKEN = 0.02  # s per streamed event

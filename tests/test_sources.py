@@ -1,4 +1,4 @@
-"""SGLang's live count (`--source auto`, the default; drainhook.sources): /metrics,
+"""SGLang's live count (`--source auto`, the default; drainhook.reading.sources): /metrics,
 and /v1/loads on the same listener when the body is SGLang's.
 
 First the rules with scripted readers and a fake clock (no waiting); then the
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.sources import AutoReader, is_sglang
-from drainhook.verdict import Reading, Series, Verdict
+from drainhook.engines.verdict import Reading, Series, Verdict
+from drainhook.reading.sources import AutoReader, is_sglang
 from tests.conftest import HOOK_LATE, Hook, Run, fields, hook_lines, late
 from tests.loopback import Behaviour, Loopback, _read_request, response_bytes
 

@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
-from drainhook.drain import Outcome, Timeline, drain
-from drainhook.exposition import scan
-from drainhook.hook import exit_code
-from drainhook.loads import scan_loads
-from drainhook.sources import AutoReader
-from drainhook.stall import Stall, StallWatch
-from drainhook.verdict import Progress, Reading, Series, Verdict
+from drainhook.engines.exposition import scan
+from drainhook.engines.loads import scan_loads
+from drainhook.engines.verdict import Progress, Reading, Series, Verdict
+from drainhook.hook.drain import Outcome, Timeline, drain
+from drainhook.hook.run import exit_code
+from drainhook.hook.stall import Stall, StallWatch
+from drainhook.reading.sources import AutoReader
 from tests.loopback import sample
 
 W = 30.0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.termination import HANG_UNTIL_KILL, HANG_WHY
+from drainhook.hook.termination import HANG_UNTIL_KILL, HANG_WHY
 from tests.conftest import HOOK_LATE, SPAWN_LATE, Hook, Run, fields, late
 from tests.loopback import Behaviour, Loopback, response_bytes, sample, serve
 from tests.loopback import _read_request as read_request

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from drainhook.exposition import scan
+from drainhook.engines.exposition import scan
+from drainhook.engines.verdict import Verdict
 from drainhook.sim import Engine, EngineConfig, SimServer, complete
-from drainhook.verdict import Verdict
 from rehearsal import scenarios
 from rehearsal.timeline import INTERVAL, KSERVE_GRACE, SETTLE
 from tests.conftest import POD_LATE, late

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.config import ReadConfig
 from drainhook.errors import UsageError
-from drainhook.target import build_url, parse_url, read_annotations, ssl_context
+from drainhook.hook.config import ReadConfig
+from drainhook.reading.target import build_url, parse_url, read_annotations, ssl_context
 
 
 @pytest.mark.parametrize(

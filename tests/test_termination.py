@@ -21,10 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from drainhook import termination
-from drainhook.drain import Outcome, Result
-from drainhook.termination import DEFAULT_PATH, MAX_BYTES, TerminationLog, choose, encode, message
-from drainhook.verdict import Reading, Verdict
+from drainhook.engines.verdict import Reading, Verdict
+from drainhook.hook import termination
+from drainhook.hook.drain import Outcome, Result
+from drainhook.hook.termination import (
+    DEFAULT_PATH,
+    MAX_BYTES,
+    TerminationLog,
+    choose,
+    encode,
+    message,
+)
 from tests.conftest import (
     SPAWN_LATE,
     Hook,

@@ -1,4 +1,4 @@
-"""The one rule from counted values to a verdict (drainhook.verdict): the value
+"""The one rule from counted values to a verdict (drainhook.engines.verdict): the value
 checks and the sum, and /metrics, /v1/loads and several targets all keeping it."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from drainhook.exposition import scan
-from drainhook.loads import scan_loads
-from drainhook.rounds import combine_readings
-from drainhook.verdict import Reading, Series, Verdict, count, value_problem
+from drainhook.engines.exposition import scan
+from drainhook.engines.loads import scan_loads
+from drainhook.engines.verdict import Reading, Series, Verdict, count, value_problem
+from drainhook.reading.rounds import combine_readings
 
 HUGE = 1e308  # finite; two of them are not
 

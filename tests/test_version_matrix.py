@@ -15,10 +15,10 @@ import math
 
 import pytest
 
-from drainhook.exposition import scan
-from drainhook.read import Reader
-from drainhook.target import parse_url
-from drainhook.verdict import Reading, Scan, Verdict
+from drainhook.engines.exposition import scan
+from drainhook.engines.verdict import Reading, Scan, Verdict
+from drainhook.reading.read import Reader
+from drainhook.reading.target import parse_url
 from tests.loopback import EXPECTED, Loopback, samples_of, serve
 from tests.loopback import sample as body
 

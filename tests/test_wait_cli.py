@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.config import EXIT_ALLOWANCE
+from drainhook.hook.config import EXIT_ALLOWANCE
 from tests.conftest import SPAWN_LATE, Hook, Run, connections_fit, fields, hook_lines, late
 from tests.loopback import (
     Behaviour,

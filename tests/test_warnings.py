@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from drainhook import plan as planning
-from drainhook.exposition import scan
-from drainhook.timeline import timeline_warnings
-from drainhook.verdict import Verdict
+from drainhook.engines.exposition import scan
+from drainhook.engines.verdict import Verdict
+from drainhook.hook.timeline import timeline_warnings
+from drainhook.planning import plan as planning
 from tests.conftest import Hook, Run, connections_fit, fields
 from tests.loopback import Loopback, sample, serve
 

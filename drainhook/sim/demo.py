@@ -16,8 +16,8 @@ TOKENS = (20, 30, 45, 50, 60)  # streams of 50 ms tokens: 1.0 .. 3.0 s
 
 def run_demo() -> int:
     """Start the engine, send streams, drain it with the hook; return the hook's exit code."""
-    from drainhook.config import Reach, WaitConfig
-    from drainhook.target import parse_url
+    from drainhook.hook.config import Reach, WaitConfig
+    from drainhook.reading.target import parse_url
 
     def say(line: str) -> None:
         click.echo(line, err=True)
@@ -51,7 +51,7 @@ def run_demo() -> int:
             "--interval 0.5   (deadline D = 8 s; shrunk for the demo, so the hook's first "
             "lines warn that a Pod needs more)"
         )
-        from drainhook.hook import run_wait
+        from drainhook.hook.run import run_wait
 
         code = run_wait(config, time.monotonic())
         for c in clients:

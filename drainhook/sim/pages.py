@@ -7,7 +7,7 @@ Pure functions of `[(running, waiting), ...]` (one pair per DP rank):
 - `sglang_metrics`: SGLang's `/metrics` (one series per `dp_rank`; the
   counted queues of a unified, prefill or decode server).
 - `sglang_loads`: SGLang's `GET /v1/loads` body (docs/engines.md has the
-  shape, drainhook/loads.py the fields it counts).
+  shape, drainhook/engines/loads.py the fields it counts).
 
 With `shown` (one `Shown` per rank), the /metrics pages also carry the
 deferred waiting and the progress counters (CONTRACT §2b): vLLM's generated

@@ -1,6 +1,6 @@
 """Reader assembly: a ReadConfig in, the reader that `wait`, `probe` and `plan
 --observe` read through out. The one place that turns the reach flags into
-Readers (drainhook.read): a Reader per target with the scanner its source
+Readers (drainhook.reading.read): a Reader per target with the scanner its source
 needs (with `--source auto`, an AutoReader over /metrics and SGLang's
 /v1/loads), a Round over several, and listener discovery over them only when
 it is on.
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from drainhook.config import LOADS_PATH, ReadConfig
-from drainhook.discover import DiscoveringReader, SearchRecord
-from drainhook.exposition import MetricsScanner
-from drainhook.loads import LoadsScanner
-from drainhook.read import Reader
-from drainhook.rounds import Round, TargetReader
-from drainhook.sources import AutoReader
-from drainhook.target import Target, parse_url, ssl_context
-from drainhook.verdict import Scanner
+from drainhook.engines.exposition import MetricsScanner
+from drainhook.engines.loads import LoadsScanner
+from drainhook.engines.verdict import Scanner
+from drainhook.hook.config import LOADS_PATH, ReadConfig
+from drainhook.reading.discovery.search import DiscoveringReader, SearchRecord
+from drainhook.reading.read import Reader
+from drainhook.reading.rounds import Round, TargetReader
+from drainhook.reading.sources import AutoReader
+from drainhook.reading.target import Target, parse_url, ssl_context
 
 
 def scanner_for(reach: ReadConfig) -> Scanner:

@@ -11,8 +11,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drainhook.stall import Stall, StallWatch
-from drainhook.verdict import Reading, Verdict
+from drainhook.engines.verdict import Reading, Verdict
+from drainhook.hook.stall import Stall, StallWatch
 
 
 class Outcome(str, enum.Enum):

@@ -3,7 +3,7 @@
 
 `cli` turns flags and environment into the config and calls here; `demo`
 (drainhook.sim) and the tests call here directly. Nothing here reads a flag,
-a variable or the click context. The readers come from drainhook.readers.
+a variable or the click context. The readers come from drainhook.reading.assemble.
 """
 
 from __future__ import annotations
@@ -12,15 +12,16 @@ import dataclasses
 import signal
 import time
 
-from drainhook import exits, signals, termination
-from drainhook.config import LOADS_PATH, ReadConfig, WaitConfig
-from drainhook.drain import Interrupted, Outcome, Result, drain
-from drainhook.readers import hook_reader, last_search, reader_for
-from drainhook.report import Log, probe_both, probe_json, probe_text
-from drainhook.rounds import TargetReader
-from drainhook.stall import StallWatch
-from drainhook.timeline import instants, timeline_warnings
-from drainhook.verdict import Reading, Verdict
+from drainhook import exits
+from drainhook.engines.verdict import Reading, Verdict
+from drainhook.hook import signals, termination
+from drainhook.hook.config import LOADS_PATH, ReadConfig, WaitConfig
+from drainhook.hook.drain import Interrupted, Outcome, Result, drain
+from drainhook.hook.log import Log, probe_both, probe_json, probe_text
+from drainhook.hook.stall import StallWatch
+from drainhook.hook.timeline import instants, timeline_warnings
+from drainhook.reading.assemble import hook_reader, last_search, reader_for
+from drainhook.reading.rounds import TargetReader
 
 # The codes by name, as tests and tools have used them; drainhook.exits holds them all.
 EXIT_DRAINED = exits.WAIT["drained"]

@@ -16,7 +16,7 @@ httpcore's other exceptions cannot come out of this read: one read at a time
 never waits for a pool slot, no proxy is used, the URL is always http or
 https with a host, and a connection the pool cannot use is retried inside it.
 tests/test_read.py walks every exported class and holds that list. A URL
-whose host has no ASCII form is refused before any read (drainhook.target).
+whose host has no ASCII form is refused before any read (drainhook.reading.target).
 
 A read's timeout bounds the whole read, not each socket call: the network
 backend below clips every connect, write, TLS handshake and socket read to
@@ -43,10 +43,10 @@ from collections.abc import Callable, Iterable
 
 import httpcore
 
-from drainhook.config import DEFAULT_MAX_BODY
-from drainhook.exposition import MetricsScanner
-from drainhook.target import Target
-from drainhook.verdict import Body, Reading, Scanner, Verdict
+from drainhook.engines.exposition import MetricsScanner
+from drainhook.engines.verdict import Body, Reading, Scanner, Verdict
+from drainhook.hook.config import DEFAULT_MAX_BODY
+from drainhook.reading.target import Target
 
 T = typing.TypeVar("T")
 
@@ -298,7 +298,7 @@ class Reader:
     (but for an exception raised by a signal handler, which passes through).
 
     `scanner` turns a 2xx body into its verdict and names the Accept header
-    (drainhook.exposition.MetricsScanner by default; LoadsScanner for /v1/loads).
+    (drainhook.engines.exposition.MetricsScanner by default; LoadsScanner for /v1/loads).
     `clock` times the read, bounds it and ends the scan: one clock for all three.
     """
 

@@ -5,7 +5,7 @@ Pure: a `WaitConfig` (the same value `wait` runs on, so the deadline is the
 hook's own) plus a role and a binary path in, a `Plan` and its renderings out.
 YAML is written by hand so that the hook never needs a YAML library.
 
-Layout: `Plan` (drainhook.timeline's instants, with a role and the binary)
+Layout: `Plan` (drainhook.hook.timeline's instants, with a role and the binary)
 and `make_plan`; the warnings as a table of rules (`RULES`: timeline's
 `TIMELINE_RULES`, about the run's own instants, which `wait` logs at its
 start, then `ADVICE_RULES`, advice for the Pod spec and the engine's flags);
@@ -22,7 +22,9 @@ import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from drainhook.config import (
+from drainhook.engines.gauges import default_port
+from drainhook.errors import UsageError
+from drainhook.hook.config import (
     DEFAULT_CONFIRM,
     DEFAULT_EXIT_RESERVE,
     DEFAULT_GRACE,
@@ -34,11 +36,7 @@ from drainhook.config import (
     ReadConfig,
     WaitConfig,
 )
-from drainhook.errors import UsageError
-from drainhook.gauges import default_port
-from drainhook.numfmt import json_number, number, seconds
-from drainhook.target import build_url, parse_url
-from drainhook.timeline import (
+from drainhook.hook.timeline import (
     KUBELET_MIN_STOP,
     ROUTER_DEREGISTRATION,
     TIMELINE_RULES,
@@ -47,6 +45,8 @@ from drainhook.timeline import (
     PlanWarning,
     instants,
 )
+from drainhook.numfmt import json_number, number, seconds
+from drainhook.reading.target import build_url, parse_url
 
 SCHEMA = 1
 ROLES = ("unified", "prefill", "decode")

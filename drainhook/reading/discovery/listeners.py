@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from drainhook.target import build_url
+from drainhook.reading.target import build_url
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 

@@ -17,11 +17,11 @@ import sys
 import typing
 from pathlib import Path
 
-from drainhook.discover import SearchRecord
-from drainhook.drain import Result
-from drainhook.stall import Stall, counter_totals
-from drainhook.termination import hang_note
-from drainhook.verdict import Reading, Series
+from drainhook.engines.verdict import Reading, Series
+from drainhook.hook.drain import Result
+from drainhook.hook.stall import Stall, counter_totals
+from drainhook.hook.termination import hang_note
+from drainhook.reading.discovery.search import SearchRecord
 
 SCHEMA = 1
 

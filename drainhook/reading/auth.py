@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drainhook.errors import UsageError
-from drainhook.target import read_small_file
+from drainhook.reading.target import read_small_file
 
 # An API key is a short token; a Secret's file of more is not one.
 API_KEY_MAX_BYTES = 4096

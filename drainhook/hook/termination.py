@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from drainhook.drain import Outcome, Result
-from drainhook.verdict import Verdict
+from drainhook.engines.verdict import Verdict
+from drainhook.hook.drain import Outcome, Result
 
 DEFAULT_PATH = Path("/dev/termination-log")
 MAX_BYTES = 4096  # what the kubelet keeps of a termination message

@@ -85,7 +85,7 @@ def _resend(thread_id: int, signum: int) -> None:
 def arm() -> None:
     """Install the raising handlers: the next SIGTERM or SIGINT raises Interrupted."""
     global _armed, _interrupted, _previous_unraisable
-    from drainhook.drain import Interrupted
+    from drainhook.hook.drain import Interrupted
 
     _interrupted = Interrupted
     if _previous_unraisable is None:

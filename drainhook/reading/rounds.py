@@ -16,7 +16,7 @@ every target each round and sums them. A round's verdict:
   for (`replaced`, CONTRACT §2a): 0 while it refuses; counted if it answers;
 - otherwise the total of the answering targets: `busy` or `idle`.
 
-The total is over the answering targets' series merged (drainhook.merge):
+The total is over the answering targets' series merged (drainhook.reading.merge):
 a series identical in name and labels on two targets (a proxy re-exporting
 the engine's metrics) counts once, at its largest; different series add up.
 Counts are never negative, so the verdict is the one a plain sum would give:
@@ -30,12 +30,12 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
-from drainhook.merge import merge_series
-from drainhook.verdict import Reading, Verdict, count
+from drainhook.engines.verdict import Reading, Verdict, count
+from drainhook.reading.merge import merge_series
 
 
 class TargetReader(Protocol):
-    """What a round needs of one target's reader (drainhook.read.Reader)."""
+    """What a round needs of one target's reader (drainhook.reading.read.Reader)."""
 
     @property
     def name(self) -> str: ...

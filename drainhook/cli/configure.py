@@ -1,10 +1,10 @@
 """Parsed flags in, the frozen configs out (CONTRACT §4): the edge where flags,
 the environment and the annotations file meet, in that order of precedence.
 
-Every flag also reads DRAINHOOK_<FLAG> (drainhook.flags); explicit values
+Every flag also reads DRAINHOOK_<FLAG> (drainhook.cli.flags); explicit values
 (command line or environment; the command line wins over the environment)
 win over `--annotations`, which wins over the defaults. Only this module and
-drainhook.flags read the environment, and only through the parse's context
+drainhook.cli.flags read the environment, and only through the parse's context
 (`flags.environ_of`), so that a test hands one in.
 """
 
@@ -16,7 +16,10 @@ from collections.abc import Mapping
 import click
 from click.core import ParameterSource
 
-from drainhook.config import (
+from drainhook.cli.flags import environ_of
+from drainhook.engines.gauges import default_port
+from drainhook.errors import UsageError
+from drainhook.hook.config import (
     DEFAULT_PATH,
     DEFAULT_SCHEME,
     IN_POD_VARIABLE,
@@ -24,11 +27,8 @@ from drainhook.config import (
     ReadConfig,
     WaitConfig,
 )
-from drainhook.errors import UsageError
-from drainhook.flags import environ_of
-from drainhook.gauges import default_port
-from drainhook.target import Target, build_url, parse_url, read_annotations
-from drainhook.termination import choose as choose_termination_log
+from drainhook.hook.termination import choose as choose_termination_log
+from drainhook.reading.target import Target, build_url, parse_url, read_annotations
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:
@@ -122,7 +122,7 @@ def reach_of(
         engine = "sglang"  # /v1/loads is SGLang's
     api_key = None
     if params.get("api_key_file") is not None:
-        from drainhook.auth import read_api_key
+        from drainhook.reading.auth import read_api_key
 
         api_key = read_api_key(params["api_key_file"])
     reach = ReadConfig(

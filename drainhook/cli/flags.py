@@ -2,7 +2,7 @@
 DRAINHOOK_<FLAG> variable each also reads (CONTRACT §4). Declarations only,
 in groups each command declares: `target_options` (where and how to read),
 `source_options` (what to count, discovery: wait and probe), `timeline_options`
-(wait and plan) and `log_options` (wait). drainhook.configure turns what they
+(wait and plan) and `log_options` (wait). drainhook.cli.configure turns what they
 parse into a config.
 
 The variables are read from the environment the parse was given
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import click
 
-from drainhook.config import (
+from drainhook.engines.gauges import ENGINE_NAMES
+from drainhook.hook.config import (
     DEFAULT_CONFIRM,
     DEFAULT_EXIT_RESERVE,
     DEFAULT_GRACE,
@@ -35,7 +36,6 @@ from drainhook.config import (
     DEFAULT_SOURCE,
     DEFAULT_STALL_AFTER,
 )
-from drainhook.gauges import ENGINE_NAMES
 
 F = typing.TypeVar("F", bound=Callable[..., typing.Any])
 

@@ -23,11 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from drainhook import plan as planning
-from drainhook.config import DEFAULT_MAX_BODY, ReadConfig, WaitConfig
+from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, spellings
+from drainhook.engines.verdict import Body, Reading, Verdict
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
-from drainhook.gauges import BY_NAME, ENGINES, Engine, spellings
-from drainhook.histogram import (
+from drainhook.hook.config import DEFAULT_MAX_BODY, ReadConfig, WaitConfig
+from drainhook.hook.timeline import GRACE_MAX, GRACE_MIN, PlanWarning
+from drainhook.numfmt import json_number, number, seconds
+from drainhook.planning import plan as planning
+from drainhook.planning.histogram import (
     INF,
     Family,
     Histogram,
@@ -39,10 +42,7 @@ from drainhook.histogram import (
     scan_families,
     sum_series,
 )
-from drainhook.numfmt import json_number, number, seconds
-from drainhook.plan import Plan
-from drainhook.timeline import GRACE_MAX, GRACE_MIN, PlanWarning
-from drainhook.verdict import Body, Reading, Verdict
+from drainhook.planning.plan import Plan
 
 DEFAULT_QUANTILE = 0.999
 SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little
@@ -155,9 +155,9 @@ def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, 
 
 
 def _read_histograms(reach: ReadConfig) -> list[tuple[str, dict[str, Family]]]:
-    """Each target read once (drainhook.readers makes the readers, as for probe);
+    """Each target read once (drainhook.reading.assemble makes the readers, as for probe);
     the scan runs inside the read's time, as for a verdict."""
-    from drainhook.readers import plain_reader
+    from drainhook.reading.assemble import plain_reader
 
     found = []
     for target in reach.targets:
@@ -452,7 +452,7 @@ class ObserveRequest:
 def run_observe(request: ObserveRequest) -> str:
     """`plan --observe`: read, recommend; the text to print (an error raises, with
     its exit code). Every usage error comes before any read."""
-    from drainhook.target import read_small_file
+    from drainhook.reading.target import read_small_file
 
     r = request
     planning.check_role(r.role)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from drainhook import gauges
-from drainhook.gauges import SeriesKey
-from drainhook.verdict import Series
+from drainhook.engines import gauges
+from drainhook.engines.gauges import SeriesKey
+from drainhook.engines.verdict import Series
 
 
 def series_key(series: Series) -> SeriesKey:

@@ -1,6 +1,6 @@
 """The commands (CONTRACT §4-5): flags and environment in, one frozen config,
-an exit code out. Each command declares its flag groups (drainhook.flags);
-drainhook.configure turns what they parse into the config: every flag also
+an exit code out. Each command declares its flag groups (drainhook.cli.flags);
+drainhook.cli.configure turns what they parse into the config: every flag also
 reads DRAINHOOK_<FLAG>, and explicit flags (command line or environment) win
 over `--annotations`. `build_wait_config` does that for `wait` in-process.
 """
@@ -16,11 +16,8 @@ import click
 from click.core import ParameterSource
 
 from drainhook import __version__, build_info, exits
-from drainhook.clock import start_time
-from drainhook.config import WaitConfig
-from drainhook.configure import reach_of, wait_config_of
-from drainhook.errors import DrainhookError, UsageError
-from drainhook.flags import (
+from drainhook.cli.configure import reach_of, wait_config_of
+from drainhook.cli.flags import (
     DURATION,
     ENVIRON,
     log_options,
@@ -29,7 +26,10 @@ from drainhook.flags import (
     target_options,
     timeline_options,
 )
-from drainhook.hook import run_probe, run_wait
+from drainhook.errors import DrainhookError, UsageError
+from drainhook.hook.clock import start_time
+from drainhook.hook.config import WaitConfig
+from drainhook.hook.run import run_probe, run_wait
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -94,7 +94,7 @@ class _PlanCommand(click.Command):
     help is shown (the hook's own start never loads the planning tools)."""
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from drainhook.plan import help_text
+        from drainhook.planning.plan import help_text
 
         self.help = help_text()
         super().format_help_text(ctx, formatter)
@@ -164,11 +164,11 @@ def plan(
     from_file: tuple[Path, ...],
     **params: typing.Any,
 ) -> int:
-    from drainhook import plan as planning
+    from drainhook.planning import plan as planning
 
     config = planning.wait_config(**{name: params[name] for name in _PLAN_TIMELINE})
     if observe or from_file:
-        from drainhook.observe import ObserveRequest, run_observe
+        from drainhook.planning.observe import ObserveRequest, run_observe
 
         reach = None if from_file else reach_of(ctx, params, source="metrics", discover=False)
         request = ObserveRequest(
@@ -198,7 +198,7 @@ def install(directory: Path) -> int:
     Prints the path to put in preStop. Exit: 0, 1 copy failed, 2 not a packaged
     build or DIRECTORY unusable.
     """
-    from drainhook.install import run_install
+    from drainhook.cli.install import run_install
 
     return run_install(directory)
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drainhook.config import WaitConfig
+from drainhook.hook.config import WaitConfig
 from drainhook.numfmt import seconds
 
 # A grace below 15 s leaves no room to settle, read and exit; above an hour, a

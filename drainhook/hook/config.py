@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drainhook.drain import Timeline
 from drainhook.errors import UsageError
-from drainhook.target import Target
-from drainhook.termination import TerminationLog
+from drainhook.hook.drain import Timeline
+from drainhook.hook.termination import TerminationLog
+from drainhook.reading.target import Target
 
 DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
 DEFAULT_SETTLE = 5.0
@@ -53,7 +53,7 @@ class ReadConfig:
     engine: str = "auto"
     more: tuple[Target, ...] = ()  # further targets, read and summed with the first
     # "auto": /metrics, and SGLang's GET /v1/loads beside it when the body is
-    # SGLang's (drainhook.sources); "metrics" or "loads": that one only.
+    # SGLang's (drainhook.reading.sources); "metrics" or "loads": that one only.
     source: str = DEFAULT_SOURCE
     # Listener discovery (CONTRACT §2a) when every target refuses: on by
     # default inside a Pod only (the CLI decides; off for a config built in code).

@@ -24,8 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from drainhook.errors import Malformed
-from drainhook.gauges import (
+from drainhook.engines.gauges import (
     BY_NAME,
     ENGINES,
     PRIORITY_LABEL,
@@ -36,7 +35,8 @@ from drainhook.gauges import (
     series_key,
     spellings,
 )
-from drainhook.verdict import Progress, Scan, Series, Verdict, count, value_problem
+from drainhook.engines.verdict import Progress, Scan, Series, Verdict, count, value_problem
+from drainhook.errors import Malformed
 
 ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
 

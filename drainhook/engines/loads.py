@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from drainhook.engines.exposition import external_work
+from drainhook.engines.gauges import BY_NAME, LoadsField
+from drainhook.engines.verdict import Progress, Scan, Series, Verdict, count, value_problem
 from drainhook.errors import Malformed
-from drainhook.exposition import external_work
-from drainhook.gauges import BY_NAME, LoadsField
-from drainhook.verdict import Progress, Scan, Series, Verdict, count, value_problem
 
 ENGINE = BY_NAME["sglang"]
 # The largest DP deployments have tens of ranks; a body listing more than this

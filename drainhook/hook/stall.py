@@ -32,8 +32,8 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from drainhook.engines.verdict import Reading, Series, Verdict
 from drainhook.numfmt import number
-from drainhook.verdict import Reading, Series, Verdict
 
 CounterKey = tuple[str, tuple[tuple[str, str], ...]]
 

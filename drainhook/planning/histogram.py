@@ -1,7 +1,7 @@
 """The latency histograms of `plan --observe`: a /metrics body (bytes) to the
 series of a few histogram families, and those series to one summed histogram.
 
-The same discipline as the gauge scanner (drainhook.exposition), whose line
+The same discipline as the gauge scanner (drainhook.engines.exposition), whose line
 grammar it shares: only the lines of the wanted families are parsed, found
 with `bytes.find`; every other line is skipped unread. What one body can make
 it hold is bounded (bytes of family lines, bucket samples kept), and so is
@@ -32,9 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-# The sample-line grammar is the gauge scanner's own (names, label sets, values).
-from drainhook.errors import Malformed
-from drainhook.exposition import (
+from drainhook.engines.exposition import (
     _BLANKS,
     _META,
     _NAME_END,
@@ -43,8 +41,11 @@ from drainhook.exposition import (
     MAX_LABELS,
     _parse_rest,
 )
-from drainhook.gauges import spellings
-from drainhook.verdict import Body
+from drainhook.engines.gauges import spellings
+from drainhook.engines.verdict import Body
+
+# The sample-line grammar is the gauge scanner's own (names, label sets, values).
+from drainhook.errors import Malformed
 
 Labels = tuple[tuple[str, str], ...]
 

@@ -7,7 +7,7 @@ engines'); `read_candidates` is its reads, all at once and never past D;
 a `Discovery` is what a search found, a `Tried` one candidate's read, and a
 `SearchRecord` a search as the hook ran it (for the log and `probe`). The
 `DiscoveringReader` is the hook's reader that searches on a refused first
-read (drainhook.readers makes it only when discovery is on).
+read (drainhook.reading.assemble makes it only when discovery is on).
 
 Pure but for its threads: the read, the clock and the wait are handed in, so
 a test runs 64 candidates, one of which never answers, under a fake clock.
@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from drainhook.listeners import Listener, candidates, read_listeners
-from drainhook.rounds import Round, TargetReader, combine_readings
-from drainhook.target import Target
-from drainhook.verdict import Reading, Verdict, engine_shown
+from drainhook.engines.verdict import Reading, Verdict, engine_shown
+from drainhook.reading.discovery.listeners import Listener, candidates, read_listeners
+from drainhook.reading.rounds import Round, TargetReader, combine_readings
+from drainhook.reading.target import Target
 
 ReadOne = Callable[[str, float], Reading]
 # At most this many reads at once: with discovery's 64 candidates, every read

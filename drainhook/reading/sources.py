@@ -4,7 +4,7 @@ and /v1/loads beside it when the body is SGLang's.
 While idle, SGLang republishes its scheduler gauges only every 30 s, so its
 /metrics can show requests that ended long ago and hold the hook to the
 deadline; `GET /v1/loads` counts the scheduler's queues when it is asked
-(drainhook.loads). Each read of an `AutoReader` is one read of /metrics and,
+(drainhook.engines.loads). Each read of an `AutoReader` is one read of /metrics and,
 when that body names SGLang, one of /v1/loads on the same listener, both
 within the read's one timeout; a valid /v1/loads body is counted instead.
 
@@ -29,8 +29,8 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from drainhook.rounds import TargetReader
-from drainhook.verdict import Progress, Reading, Verdict, engine_shown
+from drainhook.engines.verdict import Progress, Reading, Verdict, engine_shown
+from drainhook.reading.rounds import TargetReader
 
 # The statuses that say /v1/loads will not answer this hook: it is not asked again.
 _FOR_GOOD = {

@@ -1,0 +1,1 @@
+"""The command line: flags and environment -> one frozen config, the commands."""

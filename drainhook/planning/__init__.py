@@ -1,0 +1,1 @@
+"""Advice beside the hook, never under it: `plan`, `plan --observe`, the latency histogram."""

@@ -1,0 +1,1 @@
+"""Listener discovery (CONTRACT §2a): /proc/net -> listeners -> the search."""
