@@ -31,7 +31,7 @@ from _bench import load_note, parser, table, write_json
 from prometheus_client.parser import text_string_to_metric_families
 
 from drainhook.engines.exposition import scan
-from drainhook.engines.gauges import counted_name
+from drainhook.engines.gauges import sample_kind
 from tests.loopback import EXPECTED, sample
 
 MIB = 1024 * 1024
@@ -108,8 +108,8 @@ def prometheus_total(text: str, engine: str) -> tuple[float, int]:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             count += 1
-            hit = counted_name(s.name)
-            if hit is not None and hit[0].name == engine:
+            hit = sample_kind(s.name)
+            if hit is not None and hit[2] == "counted" and hit[0].name == engine:
                 total += s.value
     return total, count
 

@@ -20,29 +20,24 @@ from __future__ import annotations
 
 from drainhook import exits
 
-# Kept by these names for the entry point and the CLI (drainhook.exits holds them all).
-EXIT_INSTALL_FAILED = exits.INSTALL_FAILED
-EXIT_USAGE = exits.USAGE
-EXIT_INTERNAL = exits.INTERNAL
-
 
 class DrainhookError(Exception):
     """The base: anything drainhook raises on purpose. One that reaches the
     command line without a kind of its own is a bug."""
 
-    exit_code = EXIT_INTERNAL
+    exit_code = exits.INTERNAL
 
 
 class UsageError(DrainhookError):
     """A configuration that cannot run: a flag, a variable, a file it names."""
 
-    exit_code = EXIT_USAGE
+    exit_code = exits.USAGE
 
 
 class InstallError(DrainhookError):
     """`install` could not put the build in place (a full disk, a read-only folder)."""
 
-    exit_code = EXIT_INSTALL_FAILED
+    exit_code = exits.INSTALL_FAILED
 
 
 class ObserveError(DrainhookError):
@@ -55,7 +50,7 @@ class ObserveError(DrainhookError):
 class NoHistogram(ObserveError):
     """The body has no latency histogram, or both engines': a usage-level error."""
 
-    exit_code = EXIT_USAGE
+    exit_code = exits.USAGE
 
 
 class Unreachable(ObserveError):

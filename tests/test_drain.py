@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import pytest
 
 from drainhook.engines.verdict import Reading, Verdict
-from drainhook.hook.drain import Interrupted, Outcome, Result, Timeline, drain
+from drainhook.hook.drain import Interrupted, Outcome, Result, drain
+from drainhook.hook.timeline import Timeline
 
 IDLE, BUSY, UNKNOWN, UNREACHABLE = Verdict.IDLE, Verdict.BUSY, Verdict.UNKNOWN, Verdict.UNREACHABLE
 T0 = 1000.0

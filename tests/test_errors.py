@@ -10,28 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from drainhook import exits
 from drainhook.cli import install
 from drainhook.cli import main as cli
-from drainhook.errors import (
-    EXIT_INTERNAL,
-    DrainhookError,
-    InstallError,
-    Malformed,
-    UsageError,
-)
+from drainhook.errors import DrainhookError, InstallError, Malformed, UsageError
 from drainhook.hook import run as hook
-from drainhook.hook.run import EXIT_DEADLINE, EXIT_DRAINED, EXIT_UNREACHABLE, PROBE_EXIT
+from drainhook.hook.run import PROBE_EXIT
 from tests.conftest import base_env
 
-OUTCOME_CODES = {EXIT_DRAINED, EXIT_DEADLINE, EXIT_UNREACHABLE, 130, 143, *PROBE_EXIT.values()}
+OUTCOME_CODES = {*exits.WAIT.values(), 130, 143, *PROBE_EXIT.values()}
 
 
 def test_each_kind_knows_its_exit_code() -> None:
     assert (DrainhookError.exit_code, UsageError.exit_code, InstallError.exit_code) == (70, 2, 1)
     for kind in (UsageError, InstallError, Malformed):
         assert issubclass(kind, DrainhookError)
-    assert Malformed("x").exit_code == EXIT_INTERNAL  # one that escapes a scanner is a bug
-    assert EXIT_INTERNAL not in OUTCOME_CODES
+    assert Malformed("x").exit_code == exits.INTERNAL  # one that escapes a scanner is a bug
+    assert exits.INTERNAL not in OUTCOME_CODES
 
 
 def crash(*args: object, **kwargs: object) -> None:

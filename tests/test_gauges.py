@@ -1,6 +1,6 @@
 """The engine table (CONTRACT §3) is the single source: the README's "Which gauges
 count" table says what it holds, docs/engines.md's /v1/loads table says which
-fields `--source loads` counts, and `counted_name` maps exactly its names
+fields `--source loads` counts, and `sample_kind` maps exactly its names
 (either separator) and nothing else."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.engines.gauges import BY_NAME, ENGINE_NAMES, ENGINES, counted_name
+from drainhook.engines.gauges import BY_NAME, ENGINE_NAMES, ENGINES, Engine, sample_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -67,6 +67,12 @@ def test_engines_doc_loads_table_lists_the_loads_fields() -> None:
         assert row[1] == ("yes" if field.required else "when present"), field.name
         assert field.gauge in _names(row[2]), field.name
         assert counted_name(field.gauge) is not None, field.gauge
+
+
+def counted_name(raw: str) -> tuple[Engine, str] | None:
+    """sample_kind, for counted gauges only."""
+    hit = sample_kind(raw)
+    return (hit[0], hit[1]) if hit is not None and hit[2] == "counted" else None
 
 
 def test_engine_table_shape() -> None:

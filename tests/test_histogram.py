@@ -279,14 +279,14 @@ def test_the_fast_path_reads_as_the_full_grammar(
 ) -> None:
     """Plain lines are read by one regular expression; whatever it accepts must read
     exactly as the gauge scanner's full grammar reads it, and what it refuses goes there."""
-    from drainhook.engines.exposition import _parse_rest
+    from drainhook.engines.grammar import parse_rest
     from drainhook.errors import Malformed
     from drainhook.planning.histogram import _parse
 
     inner = ",".join(f'{a}{k}{b}="{v}"' for k, v, a, b in pairs) + ("," if comma and pairs else "")
     rest = f"{blank}{{{inner}}} {value}{ts}"
     try:
-        expected: object = _parse_rest(rest)
+        expected: object = parse_rest(rest)
     except Malformed:
         expected = "malformed"
     try:

@@ -13,10 +13,11 @@ import pytest
 from drainhook.engines.exposition import ACCEPT, MetricsScanner
 from drainhook.engines.loads import LoadsScanner
 from drainhook.engines.verdict import Verdict
-from drainhook.hook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
+from drainhook.hook.config import EXIT_ALLOWANCE, WaitConfig
 from drainhook.hook.drain import Outcome, Result
 from drainhook.hook.run import exit_code, run_probe, run_wait
 from drainhook.reading.assemble import hook_reader, reader_for, scanner_for
+from drainhook.reading.config import ReadConfig
 from drainhook.reading.discovery.search import DiscoveringReader
 from drainhook.reading.read import Reader
 from drainhook.reading.rounds import Round

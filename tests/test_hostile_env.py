@@ -29,8 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.hook.config import ReadConfig, WaitConfig
+from drainhook.hook.config import WaitConfig
 from drainhook.hook.run import run_wait
+from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import parse_url
 from tests.conftest import HOOK_LATE, SPAWN_LATE, base_env, connections_fit, hook_lines, late
 from tests.loopback import Behaviour, Heard, Loopback, record, response_bytes, sample, serve

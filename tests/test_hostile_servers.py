@@ -48,7 +48,7 @@ import trustme
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drainhook.engines import exposition
+from drainhook.engines import exposition, grammar
 from drainhook.engines.exposition import scan
 from drainhook.engines.verdict import Verdict
 from drainhook.reading.read import Reader
@@ -496,7 +496,7 @@ def test_series_folded_by_tp_rank_do_not_count_against_the_cap() -> None:
 
 
 def test_the_scanner_bounds_labels_per_series_and_in_all() -> None:
-    many = ",".join(f'l{i}="v"' for i in range(exposition.MAX_LABELS + 1))
+    many = ",".join(f'l{i}="v"' for i in range(grammar.MAX_LABELS + 1))
     one = scan(b"vllm:num_requests_waiting 0\nvllm:num_requests_running{%s} 0\n" % many.encode())
     assert one.verdict is Verdict.UNKNOWN
     assert one.reason == "malformed vllm:num_requests_running line (more than 16 labels)"
@@ -559,9 +559,9 @@ def test_without_possessive_repeats_a_line_holds_a_bounded_number_of_escapes(
     """Python 3.10's pattern (no possessive repeats) keeps state per escape: a
     counted line with more than 4096 escapes is malformed there, not a memory bomb."""
     unrolled = r'([^"\\\n]*(?:\\.[^"\\\n]*)*)'
-    pattern = exposition._LABEL.pattern.replace(exposition._VALUE, unrolled)
-    monkeypatch.setattr(exposition, "_LABEL", re.compile(pattern))
-    monkeypatch.setattr(exposition, "_POSSESSIVE", False)
+    pattern = grammar.LABEL.pattern.replace(grammar.VALUE, unrolled)
+    monkeypatch.setattr(grammar, "LABEL", re.compile(pattern))
+    monkeypatch.setattr(grammar, "POSSESSIVE", False)
     line = b'vllm:num_requests_waiting 0\nvllm:num_requests_running{v="%s"} 0\n'
     assert scan(line % (b"\\n" * 4096)).verdict is Verdict.IDLE
     over = scan(line % (b"\\n" * 4097))

@@ -18,9 +18,10 @@ import yaml
 from drainhook.engines.verdict import Reading, Verdict
 from drainhook.errors import UsageError
 from drainhook.hook import timeline
-from drainhook.hook.config import EXIT_ALLOWANCE, ReadConfig, WaitConfig
+from drainhook.hook.config import EXIT_ALLOWANCE, WaitConfig
 from drainhook.hook.drain import Outcome, drain
 from drainhook.planning import plan as planning
+from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import parse_url
 from tests.conftest import Hook, Run, base_env
 from tests.test_examples import (

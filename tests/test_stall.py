@@ -18,9 +18,10 @@ import pytest
 from drainhook.engines.exposition import scan
 from drainhook.engines.loads import scan_loads
 from drainhook.engines.verdict import Progress, Reading, Series, Verdict
-from drainhook.hook.drain import Outcome, Timeline, drain
+from drainhook.hook.drain import Outcome, drain
 from drainhook.hook.run import exit_code
 from drainhook.hook.stall import Stall, StallWatch
+from drainhook.hook.timeline import Timeline
 from drainhook.reading.sources import AutoReader
 from tests.loopback import sample
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from drainhook.errors import UsageError
-from drainhook.hook.config import ReadConfig
+from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import build_url, parse_url, read_annotations, ssl_context
 
 

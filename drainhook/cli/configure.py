@@ -19,15 +19,15 @@ from click.core import ParameterSource
 from drainhook.cli.flags import environ_of
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
-from drainhook.hook.config import (
+from drainhook.hook.config import WaitConfig
+from drainhook.hook.termination import choose as choose_termination_log
+from drainhook.reading.config import (
     DEFAULT_PATH,
     DEFAULT_SCHEME,
     IN_POD_VARIABLE,
     LOADS_PATH,
     ReadConfig,
-    WaitConfig,
 )
-from drainhook.hook.termination import choose as choose_termination_log
 from drainhook.reading.target import Target, build_url, parse_url, read_annotations
 
 

@@ -25,16 +25,18 @@ from drainhook.hook.config import (
     DEFAULT_CONFIRM,
     DEFAULT_EXIT_RESERVE,
     DEFAULT_GRACE,
-    DEFAULT_HOST,
     DEFAULT_INTERVAL,
     DEFAULT_LINGER,
+    DEFAULT_SETTLE,
+    DEFAULT_STALL_AFTER,
+)
+from drainhook.reading.config import (
+    DEFAULT_HOST,
     DEFAULT_MAX_BODY,
     DEFAULT_PATH,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SCHEME,
-    DEFAULT_SETTLE,
     DEFAULT_SOURCE,
-    DEFAULT_STALL_AFTER,
 )
 
 F = typing.TypeVar("F", bound=Callable[..., typing.Any])

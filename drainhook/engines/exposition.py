@@ -16,10 +16,7 @@ Past any of them the verdict is unknown, like a body over --max-body.
 
 from __future__ import annotations
 
-import math
 import mmap
-import re
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,12 +26,13 @@ from drainhook.engines.gauges import (
     ENGINES,
     PRIORITY_LABEL,
     Engine,
-    ExternalWait,
     SeriesKey,
+    external_work,
     sample_kind,
     series_key,
     spellings,
 )
+from drainhook.engines.grammar import BLANKS, META, NAME_END, parse_rest
 from drainhook.engines.verdict import Progress, Scan, Series, Verdict, count, value_problem
 from drainhook.errors import Malformed
 
@@ -54,23 +52,6 @@ _INNER: dict[str, tuple[bytes, ...]] = {
 _LONGEST_NAME = max(
     len(n) for e in ENGINES for n in (*e.counted, *e.progress, *(w.name for w in e.external))
 )
-_NAME_END = re.compile(rb"[{ \t\r]|$")
-_BLANKS = re.compile(rb"[ \t]*")
-_META = re.compile(rb"[ \t]*#[ \t]+(?:TYPE|HELP|UNIT)[ \t]+")
-# A label value of a megabyte is read in one pass without memory per character:
-# possessive repeats (Python 3.11) keep no backtracking state; before 3.11 the
-# unrolled form keeps some (about 130 bytes) per escape sequence, so a counted
-# line may hold at most _MAX_ESCAPES_UNROLLED of them there.
-_POSSESSIVE = sys.version_info >= (3, 11)
-_VALUE = r'((?:[^"\\\n]++|\\.)*+)' if _POSSESSIVE else r'([^"\\\n]*(?:\\.[^"\\\n]*)*)'
-_MAX_ESCAPES_UNROLLED = 4096
-_LABEL = re.compile(rf'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"{_VALUE}"[ \t]*(,|\}})')
-_CLOSE = re.compile(r"[ \t]*\}")
-_NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-_SPECIAL = r"[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])"
-# The value follows the name after blanks, or the label set after none or more
-# (both as the Prometheus Go parser reads them); a timestamp needs blanks before it.
-_TAIL = re.compile(rf"[ \t]*({_NUMBER}|{_SPECIAL})(?:[ \t]+{_NUMBER})?[ \t]*")
 
 # Bounds on one body (see the module docstring). A vLLM or SGLang server of
 # any size writes a few hundred counted lines of under 200 bytes, with at
@@ -78,58 +59,8 @@ _TAIL = re.compile(rf"[ \t]*({_NUMBER}|{_SPECIAL})(?:[ \t]+{_NUMBER})?[ \t]*")
 # what the scanner holds under about 10 MB.
 MAX_COUNTED_BYTES = 2 * 1024 * 1024  # counted lines read from one body, in bytes
 MAX_SERIES = 2048  # counted series kept (series differing only in tp_rank: one)
-MAX_LABELS = 16  # labels on one counted series
 MAX_LABELS_KEPT = 16384  # labels on all the counted series kept
 _CLOCK_EVERY = 256  # candidate lines between two looks at the clock
-
-
-def _unescape(value: str) -> str:
-    """Undo `\\\\`, `\\n` and `\\"` (any other escape stays as written), in C
-    string operations: a value of a million escapes costs no call per escape.
-
-    `\\\\` pairs are taken left to right first, as the parser reads them, and
-    set aside; what is left has no backslash pairs, so its escapes are unambiguous.
-    """
-    if "\\" not in value:
-        return value
-    if "\0" in value:
-        parts = value.split("\\\\")
-        return "\\".join(p.replace("\\n", "\n").replace('\\"', '"') for p in parts)
-    swapped = value.replace("\\\\", "\0").replace("\\n", "\n").replace('\\"', '"')
-    return swapped.replace("\0", "\\")
-
-
-def _parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
-    """Parse what follows a counted name: optional `{labels}`, value, timestamp."""
-    labels: list[tuple[str, str]] = []
-    pos = 0
-    if not _POSSESSIVE and rest.count("\\") > _MAX_ESCAPES_UNROLLED:
-        raise Malformed(f"more than {_MAX_ESCAPES_UNROLLED} escapes")
-    if rest.lstrip(" \t").startswith("{"):  # blanks between name and `{` are allowed
-        rest = rest.lstrip(" \t")
-        pos = 1
-        closing = _CLOSE.match(rest, pos)
-        if closing:
-            pos = closing.end()
-        else:
-            while True:
-                m = _LABEL.match(rest, pos)
-                if m is None:
-                    raise Malformed("bad label set")
-                if len(labels) == MAX_LABELS:
-                    raise Malformed(f"more than {MAX_LABELS} labels")
-                labels.append((sys.intern(m.group(1)), _unescape(m.group(2))))
-                pos = m.end()
-                if m.group(3) == "}":
-                    break
-                closing = _CLOSE.match(rest, pos)
-                if closing:  # trailing comma
-                    pos = closing.end()
-                    break
-    m = _TAIL.fullmatch(rest, pos)
-    if m is None:
-        raise Malformed("bad value")
-    return tuple(labels), float(m.group(1))
 
 
 class _Candidates:
@@ -169,7 +100,7 @@ class _Candidates:
             if which < self._anchored:
                 return best
             start = body.rfind(b"\n", 0, best) + 1
-            begin = _BLANKS.match(body, start, best).end()  # type: ignore[union-attr]
+            begin = BLANKS.match(body, start, best).end()  # type: ignore[union-attr]
             if body[begin : begin + 1] != b"#":
                 return begin
             # A HELP or TYPE line of a progress counter: looked past, not read.
@@ -229,7 +160,7 @@ def scan(
             return gave_up("read timed out: the read's time ran out scanning the body")
         start, end = _line_bounds(body, at)
         pos = end + 1
-        name_end = _NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
+        name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
         if name_end - at > _LONGEST_NAME:
             continue  # no counted name is that long
         raw_name = body[at:name_end].decode("ascii", "replace")
@@ -239,8 +170,8 @@ def scan(
         eng, canonical, kind = hit
         if (pinned is not None and eng is not pinned) or (kind != "counted" and not progress):
             continue
-        if _BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
-            if kind == "counted" and _META.fullmatch(body, start, at):
+        if BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
+            if kind == "counted" and META.fullmatch(body, start, at):
                 seen.add(eng.name)
             continue  # the name inside another line (a HELP text, a label value)
         counted_bytes += end - start
@@ -248,7 +179,7 @@ def scan(
             return gave_up(f"counted lines over {MAX_COUNTED_BYTES // 1024 // 1024} MiB")
         if kind != "counted":
             try:
-                labels, value = _parse_rest(body[name_end:end].decode("utf-8").rstrip("\r"))
+                labels, value = parse_rest(body[name_end:end].decode("utf-8").rstrip("\r"))
             except (UnicodeDecodeError, Malformed):
                 progress_bad = True
                 continue
@@ -279,7 +210,7 @@ def scan(
             # Text exposition is UTF-8; a label value that is not is a malformed
             # line (the Prometheus Go parser rejects it too), not a series to count.
             rest = body[name_end:end].decode("utf-8").rstrip("\r")
-            labels, value = _parse_rest(rest)
+            labels, value = parse_rest(rest)
         except UnicodeDecodeError:
             problem = problem or f"malformed {canonical} line (not UTF-8)"
             continue
@@ -326,25 +257,6 @@ def scan(
         return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem, warnings, made)
     verdict, total, reason = count(s.value for s in series)
     return Scan(verdict, chosen.name, total, series, reason, warnings, made)
-
-
-def external_work(
-    engine: Engine,
-    series: Sequence[Series],
-    uncounted: dict[str, float],
-    waits: Sequence[ExternalWait] | None = None,
-) -> float:
-    """How much of the counted work the engine reports as waiting outside itself:
-    per group of `waits` (the engine's external table), the largest sum of its
-    gauges, the counted ones summed from `series`, the others from `uncounted`."""
-    groups: dict[str, float] = {}
-    for wait in engine.external if waits is None else waits:
-        if wait.counted:
-            total = math.fsum(s.value for s in series if s.name == wait.name)
-        else:
-            total = uncounted.get(wait.name, 0.0)
-        groups[wait.key] = max(groups.get(wait.key, 0.0), total)
-    return math.fsum(groups.values())
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,13 @@ histogram) and the README's table all read `ENGINES`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from drainhook.engines.verdict import Series
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,8 @@ _KINDS: dict[str, tuple[Engine, str]] = {
 def sample_kind(raw: str) -> tuple[Engine, str, str] | None:
     """Map a sample name to (engine, canonical name, kind), kind being `counted`,
     `progress` or `external` (CONTRACT §2b), or None if the hook reads no such
-    sample. The same `_`-for-`:` rule (NAME_SEPARATORS) as `counted_name`."""
+    sample. A name written
+    with `_` after the engine prefix (OpenMetrics escaping of `:`) is the same one."""
     for engine in ENGINES:
         p = engine.prefix
         if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in NAME_SEPARATORS:
@@ -278,17 +284,20 @@ def sample_kind(raw: str) -> tuple[Engine, str, str] | None:
     return None
 
 
-def counted_name(raw: str) -> tuple[Engine, str] | None:
-    """Map a sample or family name to (engine, canonical name), or None if not counted.
-
-    A name written with `_` after the engine prefix (OpenMetrics escaping of
-    `:`) is the same gauge.
-    """
-    for engine in ENGINES:
-        p = engine.prefix
-        if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in NAME_SEPARATORS:
-            canonical = f"{p}:{raw[len(p) + 1 :]}"
-            if canonical in engine.counted:
-                return engine, canonical
-            return None
-    return None
+def external_work(
+    engine: Engine,
+    series: Sequence[Series],
+    uncounted: dict[str, float],
+    waits: Sequence[ExternalWait] | None = None,
+) -> float:
+    """How much of the counted work the engine reports as waiting outside itself:
+    per group of `waits` (the engine's external table), the largest sum of its
+    gauges, the counted ones summed from `series`, the others from `uncounted`."""
+    groups: dict[str, float] = {}
+    for wait in engine.external if waits is None else waits:
+        if wait.counted:
+            total = math.fsum(s.value for s in series if s.name == wait.name)
+        else:
+            total = uncounted.get(wait.name, 0.0)
+        groups[wait.key] = max(groups.get(wait.key, 0.0), total)
+    return math.fsum(groups.values())

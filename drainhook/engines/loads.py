@@ -26,8 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from drainhook.engines.exposition import external_work
-from drainhook.engines.gauges import BY_NAME, LoadsField
+from drainhook.engines.gauges import BY_NAME, LoadsField, external_work
 from drainhook.engines.verdict import Progress, Scan, Series, Verdict, count, value_problem
 from drainhook.errors import Malformed
 

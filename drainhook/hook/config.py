@@ -7,22 +7,19 @@ file; nothing below the CLI reads any of those.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from drainhook.errors import UsageError
-from drainhook.hook.drain import Timeline
-from drainhook.hook.termination import TerminationLog
-from drainhook.reading.target import Target
+from drainhook.hook.timeline import Timeline
+from drainhook.reading.config import ReadConfig, positive
 
 DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
 DEFAULT_SETTLE = 5.0
 DEFAULT_EXIT_RESERVE = 5.0
 DEFAULT_INTERVAL = 1.0
-DEFAULT_READ_TIMEOUT = 1.0
 DEFAULT_CONFIRM = 2
 DEFAULT_LINGER = 0.0
-DEFAULT_MAX_BODY = 16 * 1024 * 1024
 # W of CONTRACT §2b (--stall-after): longer than a healthy engine's longest flat
 # stretch (a 128k-token prefill with nothing else decoding, on vLLM: about 95 s
 # on 4 A100s), well under the engines' own 300 s watchdogs; the README has the
@@ -33,70 +30,15 @@ DEFAULT_STALL_AFTER = 120.0
 # message, the summary line and the exit itself (measured 1-5 ms after the loop
 # returns; the rest is margin for a busy node). Logged deadlines stay D.
 EXIT_ALLOWANCE = 0.02
-DEFAULT_SCHEME = "http"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PATH = "/metrics"
-LOADS_PATH = "/v1/loads"  # SGLang's per-DP-rank load report (--source loads, auto)
-DEFAULT_SOURCE = "auto"
-# Set by Kubernetes in every container: where it is, listener discovery is on
-# by default (CONTRACT §2a). Read by the CLI, the edge; nothing below it.
-IN_POD_VARIABLE = "KUBERNETES_SERVICE_HOST"
 
 
 @dataclass(frozen=True)
-class ReadConfig:
-    """How to read the engine's count: the targets, what to count there (source,
-    engine), listener discovery when they refuse, and each read itself (its
-    timeout, the body cap, TLS, the API key); `check` holds the loopback rule."""
+class TerminationLog:
+    """Where the line goes; `create`: make the file if it is missing (a path given
+    explicitly), or not (the default, used only when it exists)."""
 
-    target: Target
-    engine: str = "auto"
-    more: tuple[Target, ...] = ()  # further targets, read and summed with the first
-    # "auto": /metrics, and SGLang's GET /v1/loads beside it when the body is
-    # SGLang's (drainhook.reading.sources); "metrics" or "loads": that one only.
-    source: str = DEFAULT_SOURCE
-    # Listener discovery (CONTRACT §2a) when every target refuses: on by
-    # default inside a Pod only (the CLI decides; off for a config built in code).
-    discover: bool = False
-    api_key: str | None = field(default=None, repr=False)  # never shown
-    max_body: int = DEFAULT_MAX_BODY
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    cacert: Path | None = None
-    tls_server_name: str | None = None
-    insecure: bool = False
-    allow_remote: bool = False
-    # Read the progress counters (CONTRACT §2b): `wait` turns it off when its
-    # stall window cannot close before D; probe always reads them.
-    progress: bool = True
-
-    @property
-    def targets(self) -> tuple[Target, ...]:
-        return (self.target, *self.more)
-
-    @property
-    def display(self) -> str:
-        """The targets as shown (no userinfo), comma-separated."""
-        return ",".join(t.display for t in self.targets)
-
-    def check(self) -> None:
-        for target in self.targets:
-            if not target.is_loopback and not self.allow_remote:
-                raise UsageError(
-                    f"{target.display} is not a loopback address; a read through a Service "
-                    "lands on whichever replica answers (use --allow-remote to override)"
-                )
-        if self.source == "loads" and self.engine == "vllm":
-            raise UsageError("--source loads is SGLang's /v1/loads: it cannot read vLLM")
-        shown = [t.display for t in self.targets]
-        if len(set(shown)) != len(shown):
-            raise UsageError("a target is given twice: it would be counted twice")
-        if self.max_body < 1:
-            raise UsageError("--max-body must be at least 1 byte")
-        _positive("--read-timeout", self.read_timeout)
-
-
-# The former name of ReadConfig, kept while work begun under it moves over.
-Reach = ReadConfig
+    path: Path
+    create: bool
 
 
 @dataclass(frozen=True)
@@ -153,7 +95,7 @@ class WaitConfig:
             ("--linger", self.linger),
         ):
             _not_negative(flag, value)
-        _positive("--interval", self.interval)
+        positive("--interval", self.interval)
         if self.max_wait is not None:
             _not_negative("--max-wait", self.max_wait)
         if self.stall_after is not None:
@@ -165,8 +107,3 @@ class WaitConfig:
 def _not_negative(flag: str, value: float) -> None:
     if not math.isfinite(value) or value < 0:
         raise UsageError(f"{flag} must be a finite number of seconds >= 0, not {value}")
-
-
-def _positive(flag: str, value: float) -> None:
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{flag} must be a finite number of seconds > 0, not {value}")

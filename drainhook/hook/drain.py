@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from drainhook.engines.verdict import Reading, Verdict
 from drainhook.hook.stall import Stall, StallWatch
+from drainhook.hook.timeline import Timeline
 
 
 class Outcome(str, enum.Enum):
@@ -35,18 +36,6 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Seconds from t0 (the hook's start): settle S, deadline D, and the read cadence."""
-
-    settle: float
-    deadline: float
-    interval: float
-    read_timeout: float
-    confirm: int = 2
-    linger: float = 0.0
 
 
 @dataclass(frozen=True)

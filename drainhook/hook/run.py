@@ -15,19 +15,16 @@ import time
 from drainhook import exits
 from drainhook.engines.verdict import Reading, Verdict
 from drainhook.hook import signals, termination
-from drainhook.hook.config import LOADS_PATH, ReadConfig, WaitConfig
+from drainhook.hook.config import WaitConfig
 from drainhook.hook.drain import Interrupted, Outcome, Result, drain
 from drainhook.hook.log import Log, probe_both, probe_json, probe_text
 from drainhook.hook.stall import StallWatch
 from drainhook.hook.timeline import instants, timeline_warnings
+from drainhook.reading import TargetReader
 from drainhook.reading.assemble import hook_reader, last_search, reader_for
-from drainhook.reading.rounds import TargetReader
+from drainhook.reading.config import LOADS_PATH, ReadConfig
 
 # The codes by name, as tests and tools have used them; drainhook.exits holds them all.
-EXIT_DRAINED = exits.WAIT["drained"]
-EXIT_DEADLINE = exits.WAIT["deadline"]
-EXIT_UNREACHABLE = exits.WAIT["unreachable"]
-EXIT_STALLED = exits.WAIT["stalled"]
 PROBE_EXIT = {verdict: exits.PROBE[verdict.value] for verdict in Verdict}
 
 

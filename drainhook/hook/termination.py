@@ -19,23 +19,14 @@ import errno
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from drainhook.engines.verdict import Verdict
+from drainhook.hook.config import TerminationLog
 from drainhook.hook.drain import Outcome, Result
 
 DEFAULT_PATH = Path("/dev/termination-log")
 MAX_BYTES = 4096  # what the kubelet keeps of a termination message
-
-
-@dataclass(frozen=True)
-class TerminationLog:
-    """Where the line goes; `create`: make the file if it is missing (a path given
-    explicitly), or not (the default, used only when it exists)."""
-
-    path: Path
-    create: bool
 
 
 def choose(

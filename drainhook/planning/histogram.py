@@ -32,19 +32,19 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from drainhook.engines.exposition import (
-    _BLANKS,
-    _META,
-    _NAME_END,
-    _NUMBER,
-    _SPECIAL,
-    MAX_LABELS,
-    _parse_rest,
-)
 from drainhook.engines.gauges import spellings
-from drainhook.engines.verdict import Body
 
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
+from drainhook.engines.grammar import (
+    BLANKS,
+    MAX_LABELS,
+    META,
+    NAME_END,
+    NUMBER,
+    SPECIAL,
+    parse_rest,
+)
+from drainhook.engines.verdict import Body
 from drainhook.errors import Malformed
 
 Labels = tuple[tuple[str, str], ...]
@@ -230,10 +230,10 @@ def _line(
 ) -> tuple[bytes, str] | None:
     """(suffix, what follows the name) of a sample line of the family at `at`, or
     None for anything else (a `# TYPE` line then marks the family seen)."""
-    name_end = _NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
+    name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
     suffix = bytes(body[at + len(needle) : name_end])
-    if _BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
-        if not suffix and _META.fullmatch(body, start, at):
+    if BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
+        if not suffix and META.fullmatch(body, start, at):
             family.seen = True
         return None  # the name inside another line (a HELP text, a label value)
     if suffix not in _SUFFIXES:
@@ -251,27 +251,27 @@ def _line(
 # Two ways to read a line, one grammar: the common line in one match of its bytes
 # (`_plain_line`: a label set without escapes, a plain value, an optional
 # timestamp), and everything else through the scanner's full grammar
-# (exposition._parse_rest), which accepts all the first does, and more.
+# (grammar.parse_rest), which accepts all the first does, and more.
 _PLAIN_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\\n]*"[ \t]*'
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"')
 # A bucket's upper bound, as the Prometheus parsers read one (no `1_000`, no blanks).
-_LE = re.compile(rf"{_NUMBER}|{_SPECIAL}")
+_LE = re.compile(rf"{NUMBER}|{SPECIAL}")
 
 
 def _parse(rest: str) -> tuple[Labels, float]:
     """Labels and value; an OpenMetrics exemplar (`... value # {labels} v`) is dropped."""
     try:
-        return _parse_rest(rest)
+        return parse_rest(rest)
     except Malformed:
         cut = rest.rfind(" # {")
         if cut < 0:
             raise
-        return _parse_rest(rest[:cut])
+        return parse_rest(rest[:cut])
 
 
 _PLAIN_TAIL_B = (
     rf"[ \t]*\{{((?:{_PLAIN_PAIR},)*(?:{_PLAIN_PAIR})?)\}}"
-    rf"[ \t]*({_NUMBER})(?:[ \t]+{_NUMBER})?[ \t]*\r?"
+    rf"[ \t]*({NUMBER})(?:[ \t]+{NUMBER})?[ \t]*\r?"
 ).encode()
 _PLAIN_LINES: dict[bytes, re.Pattern[bytes]] = {}
 

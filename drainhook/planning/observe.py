@@ -26,7 +26,7 @@ from pathlib import Path
 from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, spellings
 from drainhook.engines.verdict import Body, Reading, Verdict
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
-from drainhook.hook.config import DEFAULT_MAX_BODY, ReadConfig, WaitConfig
+from drainhook.hook.config import WaitConfig
 from drainhook.hook.timeline import GRACE_MAX, GRACE_MIN, PlanWarning
 from drainhook.numfmt import json_number, number, seconds
 from drainhook.planning import plan as planning
@@ -43,6 +43,7 @@ from drainhook.planning.histogram import (
     sum_series,
 )
 from drainhook.planning.plan import Plan
+from drainhook.reading.config import DEFAULT_MAX_BODY, ReadConfig
 
 DEFAULT_QUANTILE = 0.999
 SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little

@@ -30,10 +30,8 @@ from drainhook.hook.config import (
     DEFAULT_GRACE,
     DEFAULT_INTERVAL,
     DEFAULT_LINGER,
-    DEFAULT_READ_TIMEOUT,
     DEFAULT_SETTLE,
     DEFAULT_STALL_AFTER,
-    ReadConfig,
     WaitConfig,
 )
 from drainhook.hook.timeline import (
@@ -46,6 +44,7 @@ from drainhook.hook.timeline import (
     instants,
 )
 from drainhook.numfmt import json_number, number, seconds
+from drainhook.reading.config import DEFAULT_READ_TIMEOUT, ReadConfig
 from drainhook.reading.target import build_url, parse_url
 
 SCHEMA = 1

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from drainhook.engines.exposition import MetricsScanner
 from drainhook.engines.loads import LoadsScanner
 from drainhook.engines.verdict import Scanner
-from drainhook.hook.config import LOADS_PATH, ReadConfig
+from drainhook.reading import TargetReader
+from drainhook.reading.config import LOADS_PATH, ReadConfig
 from drainhook.reading.discovery.search import DiscoveringReader, SearchRecord
 from drainhook.reading.read import Reader
-from drainhook.reading.rounds import Round, TargetReader
+from drainhook.reading.rounds import Round
 from drainhook.reading.sources import AutoReader
 from drainhook.reading.target import Target, parse_url, ssl_context
 

@@ -45,7 +45,7 @@ import httpcore
 
 from drainhook.engines.exposition import MetricsScanner
 from drainhook.engines.verdict import Body, Reading, Scanner, Verdict
-from drainhook.hook.config import DEFAULT_MAX_BODY
+from drainhook.reading.config import DEFAULT_MAX_BODY
 from drainhook.reading.target import Target
 
 T = typing.TypeVar("T")

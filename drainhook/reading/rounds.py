@@ -28,21 +28,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Protocol
 
 from drainhook.engines.verdict import Reading, Verdict, count
+from drainhook.reading import TargetReader
 from drainhook.reading.merge import merge_series
-
-
-class TargetReader(Protocol):
-    """What a round needs of one target's reader (drainhook.reading.read.Reader)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def read(self, timeout: float) -> Reading: ...
-
-    def close(self) -> None: ...
 
 
 class Round:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from drainhook.engines.verdict import Progress, Reading, Verdict, engine_shown
-from drainhook.reading.rounds import TargetReader
+from drainhook.reading import TargetReader
 
 # The statuses that say /v1/loads will not answer this hook: it is not asked again.
 _FOR_GOOD = {

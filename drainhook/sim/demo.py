@@ -16,7 +16,8 @@ TOKENS = (20, 30, 45, 50, 60)  # streams of 50 ms tokens: 1.0 .. 3.0 s
 
 def run_demo() -> int:
     """Start the engine, send streams, drain it with the hook; return the hook's exit code."""
-    from drainhook.hook.config import Reach, WaitConfig
+    from drainhook.hook.config import WaitConfig
+    from drainhook.reading.config import ReadConfig
     from drainhook.reading.target import parse_url
 
     def say(line: str) -> None:
@@ -40,7 +41,7 @@ def run_demo() -> int:
             time.sleep(0.01)
         say(f"demo: {len(TOKENS)} streaming requests in flight; the Pod is deleted now")
         config = WaitConfig(
-            reach=Reach(target=parse_url(url)),
+            reach=ReadConfig(target=parse_url(url)),
             grace=10.0,
             settle=1.0,
             exit_reserve=2.0,

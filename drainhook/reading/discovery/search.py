@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from drainhook.engines.verdict import Reading, Verdict, engine_shown
+from drainhook.reading import TargetReader
 from drainhook.reading.discovery.listeners import Listener, candidates, read_listeners
-from drainhook.reading.rounds import Round, TargetReader, combine_readings
+from drainhook.reading.rounds import Round, combine_readings
 from drainhook.reading.target import Target
 
 ReadOne = Callable[[str, float], Reading]

@@ -1,0 +1,82 @@
+"""The exposition grammar both line readers share: the scanner's counted gauges
+(drainhook.engines.exposition) and `plan --observe`'s latency histogram
+(drainhook.planning.histogram). A sample line is `name{labels} value [timestamp]`,
+read as the Prometheus Go parser reads it, in Prometheus text 0.0.4 and
+OpenMetrics 1.0 alike.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from drainhook.errors import Malformed
+
+MAX_LABELS = 16  # labels on one counted series
+
+NAME_END = re.compile(rb"[{ \t\r]|$")
+BLANKS = re.compile(rb"[ \t]*")
+META = re.compile(rb"[ \t]*#[ \t]+(?:TYPE|HELP|UNIT)[ \t]+")
+# A label value of a megabyte is read in one pass without memory per character:
+# possessive repeats (Python 3.11) keep no backtracking state; before 3.11 the
+# unrolled form keeps some (about 130 bytes) per escape sequence, so a counted
+# line may hold at most MAX_ESCAPES_UNROLLED of them there.
+POSSESSIVE = sys.version_info >= (3, 11)
+VALUE = r'((?:[^"\\\n]++|\\.)*+)' if POSSESSIVE else r'([^"\\\n]*(?:\\.[^"\\\n]*)*)'
+MAX_ESCAPES_UNROLLED = 4096
+LABEL = re.compile(rf'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"{VALUE}"[ \t]*(,|\}})')
+CLOSE = re.compile(r"[ \t]*\}")
+NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+SPECIAL = r"[+-]?(?:[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])"
+# The value follows the name after blanks, or the label set after none or more
+# (both as the Prometheus Go parser reads them); a timestamp needs blanks before it.
+TAIL = re.compile(rf"[ \t]*({NUMBER}|{SPECIAL})(?:[ \t]+{NUMBER})?[ \t]*")
+
+
+def unescape(value: str) -> str:
+    """Undo `\\\\`, `\\n` and `\\"` (any other escape stays as written), in C
+    string operations: a value of a million escapes costs no call per escape.
+
+    `\\\\` pairs are taken left to right first, as the parser reads them, and
+    set aside; what is left has no backslash pairs, so its escapes are unambiguous.
+    """
+    if "\\" not in value:
+        return value
+    if "\0" in value:
+        parts = value.split("\\\\")
+        return "\\".join(p.replace("\\n", "\n").replace('\\"', '"') for p in parts)
+    swapped = value.replace("\\\\", "\0").replace("\\n", "\n").replace('\\"', '"')
+    return swapped.replace("\0", "\\")
+
+
+def parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
+    """Parse what follows a counted name: optional `{labels}`, value, timestamp."""
+    labels: list[tuple[str, str]] = []
+    pos = 0
+    if not POSSESSIVE and rest.count("\\") > MAX_ESCAPES_UNROLLED:
+        raise Malformed(f"more than {MAX_ESCAPES_UNROLLED} escapes")
+    if rest.lstrip(" \t").startswith("{"):  # blanks between name and `{` are allowed
+        rest = rest.lstrip(" \t")
+        pos = 1
+        closing = CLOSE.match(rest, pos)
+        if closing:
+            pos = closing.end()
+        else:
+            while True:
+                m = LABEL.match(rest, pos)
+                if m is None:
+                    raise Malformed("bad label set")
+                if len(labels) == MAX_LABELS:
+                    raise Malformed(f"more than {MAX_LABELS} labels")
+                labels.append((sys.intern(m.group(1)), unescape(m.group(2))))
+                pos = m.end()
+                if m.group(3) == "}":
+                    break
+                closing = CLOSE.match(rest, pos)
+                if closing:  # trailing comma
+                    pos = closing.end()
+                    break
+    m = TAIL.fullmatch(rest, pos)
+    if m is None:
+        raise Malformed("bad value")
+    return tuple(labels), float(m.group(1))

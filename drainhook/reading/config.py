@@ -1,0 +1,79 @@
+"""How the engine's count is read: the targets, the source, discovery and each
+read's own limits (CONTRACT §2, §2a), as one frozen value built at the edge."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drainhook.errors import UsageError
+from drainhook.reading.target import Target
+
+DEFAULT_READ_TIMEOUT = 1.0
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+DEFAULT_SCHEME = "http"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PATH = "/metrics"
+LOADS_PATH = "/v1/loads"  # SGLang's per-DP-rank load report (--source loads, auto)
+DEFAULT_SOURCE = "auto"
+# Set by Kubernetes in every container: where it is, listener discovery is on
+# by default (CONTRACT §2a). Read by the CLI, the edge; nothing below it.
+IN_POD_VARIABLE = "KUBERNETES_SERVICE_HOST"
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """How to read the engine's count: the targets, what to count there (source,
+    engine), listener discovery when they refuse, and each read itself (its
+    timeout, the body cap, TLS, the API key); `check` holds the loopback rule."""
+
+    target: Target
+    engine: str = "auto"
+    more: tuple[Target, ...] = ()  # further targets, read and summed with the first
+    # "auto": /metrics, and SGLang's GET /v1/loads beside it when the body is
+    # SGLang's (drainhook.reading.sources); "metrics" or "loads": that one only.
+    source: str = DEFAULT_SOURCE
+    # Listener discovery (CONTRACT §2a) when every target refuses: on by
+    # default inside a Pod only (the CLI decides; off for a config built in code).
+    discover: bool = False
+    api_key: str | None = field(default=None, repr=False)  # never shown
+    max_body: int = DEFAULT_MAX_BODY
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    cacert: Path | None = None
+    tls_server_name: str | None = None
+    insecure: bool = False
+    allow_remote: bool = False
+    # Read the progress counters (CONTRACT §2b): `wait` turns it off when its
+    # stall window cannot close before D; probe always reads them.
+    progress: bool = True
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return (self.target, *self.more)
+
+    @property
+    def display(self) -> str:
+        """The targets as shown (no userinfo), comma-separated."""
+        return ",".join(t.display for t in self.targets)
+
+    def check(self) -> None:
+        for target in self.targets:
+            if not target.is_loopback and not self.allow_remote:
+                raise UsageError(
+                    f"{target.display} is not a loopback address; a read through a Service "
+                    "lands on whichever replica answers (use --allow-remote to override)"
+                )
+        if self.source == "loads" and self.engine == "vllm":
+            raise UsageError("--source loads is SGLang's /v1/loads: it cannot read vLLM")
+        shown = [t.display for t in self.targets]
+        if len(set(shown)) != len(shown):
+            raise UsageError("a target is given twice: it would be counted twice")
+        if self.max_body < 1:
+            raise UsageError("--max-body must be at least 1 byte")
+        positive("--read-timeout", self.read_timeout)
+
+
+def positive(flag: str, value: float) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{flag} must be a finite number of seconds > 0, not {value}")

@@ -1,0 +1,141 @@
+"""The package's rooms and the rule between them (docs/development.md, "Layout").
+
+The import graph is read from the source (every `import` and `from ... import`,
+at module level or inside a function), not from a list of module names: a new
+module falls under the rule of the room it is put in.
+
+    drainhook/            errors, exits, numfmt, build_info: the shared vocabulary
+      engines/            what a body means (the gauge table, the scanners, verdicts)
+      reading/            where and how to read (targets, HTTP, rounds, discovery)
+      hook/               the run (the loop, stall watch, signals, log, exit)
+      planning/  sim/     advice and the simulated engine: beside the hook, never under it
+      cli/                the command line, which wires them all
+
+A room imports only from the rooms below it; hook/, reading/ and engines/
+import nothing from planning/, sim/ or cli/; no module imports another's
+private name.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "drainhook"
+
+# What each room may import, besides itself.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "": frozenset(),
+    "engines": frozenset({""}),
+    "reading": frozenset({"", "engines"}),
+    "hook": frozenset({"", "engines", "reading"}),
+    "planning": frozenset({"", "engines", "reading", "hook"}),
+    "sim": frozenset({"", "engines", "reading", "hook"}),
+    "cli": frozenset({"", "engines", "reading", "hook", "planning", "sim"}),
+}
+# The entry point wires the command line, as cli/ does.
+ROOM_OF_ENTRY = {"drainhook.__main__": "cli"}
+THE_HOOKS_ROOMS = ("hook", "reading", "engines")
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str  # module importing
+    target: str  # module or package imported
+    name: str | None  # the name taken from it (`from target import name`)
+    line: int
+
+
+def module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room(module: str, package: Path = PACKAGE) -> str:
+    """The sub-package a module belongs to; "" for the package's top level."""
+    if module in ROOM_OF_ENTRY:
+        return ROOM_OF_ENTRY[module]
+    parts = module.split(".")
+    if len(parts) > 1 and (package / parts[1]).is_dir():
+        return parts[1]
+    return ""
+
+
+def _is_module(dotted: str, package: Path) -> bool:
+    path = package.parent / Path(*dotted.split("."))
+    return path.with_suffix(".py").exists() or path.is_dir()
+
+
+def edges(package: Path = PACKAGE) -> list[Edge]:
+    found: list[Edge] = []
+    for path in sorted(package.rglob("*.py")):
+        source = module_name(path, package)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found += [
+                    Edge(source, a.name, None, node.lineno)
+                    for a in node.names
+                    if a.name.split(".")[0] == "drainhook"
+                ]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] != "drainhook":
+                    continue
+                for a in node.names:
+                    # `from drainhook.hook import signals` takes a module.
+                    as_module = f"{node.module}.{a.name}"
+                    if _is_module(as_module, package):
+                        found.append(Edge(source, as_module, None, node.lineno))
+                    else:
+                        found.append(Edge(source, node.module, a.name, node.lineno))
+    return found
+
+
+def breaches(found: list[Edge], package: Path = PACKAGE) -> list[str]:
+    out = []
+    for e in found:
+        here, there = room(e.source, package), room(e.target, package)
+        if there != here and there not in MAY_IMPORT[here]:
+            out.append(f"{e.source}:{e.line} ({here or 'top'}/) imports {e.target} ({there}/)")
+        if e.name is not None and e.name.startswith("_") and not e.name.startswith("__"):
+            out.append(f"{e.source}:{e.line} imports the private name {e.name} of {e.target}")
+    return out
+
+
+def test_the_graph_is_read() -> None:
+    """The walk finds the imports it judges (a rule over no edges passes anything)."""
+    found = edges()
+    rooms = {room(e.source) for e in found}
+    assert set(MAY_IMPORT) <= rooms
+    assert any(e.source == "drainhook.hook.run" and room(e.target) == "reading" for e in found)
+
+
+def test_every_room_imports_only_what_lies_below_it() -> None:
+    assert breaches(edges()) == []
+
+
+def test_the_hooks_rooms_never_reach_the_advice_the_simulator_or_the_command_line() -> None:
+    for e in edges():
+        if room(e.source) in THE_HOOKS_ROOMS:
+            assert room(e.target) not in ("planning", "sim", "cli"), e
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "expected"),
+    [
+        ("hook/x.py", "from drainhook.planning import plan\n", "imports drainhook.planning.plan"),
+        ("engines/x.py", "def f():\n    import drainhook.reading.read\n", "(reading/)"),
+        ("reading/x.py", "from drainhook.engines.grammar import _P\n", "private name _P"),
+        ("x.py", "from drainhook.hook.run import run_wait\n", "(top/) imports"),
+    ],
+)
+def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expected: str) -> None:
+    """The same walk over a copy of the package with one bad import added fails."""
+    copy = tmp_path / "drainhook"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / where).write_text(code)
+    found = [e for e in edges(copy) if e.source.endswith(".x")]
+    assert any(expected in b for b in breaches(found, copy)), found
