@@ -350,6 +350,15 @@ def test_contract_exit_codes_are_the_code_s() -> None:
     assert {k: int(v) for k, v in said.items()} == {**exits.PROBE, "usage": exits.USAGE}
 
 
+def test_contract_verdicts_are_the_code_s() -> None:
+    """Contract §2's table has one row per verdict, the verdicts `probe` exits
+    with (drainhook.exits is keyed by the verdict's name)."""
+    rows = part(CONTRACT, "verdicts").splitlines()[2:]
+    verdicts = [re.match(r"\| `([a-z]+)` \|", row) for row in rows]
+    assert [m.group(1) for m in verdicts if m] == list(exits.PROBE)
+    assert len(verdicts) == len(exits.PROBE)
+
+
 # -- the README ---------------------------------------------------------------------
 
 
@@ -373,6 +382,22 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
     commands = [line.split("#")[0].split() for line in block.splitlines()[1:-1]]
     assert [c[0] for c in commands] == ["scripts/demo", "scripts/test"]
     for (script_path,) in commands:
+        path = ROOT / script_path
+        assert path.is_file() and path.stat().st_mode & 0o111, script_path
+
+
+def test_scripts_the_docs_name_exist() -> None:
+    """Every `scripts/...` command in the docs' shell blocks is a script here that
+    runs."""
+    named = {
+        line.split()[0]
+        for doc in DOCS
+        for text in blocks(doc, "sh")
+        for line in text.splitlines()
+        if line.startswith("scripts/")
+    }
+    assert {"scripts/demo", "scripts/test"} <= named
+    for script_path in sorted(named):
         path = ROOT / script_path
         assert path.is_file() and path.stat().st_mode & 0o111, script_path
 
