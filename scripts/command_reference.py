@@ -1,13 +1,13 @@
-"""The README's command reference: every command's `--help`, between markers.
+"""docs/reference.md: every command's `--help`, generated.
 
-    scripts/command-reference           rewrite the section in README.md
+    scripts/command-reference           rewrite docs/reference.md
     scripts/command-reference --check   exit 1 when it differs from the current --help
 
-The section lies between `<!-- commands:begin -->` and `<!-- commands:end -->`
-(appended at the end of the README when the markers are missing); nothing else
-in the README is touched. Each help is the real `drainhook COMMAND --help`, as a
-100-column terminal shows it. tests/test_docs.py fails when the README is out of
-date: rerun this script.
+The whole file is generated: a title, one line saying so, then each help as the
+real `drainhook COMMAND --help` shows it on a 100-column terminal. The part
+between `<!-- commands:begin -->` and `<!-- commands:end -->` is what
+tests/test_docs.py compares with today's --help: when it fails, rerun this
+script.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 from drainhook.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+REFERENCE = ROOT / "docs" / "reference.md"
+TITLE = "# Command reference"
 BEGIN = "<!-- commands:begin -->"
 END = "<!-- commands:end -->"
 COLUMNS = 100
@@ -61,40 +62,40 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def current(readme: str) -> str | None:
-    """The section as the README has it, or None when the markers are missing."""
-    start, end = readme.find(BEGIN), readme.find(END)
+def current(text: str) -> str | None:
+    """The section as the file has it, or None when the markers are missing."""
+    start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         return None
-    return readme[start : end + len(END)]
+    return text[start : end + len(END)]
 
 
-def updated(readme: str) -> str:
-    """The README with the section replaced (or appended)."""
-    section = render()
-    old = current(readme)
-    if old is None:
-        return readme.rstrip("\n") + "\n\n## Command reference\n\n" + section + "\n"
-    return readme.replace(old, section)
+def document() -> str:
+    """The whole of docs/reference.md."""
+    intro = (
+        "Every command's `--help`, as a 100-column terminal shows it. What the flags"
+        " mean for the\nhook's run is [the contract](contract.md), section 4; the choices"
+        " behind them are\n[design.md](design.md)."
+    )
+    return f"{TITLE}\n\n{intro}\n\n{render()}\n"
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text()
+    text = REFERENCE.read_text() if REFERENCE.exists() else ""
     if "--check" in argv:
-        if current(text) != render():
+        if text != document():
             print(
-                "README.md: the command reference is stale: run scripts/command-reference",
+                "docs/reference.md: the command reference is stale: run scripts/command-reference",
                 file=sys.stderr,
             )
             return 1
-        print("README.md: the command reference is current")
+        print("docs/reference.md: the command reference is current")
         return 0
-    new = updated(text)
-    if new != text:
-        README.write_text(new)
-        print("README.md: command reference rewritten")
+    if text != document():
+        REFERENCE.write_text(document())
+        print("docs/reference.md: command reference rewritten")
     else:
-        print("README.md: command reference already current")
+        print("docs/reference.md: command reference already current")
     return 0
 
 

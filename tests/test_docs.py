@@ -1,6 +1,8 @@
 """The docs say what the code does: the generated parts are current, every YAML
-snippet is a valid Kubernetes fragment, and every drainhook command line in them
-parses with drainhook's own CLI.
+snippet is a valid Kubernetes fragment, every drainhook command line in them
+parses with drainhook's own CLI, every contract section the code cites exists,
+and the README stays a front door. Checked parts are found by their markers
+(tests/docparts.py), never by a heading.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import importlib.util
 import json
 import re
 import shlex
+import signal
 import sys
 import types
 import typing
@@ -18,11 +21,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from drainhook import exits
 from drainhook.cli.main import cli
 from drainhook.hook.config import DEFAULT_GRACE
 from drainhook.hook.timeline import TIMELINE_RULES
 from drainhook.planning import plan as planning
 from tests.conftest import ROOT, Hook
+from tests.docparts import names, part
 from tests.test_examples import (
     _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
     load_model,
@@ -32,8 +37,11 @@ from tests.test_examples import (
 
 README = ROOT / "README.md"
 OPERATIONS = ROOT / "docs" / "operations.md"
+CONTRACT = ROOT / "docs" / "contract.md"
+REFERENCE = ROOT / "docs" / "reference.md"
 TIMELINE = ROOT / "docs" / "timeline.svg"
-DOCS = [README, OPERATIONS]
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+README_MAX_LINES = 300
 
 
 def script(name: str) -> types.ModuleType:
@@ -68,7 +76,7 @@ def test_timeline_svg_shows_the_default_instants() -> None:
     text = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
     for label in ("S = 5 s", "6 s: an idle engine's hook returns", "D = G - R = 25 s", "G = 30 s"):
         assert label in text
-    assert "timeline.svg" in OPERATIONS.read_text()
+    assert "](docs/timeline.svg)" in README.read_text()
 
 
 def test_timeline_svg_draws_other_plans() -> None:
@@ -88,21 +96,23 @@ def test_timeline_svg_draws_other_plans() -> None:
 
 
 def test_command_reference_is_current() -> None:
-    """The README's command reference is every command's --help as it is now; if
-    not, rerun scripts/command-reference."""
+    """docs/reference.md is every command's --help as it is now; if not, rerun
+    scripts/command-reference."""
     reference = script("command_reference")
-    assert reference.current(README.read_text()) == reference.render(), (
-        "README.md: the command reference is stale: run scripts/command-reference"
+    assert reference.current(REFERENCE.read_text()) == reference.render(), (
+        "docs/reference.md: the command reference is stale: run scripts/command-reference"
     )
+    assert REFERENCE.read_text() == reference.document()
 
 
 def test_command_reference_covers_every_command() -> None:
-    section = script("command_reference").current(README.read_text())
+    section = script("command_reference").current(REFERENCE.read_text())
     assert section is not None
     titles = re.findall(r"^### `(drainhook[^`]*)`", section, re.M)
-    names = [name for name, c in cli.commands.items() if not c.hidden]
-    assert titles == ["drainhook", *(f"drainhook {n}" for n in names)]
-    assert README.read_text().rstrip().endswith("<!-- commands:end -->")
+    commands = [name for name, c in cli.commands.items() if not c.hidden]
+    assert titles == ["drainhook", *(f"drainhook {n}" for n in commands)]
+    assert REFERENCE.read_text().rstrip().endswith("<!-- commands:end -->")
+    assert "](docs/reference.md)" in README.read_text()
 
 
 def test_every_plan_warning_is_documented() -> None:
@@ -130,7 +140,7 @@ def test_every_plan_warning_is_documented() -> None:
         "stall-after-deadline",
     }
     assert seen == expected
-    text = OPERATIONS.read_text()
+    text = part(OPERATIONS, "plan-warnings")
     for code in expected:
         assert f"`{code}`" in text, f"docs/operations.md does not explain {code}"
     assert expected == {rule(p).code for rule, p in _firing()}  # every rule of the table
@@ -158,7 +168,7 @@ def test_which_warnings_wait_logs_is_documented() -> None:
     rows = {
         m.group(1): m.group(2)
         for m in re.finditer(
-            r"^\| `([a-z-]+)` \|(?:[^|]*\|){2} ([^|]*) \|", OPERATIONS.read_text(), re.M
+            r"^\| `([a-z-]+)` \|(?:[^|]*\|){2} ([^|]*) \|", part(OPERATIONS, "plan-warnings"), re.M
         )
     }
     timeline = {rule(p).code for rule, p in _firing() if rule in TIMELINE_RULES}
@@ -171,16 +181,23 @@ def test_which_warnings_wait_logs_is_documented() -> None:
 
 @pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
 def test_relative_links_resolve(doc: Path) -> None:
+    """Every relative link names a file that exists, and an anchor names a heading of
+    the file it points into (this one, or another Markdown file)."""
     text = doc.read_text()
-    anchors = {_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
         if re.match(r"[a-z]+:", target):
             continue
         path, _, anchor = target.partition("#")
-        if path:
-            assert (doc.parent / path).exists(), f"{doc.name}: broken link {target}"
-        elif anchor:
-            assert anchor in anchors, f"{doc.name}: no heading for #{anchor}"
+        linked = (doc.parent / path) if path else doc
+        assert linked.exists(), f"{doc.name}: broken link {target}"
+        if anchor and linked.suffix == ".md":
+            assert anchor in _anchors(linked), f"{doc.name}: no heading for {target}"
+
+
+def _anchors(doc: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown file (code blocks skipped)."""
+    text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.S | re.M)
+    return {_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
 
 
 def _anchor(heading: str) -> str:
@@ -271,3 +288,127 @@ def test_plan_help_names_every_warning_from_its_rule() -> None:
         fired = rule(p)
         assert fired is not None and doc.split(":")[0] == fired.code, rule
         assert doc in text, fired.code
+
+
+# -- the contract -------------------------------------------------------------------
+
+# "CONTRACT §2a", "CONTRACT §1, §4", "CONTRACT §2 and §2b", across a line break too.
+CITATION = re.compile(r"CONTRACT\s+(§\d+[a-z]?(?:(?:,\s*|\s+and\s+)§\d+[a-z]?)*)")
+SOURCES = ["drainhook", "tests", "scripts", "benchmarks", "rehearsal"]
+
+
+def _cited() -> dict[str, set[str]]:
+    """Every contract section cited in the Python sources, with the files citing it."""
+    cited: dict[str, set[str]] = {}
+    for folder in SOURCES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for m in CITATION.finditer(path.read_text()):
+                for section in re.findall(r"§(\d+[a-z]?)", m.group(1)):
+                    cited.setdefault(section, set()).add(str(path.relative_to(ROOT)))
+    return cited
+
+
+def _sections() -> set[str]:
+    """The sections docs/contract.md has: headings `## 2.`, `### 2a.`, …"""
+    return set(re.findall(r"^#+ *(\d+[a-z]?)\.", CONTRACT.read_text(), re.M))
+
+
+def test_every_contract_section_the_code_cites_exists() -> None:
+    """Each "CONTRACT §n" in the code names a section of docs/contract.md: the spec
+    the code refers to is in the repository, numbered as it is cited."""
+    cited = _cited()
+    assert {"1", "2", "2a", "2b", "3", "4", "5", "6", "7"} <= set(cited)  # the scan works
+    missing = {s: sorted(files) for s, files in cited.items() if s not in _sections()}
+    assert not missing, f"cited but not in docs/contract.md: {missing}"
+
+
+def test_contract_stands_alone() -> None:
+    """docs/contract.md is the project's own text: it points at nothing outside the
+    repository's docs."""
+    text = CONTRACT.read_text()
+    assert "shared/" not in text and "../shared" not in text
+    assert _sections() >= {"1", "2", "2a", "2b", "3", "4", "5", "6", "7"}
+
+
+def test_contract_exit_codes_are_the_code_s() -> None:
+    """The exit-code table of contract §5 (and its sentence on `probe`) is
+    drainhook.exits, row for row."""
+    expected = {
+        **{name: [code] for name, code in exits.WAIT.items()},
+        "interrupted": [exits.interrupted(signal.SIGTERM), exits.interrupted(signal.SIGINT)],
+        "usage": [exits.USAGE],
+        "internal": [exits.INTERNAL],
+    }
+    rows = {}
+    for line in part(CONTRACT, "exits").splitlines()[2:]:
+        outcome, code = (c.strip() for c in line.strip("|").split("|"))
+        rows[outcome.split()[0]] = [int(c) for c in code.split(" / ")]
+    assert rows == expected
+    probe = re.search(r"`probe` exits ([^;]*);", CONTRACT.read_text())
+    assert probe is not None
+    said = dict(reversed(p.split()) for p in probe.group(1).replace("\n", " ").split(", "))
+    assert {k: int(v) for k, v in said.items()} == {**exits.PROBE, "usage": exits.USAGE}
+
+
+def test_contract_verdicts_are_the_code_s() -> None:
+    """Contract §2's table has one row per verdict, the verdicts `probe` exits
+    with (drainhook.exits is keyed by the verdict's name)."""
+    rows = part(CONTRACT, "verdicts").splitlines()[2:]
+    verdicts = [re.match(r"\| `([a-z]+)` \|", row) for row in rows]
+    assert [m.group(1) for m in verdicts if m] == list(exits.PROBE)
+    assert len(verdicts) == len(exits.PROBE)
+
+
+# -- the README ---------------------------------------------------------------------
+
+
+def test_readme_is_short() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) < README_MAX_LINES, (
+        f"README.md has {len(lines)} lines: a front door holds under {README_MAX_LINES};"
+        " the rest belongs in docs/"
+    )
+
+
+def test_readme_opens_with_the_two_setup_commands() -> None:
+    """Right under the title come the two commands that set everything up, each a
+    script in the repository."""
+    text = README.read_text()
+    title, rest = text.split("\n", 1)
+    assert title == "# drainhook"
+    assert rest.lstrip("\n").startswith("<!-- drainhook:doc:setup -->")
+    block = part(README, "setup")
+    assert block.startswith("```sh\n") and block.endswith("\n```")
+    commands = [line.split("#")[0].split() for line in block.splitlines()[1:-1]]
+    assert [c[0] for c in commands] == ["scripts/demo", "scripts/test"]
+    for (script_path,) in commands:
+        path = ROOT / script_path
+        assert path.is_file() and path.stat().st_mode & 0o111, script_path
+
+
+def test_scripts_the_docs_name_exist() -> None:
+    """Every `scripts/...` command in the docs' shell blocks is a script here that
+    runs."""
+    named = {
+        line.split()[0]
+        for doc in DOCS
+        for text in blocks(doc, "sh")
+        for line in text.splitlines()
+        if line.startswith("scripts/")
+    }
+    assert {"scripts/demo", "scripts/test"} <= named
+    for script_path in sorted(named):
+        path = ROOT / script_path
+        assert path.is_file() and path.stat().st_mode & 0o111, script_path
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
+def test_doc_markers_are_well_formed(doc: Path) -> None:
+    """Every marked part is opened and closed once, and parts do not nest."""
+    names(doc)
+
+
+def test_checked_parts_are_where_the_tests_look() -> None:
+    assert "setup" in names(README)
+    assert {"verdicts", "gauges", "exits"} <= set(names(CONTRACT))
+    assert {"plan-warnings", "observe-warnings"} <= set(names(OPERATIONS))

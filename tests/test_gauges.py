@@ -1,7 +1,7 @@
-"""The engine table (CONTRACT §3) is the single source: the README's "Which gauges
-count" table says what it holds, docs/engines.md's /v1/loads table says which
-fields `--source loads` counts, and `sample_kind` maps exactly its names
-(either separator) and nothing else."""
+"""The engine table (CONTRACT §3) is the single source: docs/contract.md's gauge
+table (its `gauges` part) says what it holds, docs/engines.md's /v1/loads table
+(its `loads-fields` part) says which fields `--source loads` counts, and
+`sample_kind` maps exactly its counted names (either separator) and nothing else."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from drainhook.engines.gauges import BY_NAME, ENGINE_NAMES, ENGINES, Engine, sample_kind
+from tests.docparts import part
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+CONTRACT = ROOT / "docs" / "contract.md"
 ENGINES_DOC = ROOT / "docs" / "engines.md"
 
 ALL_COUNTED = [(e.name, n) for e in ENGINES for n in e.counted]
@@ -29,15 +30,8 @@ def _names(cell: str) -> set[str]:
     return set(re.findall(r"`([a-z]+:[a-z_]+)`", cell))
 
 
-def _readme_gauges() -> list[list[str]]:
-    text = README.read_text()
-    begin, end = "<!-- gauges:begin -->", "<!-- gauges:end -->"
-    assert text.count(begin) == 1 and text.count(end) == 1
-    return _table_rows(text.split(begin)[1].split(end)[0])
-
-
-def test_readme_gauge_table_lists_the_engine_table() -> None:
-    rows = _readme_gauges()
+def test_contract_gauge_table_lists_the_engine_table() -> None:
+    rows = _table_rows(part(CONTRACT, "gauges"))
     assert [row[0].lower() for row in rows] == list(ENGINE_NAMES)
     for row in rows:
         engine = BY_NAME[row[0].lower()]
@@ -48,18 +42,10 @@ def test_readme_gauge_table_lists_the_engine_table() -> None:
             assert row[3] == "—"
 
 
-def test_readme_gauge_table_is_under_its_heading() -> None:
-    text = README.read_text()
-    section = text.split("\n## Which gauges count\n")[1].split("\n## ")[0]
-    assert "<!-- gauges:begin -->" in section
-
-
 def test_engines_doc_loads_table_lists_the_loads_fields() -> None:
     """docs/engines.md "What counts": every /v1/loads field the code counts, whether
     it is required, and the /metrics gauge it stands for; nothing more."""
-    text = ENGINES_DOC.read_text()
-    section = text.split("**What counts**")[1].split("\n\n", 2)[1]
-    rows = _table_rows(section)
+    rows = _table_rows(part(ENGINES_DOC, "loads-fields"))
     fields = [f for e in ENGINES for f in e.loads_fields]
     assert fields
     assert [row[0].strip("`") for row in rows] == [f.name for f in fields]

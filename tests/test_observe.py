@@ -34,6 +34,7 @@ from drainhook.planning.observe import (
 )
 from drainhook.reading.target import read_small_file
 from tests.conftest import ROOT, Hook, Run, base_env, netns
+from tests.docparts import part
 from tests.loopback import Loopback, hang, sequence, serve
 from tests.test_examples import load_model
 
@@ -341,7 +342,7 @@ def test_every_observe_warning_is_documented() -> None:
         observed, _ = observe_file(name)
         seen |= {w.code for w in recommend(planning.wait_config(**flags), observed, q).warnings}
     seen |= {"observe-reset", "observe-bounds"}  # tested below, through real reads
-    text = OPERATIONS.read_text()
+    text = part(OPERATIONS, "observe-warnings")
     for code in seen:
         assert f"`{code}`" in text, f"docs/operations.md does not explain {code}"
     assert len(seen) == 7

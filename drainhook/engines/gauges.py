@@ -1,7 +1,7 @@
 """The engine table of CONTRACT §3: which gauges count, defined here and nowhere else.
 
 The scanner, `probe`, `plan` (and `plan --observe`, for each engine's latency
-histogram) and the README's table all read `ENGINES`.
+histogram) and the gauge table of docs/contract.md all read `ENGINES`.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ ENGINES: tuple[Engine, ...] = (
         # count on every step that emitted output, prompt tokens once per
         # completed prefill, estimated FLOPs on every step, prefill chunks
         # included (only with --enable-mfu-metrics). A long prefill with nothing
-        # else decoding moves none of the first three: see the README's choice
+        # else decoding moves none of the first three: see docs/design.md (§2b) on the choice
         # of --stall-after.
         progress=(
             "vllm:generation_tokens_total",

@@ -22,7 +22,7 @@ DEFAULT_CONFIRM = 2
 DEFAULT_LINGER = 0.0
 # W of CONTRACT §2b (--stall-after): longer than a healthy engine's longest flat
 # stretch (a 128k-token prefill with nothing else decoding, on vLLM: about 95 s
-# on 4 A100s), well under the engines' own 300 s watchdogs; the README has the
+# on 4 A100s), well under the engines' own 300 s watchdogs; docs/design.md (§2b) has the
 # arithmetic.
 DEFAULT_STALL_AFTER = 120.0
 # The hook's process must be gone by D as the kubelet sees it (it sends SIGTERM
