@@ -138,6 +138,11 @@ class Reading:
         """Whether the read gave a count (idle or busy)."""
         return self.verdict is Verdict.IDLE or self.verdict is Verdict.BUSY
 
+    def per_target(self) -> tuple[tuple[str, Reading], ...]:
+        """Each target's own reading by its display URL; a one-target read is its
+        own only part, named ""."""
+        return self.parts or (("", self),)
+
 
 def engine_shown(reading: Reading, engine: str = "auto") -> str | None:
     """The engine a reading shows, as `--engine` recognises one (the one

@@ -24,6 +24,7 @@ from pathlib import Path
 from drainhook.engines.verdict import Verdict
 from drainhook.hook.config import TerminationLog
 from drainhook.hook.drain import Outcome, Result
+from drainhook.numfmt import number
 
 DEFAULT_PATH = Path("/dev/termination-log")
 MAX_BYTES = 4096  # what the kubelet keeps of a termination message
@@ -104,8 +105,7 @@ def _work(result: Result, when: str) -> str:
         n = last.in_flight
         if n == 0:
             return "nothing in flight at the last read"
-        count = str(int(n)) if n == int(n) else f"{n:g}"
-        return f"{count} request{'' if n == 1 else 's'} {when}"
+        return f"{number(n)} request{'' if n == 1 else 's'} {when}"
     return f"work in flight unknown (last read {last.verdict.value}: {last.reason or '-'})"
 
 
