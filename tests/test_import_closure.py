@@ -15,8 +15,10 @@ import sys
 
 from tests.conftest import base_env
 
-# What `plan`, `plan --observe` and `demo` need, and `wait` must never load.
-NOT_THE_HOOK = ("drainhook.plan", "drainhook.observe", "drainhook.histogram", "drainhook.sim")
+# What `plan`, `plan --observe`, `demo` and `inject` need, and `wait` must never load
+# (inject's YAML library included).
+NOT_THE_HOOK = ("drainhook.plan", "drainhook.observe", "drainhook.histogram", "drainhook.sim",
+                "drainhook.inject", "drainhook.manifests", "ruamel", "yaml")  # fmt: skip
 
 _MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
@@ -75,3 +77,16 @@ def test_the_check_sees_a_planning_tool_when_one_is_loaded() -> None:
     assert {"drainhook.plan", "drainhook.observe", "drainhook.histogram"} <= outside_the_hook(
         loaded
     )
+
+
+def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
+    """`inject` loads its modules and ruamel.yaml: the closure test would see them
+    on the hook's path."""
+    loaded = modules_after(
+        "from drainhook.cli import run\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    run(['inject', '/nonexistent'])\n"
+    )
+    found = outside_the_hook(loaded)
+    assert {"drainhook.inject", "drainhook.manifests", "ruamel.yaml"} <= found
