@@ -407,9 +407,9 @@ class Argv:
         text = self.script
         body = text.rstrip()
         self._rewrite(body + " " + " ".join(shlex.quote(a) for a in args) + text[len(body) :])
-        new = self.seq[self.index]
-        if isinstance(new, FoldedScalarString):  # the added flags on a line of their own
-            new.fold_pos.append(len(body))
+        folds = getattr(self.seq[self.index], "fold_pos", None)
+        if isinstance(folds, list):  # a folded script: the added flags on a line of their own
+            folds.append(len(body))
 
     def _rewrite(self, text: str) -> None:
         assert self.index is not None
@@ -881,8 +881,7 @@ def _wire_site(site: Site, options: Options, say: typing.Callable[[str, str], No
         _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
         _bring_binary(site.spec, w.container, options)
         names.append(str(name))
-    first = wirings[0]
-    site.wired = {"grace": grace, "engine": first.engine, "port": first.port}
+    site.wired = {"grace": grace, "engine": wirings[0].engine, "port": wirings[0].port}
     return names
 
 
