@@ -809,13 +809,22 @@ def inject_document(doc: Document, options: Options) -> Outcome:
 
 
 def _wire_site(site: Site, options: Options, say: typing.Callable[[str, str], None]) -> list[str]:
-    """Wire every engine container of one pod spec; the names of those wired."""
+    """Wire every engine container of one pod spec; the names of those wired. Every
+    message names the pod spec; a refusal too."""
+    try:
+        return _wire(site, options, lambda level, text: say(level, f"{site.path}: {text}"))
+    except Refused as exc:
+        text = str(exc)
+        raise Refused(text if text.startswith(site.path) else f"{site.path}: {text}") from None
+
+
+def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) -> list[str]:
     chosen = _engine_containers(site, options)
     if not chosen:
         return []
     if site.spec.get("hostNetwork") is True:
         raise Refused(
-            f"{site.path}: hostNetwork: the Pod's loopback is the node's, where the hook "
+            "hostNetwork: the Pod's loopback is the node's, where the hook "
             "would read another Pod's engine"
         )
     where = site.path
@@ -853,11 +862,12 @@ def _wire_site(site: Site, options: Options, say: typing.Callable[[str, str], No
             grace = max(grace, a.plan.config.grace)
         final.append(a)
     if "terminationGracePeriodSeconds" not in site.spec:
-        say("changed", f"{where}: terminationGracePeriodSeconds written: {number(grace)} "
-            f"({why or 'the default, written so that --grace visibly equals it'})")  # fmt: skip
+        left = "KServe's preset" if site.main == KSERVE_MAIN else "Kubernetes' default"
+        say("changed", f"terminationGracePeriodSeconds written: {number(grace)} "
+            f"({why or left + ', written so that --grace visibly equals it'})")  # fmt: skip
     elif grace != given:
-        say("changed", f"{where}: terminationGracePeriodSeconds {number(given)} -> "
-            f"{number(grace)} ({why})")  # fmt: skip
+        say("changed", f"terminationGracePeriodSeconds {number(given)} -> {number(grace)} "
+            f"({why})")  # fmt: skip
     _set_grace(site.spec, grace)
     names = []
     for w, early, applied in zip(wirings, first, final, strict=True):
