@@ -625,7 +625,15 @@ def _set_prestop(container: CommentedMap, command: Sequence[str]) -> None:
     if isinstance(prestop, CommentedMap) and isinstance(prestop.get("exec"), CommentedMap):
         for key in [k for k in prestop if k != "exec"]:
             del prestop[key]
-        prestop["exec"]["command"] = seq
+        exe = prestop["exec"]
+        if _plain(exe.get("command")) == _plain(seq):
+            return  # as it is, in its own style
+        # A comment after the old command (its last line's, and any comment lines
+        # below it) is kept after the new one's last word, not left above it.
+        after = exe.ca.items.pop("command", None)
+        if after and len(after) > 2 and after[2] is not None:
+            seq.ca.items[len(seq) - 1] = [after[2], None]
+        exe["command"] = seq
     else:
         lifecycle["preStop"] = mapping(("exec", mapping(("command", seq))))
 
