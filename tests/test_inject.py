@@ -673,3 +673,45 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
         assert run_.returncode == 2, (args, run_.stderr)
         assert run_.stdout == ""
         assert len(run_.stderr.splitlines()) == 1 and run_.stderr.startswith("drainhook"), args
+
+
+def test_every_document_comes_back_in_order_markers_and_comments_too() -> None:
+    """A stream's `---` lines (with comments), a comments-only document, an empty
+    one and `...` come back as they were; only the changed document is rewritten."""
+    engine = _deployment(VLLM + "          args: [m]\n")
+    text = (
+        "# only a comment\n"
+        "--- # the first object\n"
+        "kind: ConfigMap\napiVersion: v1\nmetadata: {name: c}\n"
+        "...\n"
+        "---\n" + engine + "---\n"
+        "---\n# the last\n"
+    )
+    docs, result = run(("s.yaml", text))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment"]
+    out = result.stdout
+    assert out.startswith("# only a comment\n--- # the first object\nkind: ConfigMap\n")
+    assert "metadata: {name: c}\n...\n---\n" in out
+    assert out.endswith("---\n---\n# the last\n")
+    assert [LINE.match(ln).group(2) for ln in result.lines] == ["2"] * len(result.lines)  # type: ignore[union-attr]
+
+
+def test_a_comment_after_the_replaced_sleep_stays_after_the_new_command() -> None:
+    text = (
+        _deployment(
+            VLLM + "          args: [m]\n          lifecycle:\n            preStop:\n"
+            '              exec:\n                command: ["/bin/sleep", "15"]  # blind\n'
+        )
+        + "# the end\n"
+    )
+    _, result = run(("d.yaml", text))
+    lines = result.stdout.splitlines()
+    assert lines[-2].endswith("- /proc/1/fd/1               # blind")
+    assert lines[-1] == "# the end"
+
+
+def test_several_inputs_are_one_stream() -> None:
+    a = file(MANIFESTS / "no-engine.yaml")
+    b = file(PLAIN / "vllm-deployment.yaml")
+    _, result = run(a, b)
+    assert result.stdout.startswith(a[1] + "---\n# Made from examples/plain/vllm-deployment")
