@@ -104,6 +104,8 @@ class Options:
             raise UsageError(f"--via {self.via} needs --image REF (drainhook's image)")
         if self.via == "image" and self.image:
             raise UsageError("--image is for --via image-volume or init")
+        if self.via != "image" and self.binary != DEFAULT_BINARY:
+            raise UsageError(f"--binary is for --via image (--via {self.via} puts the hook itself)")
         if not self.binary.startswith("/"):
             raise UsageError(
                 f"--binary must be an absolute path (an exec hook), not {self.binary!r}"
@@ -160,7 +162,7 @@ APPS = ("Deployment", "StatefulSet", "DaemonSet")
 KNATIVE_WORDS = "Knative rejects `lifecycle` on its containers (no preStop hook can run)"
 
 
-def sites(doc: typing.Any) -> list[Site]:
+def sites(doc: typing.Any, options: Options) -> list[Site]:
     """The pod specs of a workload inject knows, leaders before their workers; none
     for anything else. Raises Refused for a kind it knows and must not touch."""
     if not isinstance(doc, CommentedMap):
@@ -184,11 +186,11 @@ def sites(doc: typing.Any) -> list[Site]:
     if group == "serving.kserve.io" and kind == "LLMInferenceService":
         return _llm_inference_service(spec)
     if group == "serving.kserve.io" and kind == "InferenceService":
-        return _inference_service(doc, spec)
+        return _inference_service(doc, spec, options)
     if group == "serving.knative.dev" and kind == "Service":
         template = spec.get("template")
         found = _templates([("spec.template", template)])
-        if any(_engine_containers(s, Options()) for s in found):
+        if any(_engine_containers(s, options) for s in found):
             raise Refused(f"a Knative Service: {KNATIVE_WORDS}")
     return []
 
@@ -237,7 +239,7 @@ def _llm_inference_service(spec: CommentedMap) -> list[Site]:
 RAW_MODES = ("RawDeployment", "Standard")
 
 
-def _inference_service(doc: CommentedMap, spec: CommentedMap) -> list[Site]:
+def _inference_service(doc: CommentedMap, spec: CommentedMap, options: Options) -> list[Site]:
     """KServe's InferenceService: its predictor is a PodSpec. In raw deployment mode
     KServe makes a Deployment of it; otherwise a Knative Service, which a hook
     cannot run in."""
@@ -245,7 +247,7 @@ def _inference_service(doc: CommentedMap, spec: CommentedMap) -> list[Site]:
     if not isinstance(predictor, CommentedMap):
         return []
     site = Site("spec.predictor", predictor, {})
-    if not _engine_containers(site, Options()):
+    if not _engine_containers(site, options):
         return []
     meta = doc.get("metadata") or {}
     annotations = meta.get("annotations") or {} if isinstance(meta, Mapping) else {}
@@ -802,7 +804,7 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     before = _plain(doc.data)
     work = copy.deepcopy(doc.data)
     try:
-        found = sites(work)
+        found = sites(work, options)
         injected = []
         for site in found:
             names = _wire_site(site, options, say)
