@@ -715,3 +715,15 @@ def test_several_inputs_are_one_stream() -> None:
     b = file(PLAIN / "vllm-deployment.yaml")
     _, result = run(a, b)
     assert result.stdout.startswith(a[1] + "---\n# Made from examples/plain/vllm-deployment")
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet"])
+def test_each_apps_kind_is_wired(kind: str) -> None:
+    text = _deployment(VLLM + "          args: [m]\n").replace("kind: Deployment", f"kind: {kind}")
+    (doc,), result = run(("w.yaml", text))
+    assert doc["kind"] == kind and result.code == 0
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    assert prestop(c) == [
+        "/usr/local/bin/drainhook", "wait", "--grace", "30", "--engine", "vllm", *LOG,
+    ]  # fmt: skip
+    assert LINE.match(result.lines[0]).group(3, 5) == (kind, "injected")  # type: ignore[union-attr]
