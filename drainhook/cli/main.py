@@ -203,6 +203,55 @@ def install(directory: Path) -> int:
     return run_install(directory)
 
 
+@cli.command(short_help="Wire the hook into manifests: YAML in, YAML with the hook out.")
+@click.argument("paths", nargs=-1, metavar="[PATH ...]")
+@click.option(
+    "--via",
+    type=click.Choice(["image", "image-volume", "init"]),
+    default="image",
+    show_default=True,
+    help="How the binary reaches the engine: in its image; an image volume of "
+    "drainhook's image (Kubernetes >= 1.35); an initContainer that installs it.",
+)
+@click.option("--image", metavar="REF", help="drainhook's image, for image-volume and init.")
+@click.option(
+    "--binary",
+    metavar="PATH",
+    default="/usr/local/bin/drainhook",
+    show_default=True,
+    help="With --via image: where the engine's image holds the hook.",
+)
+@click.option("--container", metavar="NAME", help="The engine container (default: recognised).")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "vllm", "sglang"]),
+    default="auto",
+    show_default=True,
+    help="The engine, where its command, args and image do not show it.",
+)
+def inject(
+    paths: tuple[str, ...], via: str, image: str | None, binary: str, container: str | None,
+    engine: str,
+) -> int:  # fmt: skip
+    """Wire the hook into manifests: files, directories, `-` or nothing for stdin.
+
+    Writes every document to stdout, in order: each Deployment, StatefulSet,
+    DaemonSet, LeaderWorkerSet, KServe LLMInferenceService and raw-mode
+    InferenceService gets, in its engine containers, the preStop `wait` that
+    `plan` advises (--grace equal to terminationGracePeriodSeconds, written where
+    it was left to the default), --log-file /proc/1/fd/1, and the engine flags
+    the advice names. A preStop sleep is replaced; a hook already there is
+    updated. A document it must refuse (Knative, hostNetwork, another preStop,
+    a flag it cannot write) is written unchanged, with one line on stderr.
+
+    Exit: 0, 1 a document refused, 2 usage or unreadable input.
+    """
+    from drainhook.planning.inject import Options, run_inject
+
+    params = tuple(wait.params)
+    return run_inject(paths, Options(via, image, binary, container, engine, params))
+
+
 @cli.command()
 def demo() -> int:
     """Drain a simulated vLLM engine with live requests, on a short timeline."""
