@@ -1,6 +1,6 @@
 """The commands (CONTRACT §4-5): flags and environment in, one frozen config,
 an exit code out. Each command declares its flag groups (drainhook.cli.flags);
-drainhook.cli.configure turns what they parse into the config: every flag also
+drainhook.cli.settings turns what they parse into the config: every flag also
 reads DRAINHOOK_<FLAG>, and explicit flags (command line or environment) win
 over `--annotations`. `build_wait_config` does that for `wait` in-process.
 """
@@ -16,7 +16,7 @@ import click
 from click.core import ParameterSource
 
 from drainhook import __version__, build_info, exits
-from drainhook.cli.configure import reach_of, wait_config_of
+from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.cli.flags import (
     DURATION,
     ENVIRON,
