@@ -55,7 +55,8 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
 
     Exit: 0 drained, 3 deadline, 4 unreachable, 5 stalled, 143/130 SIGTERM/SIGINT, 2 usage.
     At the deadline or stalled, with vLLM requests in flight, the summary adds
-    after_sigterm=hang-until-kill: vLLM sends no abort, they hang until the kill at G.
+    after_sigterm=hang-until-kill: most often they hang until the kill at G; the other
+    endings (an error event, an abort) cut them too.
     """
     t0 = start_time()
     return run_wait(wait_config_of(ctx, params), t0)
