@@ -16,7 +16,6 @@ import click
 from click.core import ParameterSource
 
 from drainhook import __version__, build_info, exits
-from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.cli.flags import (
     DURATION,
     ENVIRON,
@@ -26,6 +25,7 @@ from drainhook.cli.flags import (
     target_options,
     timeline_options,
 )
+from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.errors import DrainhookError, UsageError
 from drainhook.hook.clock import start_time
 from drainhook.hook.config import WaitConfig
