@@ -6,7 +6,10 @@ The CLI suite runs against the directory build through the `hook` fixture;
 tests/test_roots.py runs it in the roots it must start in; these cases are
 about the build as files. Most need DRAINHOOK_BINARY (set by scripts/test
 after scripts/build-binary) and skip without it; the report is found beside
-the build, as dist/ lays it out. How a process tells which build it is, and
+the build, as dist/ lays it out. The build may be of another architecture
+(scripts/build-binary --arch aarch64: dist/aarch64/drainhook/), run here under
+qemu-user; DRAINHOOK_BINARY_ARCH names the architecture it must be (this
+machine's when unset). How a process tells which build it is, and
 whose start is its t0, is tested without a build, by a child of this
 interpreter that looks frozen.
 """
@@ -17,6 +20,7 @@ import functools
 import importlib.util
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -41,9 +45,11 @@ DIRECTORY_BUILD = Path(BINARY).parent if BINARY else Path()
 DIST = DIRECTORY_BUILD.parent
 REPORT = DIST / "drainhook-report.json"
 MAX_BYTES = 25_000_000
-# What the bundle must carry of the C library: the loader and every library a
-# file of the build links (libgcc_s: glibc loads it itself to cancel a thread).
-C_LIBRARY = {"ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6", "libz.so.1", "libgcc_s.so.1"}
+# The architecture the build must be of (scripts/arches.py's machine names).
+EXPECTED_ARCH = os.environ.get("DRAINHOOK_BINARY_ARCH") or platform.machine()
+# What the bundle must carry of the C library, besides its architecture's loader:
+# every library a file of the build links (libgcc_s: glibc loads it to cancel a thread).
+C_LIBRARY = {"libc.so.6", "libm.so.6", "libz.so.1", "libgcc_s.so.1"}
 
 IDLE = sample("vllm-single-dp2-idle.txt")
 FAST = ("--settle", "0.1", "--interval", "0.1", "--grace", "10", "--exit-reserve", "1")
@@ -69,6 +75,13 @@ def artifact() -> Any:
     return report_module().directory_build(DIRECTORY_BUILD)
 
 
+def arch() -> Any:
+    """The build's architecture (scripts/arches.py's entry), read from its files."""
+    name = artifact().arch()
+    assert name is not None, sorted({elf.machine for elf in artifact().elves})
+    return report_module().arches.ARCHES[name]
+
+
 def run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv,
@@ -90,7 +103,7 @@ def test_nothing_comes_from_the_image() -> None:
     assert art.from_image() == []
     launcher = art.elf("drainhook")
     assert launcher.static, (launcher.interpreter, launcher.needed)
-    assert art.bundled >= C_LIBRARY
+    assert art.bundled >= {*C_LIBRARY, arch().loader}
     # Every library any file links is a file of the bundle, by name.
     needed = {n for elf in art.elves for n in elf.needed}
     assert needed and needed <= art.bundled
@@ -110,17 +123,31 @@ def written() -> dict[str, Any]:
 
 
 @needs_binary
+def test_every_file_is_of_the_architecture_asked_for() -> None:
+    """One ELF machine for the launcher, the bootloader and every library, the one
+    the build was made for: a foreign build that picked up a host file fails."""
+    art = artifact()
+    assert {elf.machine for elf in art.elves} == {arch().elf_machine}
+    assert arch().machine == EXPECTED_ARCH
+    assert art.elf("bootloader").interpreter.endswith("/" + arch().loader)
+    assert written()["arch"] == EXPECTED_ARCH
+    assert written()["platform"] == arch().platform
+
+
+@needs_binary
 def test_report_written_by_the_build_matches_the_files() -> None:
     shipped, now = written(), artifact()
     assert shipped["bytes"] == now.bytes
+    assert shipped["arch"] == now.arch() == EXPECTED_ARCH
     assert shipped["from_image"] == now.from_image() == []
     assert shipped["launcher"]["static"] is True
     assert shipped["kernel_floor"] == now.kernel_floor()
     assert re.fullmatch(r"\d+\.\d+\.\d+", shipped["kernel_floor"])
-    assert shipped["needs"] == f"nothing from the image but a Linux kernel >= {now.kernel_floor()}"
+    floor, machine = now.kernel_floor(), now.arch()
+    assert shipped["needs"] == f"nothing from the image but a Linux kernel >= {floor} ({machine})"
     # Each copied library is named with its Debian package and version.
     names = {lib["name"] for lib in shipped["bundled"]}
-    assert {"ld-linux-x86-64.so.2", "libc.so.6", "libgcc_s.so.1"} <= names
+    assert {arch().loader, "libc.so.6", "libgcc_s.so.1"} <= names
     for lib in shipped["bundled"]:
         assert (DIRECTORY_BUILD / "_internal" / lib["name"]).is_file(), lib
         if shutil.which("dpkg-query") and lib["by"] == "bundle_libc":
@@ -130,10 +157,11 @@ def test_report_written_by_the_build_matches_the_files() -> None:
 
 @needs_binary
 def test_elf_reader_agrees_with_objdump() -> None:
-    """The version needs and libraries read here are the ones binutils reads."""
-    objdump = shutil.which("objdump")
+    """The version needs and libraries read here are the ones binutils reads (the
+    build's architecture's objdump: binutils-aarch64-linux-gnu for aarch64)."""
+    objdump = shutil.which(f"{arch().triplet}-objdump")
     if objdump is None:
-        pytest.skip("objdump is not installed")
+        pytest.skip(f"{arch().triplet}-objdump is not installed")
     for elf in artifact().elves:
         dump = subprocess.run(
             [objdump, "-p", str(DIRECTORY_BUILD / elf.name)],
