@@ -30,10 +30,10 @@ DRAINHOOK_BINARY like any other) runs the same table under qemu-user
 (scripts/binfmt), in roots of its own architecture: bullseye and bookworm from
 `scripts/make-roots --arch arm64` (ROOTS/arm64/), the musl loader and busybox
 of the arm64 build root (ROOTS/arm64/bookworm-build), and the hand-made
-roots. Emulation is some 10 to 25 times slower, so there the timing rows
-assert the outcome, the exit code, the read counts, the lower bounds and
-"never past D", not the upper bounds of a native start; the deadline case
-gets a longer grace. Left out there: trixie and ld-preload (which needs a
+roots. An emulated start is about 8 times slower (docs/packaging.md), so
+there the timing rows assert the outcome, the exit code, the read counts, the
+lower bounds and "never past D", not the upper bounds of a native start; the
+deadline case gets a longer grace. Left out there: trixie and ld-preload (which needs a
 trixie library newer than the bundle's glibc; the launcher's C code that
 passes it is the same for both architectures).
 """
@@ -212,7 +212,7 @@ def _newer_library() -> Path:
     nothing but libc: what an image's LD_PRELOAD could name."""
     import binary_report  # the `build` extra's pyelftools
 
-    folder = ROOTS / "trixie" / "usr" / "lib" / "x86_64-linux-gnu"
+    folder = ROOTS / "trixie" / "usr" / "lib" / ARCH.triplet
     if not folder.is_dir():
         pytest.skip(f"no trixie root at {ROOTS} (scripts/make-roots makes it)")
     bundled = _bundled_glibc()
