@@ -240,6 +240,31 @@ def test_demo_runs_in_the_directory_build() -> None:
     assert "outcome=drained" in done.stderr
 
 
+# -- the table of architectures (no build needed) -----------------------------
+
+
+def test_the_architecture_table_names_this_machine() -> None:
+    """scripts/arches.py's entry for this machine is this machine's: its loader is
+    the one this Python's executable names, its ELF machine the same, its library
+    folder there; and the shell scripts' look-ups answer from the same table."""
+    module = report_module()
+    host = module.arches.host()
+    python = module.read_elf(Path(sys.executable).resolve().read_bytes(), "python")
+    assert python.interpreter is not None and Path(python.interpreter).name == host.loader
+    assert python.machine == host.elf_machine
+    assert any(Path(d).is_dir() for d in host.library_dirs[:2]), host.library_dirs
+    table = module.arches.ARCHES.values()
+    for name in ("machine", "debian", "platform", "elf_machine", "loader", "qemu"):
+        assert len({getattr(a, name) for a in table}) == len(table), name
+    script = str(ROOT / "scripts" / "arches.py")
+    lookup = subprocess.run([sys.executable, script, "linux/arm64", "loader"],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert lookup.stdout == "ld-linux-aarch64.so.1\n"
+    native = subprocess.run([sys.executable, script, "host", "qemu"],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert native.stdout == "\n"  # no handler for this machine's own programs
+
+
 # -- which build is running, and whose start is t0 (no build needed) ---------
 
 FAKE_FROZEN = """
