@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import base_env, netns
-from tests.loopback import (
+from tests.support.loopback import (
     Behaviour,
     Heard,
     Loopback,
@@ -40,6 +39,8 @@ from tests.loopback import (
     sample,
     serve,
 )
+from tests.support.podns import netns
+from tests.support.process import base_env
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = sample("vllm-single-dp2-idle.txt")

@@ -9,7 +9,7 @@ database, CI's services). The host side, `run_pod`, starts
 
 with a JSON spec on stdin. Inside, this module checks that the namespace is
 empty (only `lo`, no listener: it refuses to run anywhere else), brings `lo`
-up, starts the scripted servers (tests/loopback.py's listeners on the
+up, starts the scripted servers (tests/support/loopback.py's listeners on the
 addresses, ports and sockets the spec names), runs the command, and prints
 one JSON object: the command's exit code, stdout, stderr and elapsed time, and
 what every server saw (each request's path and time, per socket).
@@ -45,13 +45,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = Path(__file__).resolve().parent / "samples"
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 PLACEHOLDER = re.compile(r"\{port:([A-Za-z0-9_.-]+)\}")
 
 
@@ -302,7 +302,7 @@ class _Script:
         self.requests: list[dict[str, Any]] = []
 
     def behaviour(self, index: int) -> Any:
-        from tests.loopback import _read_request, response_bytes
+        from tests.support.loopback import _read_request, response_bytes
 
         def answer(conn: socket.socket) -> None:
             if self.server.silent:
@@ -368,7 +368,7 @@ def _substitute(text: str, ports: Mapping[str, int]) -> str:
 
 def inside(spec: dict[str, Any]) -> dict[str, Any]:
     """Set the namespace up, run the command, and say what happened."""
-    from tests.loopback import Loopback
+    from tests.support.loopback import Loopback
 
     why = check_empty()
     if why is not None:
@@ -475,3 +475,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+Pod = Callable[..., PodRun]
