@@ -129,7 +129,7 @@ def _musl_busybox(root: Path) -> None:
     musl = Path("/lib/ld-musl-x86_64.so.1")
     busybox = Path("/bin/busybox")
     if not musl.exists() or not busybox.is_file():
-        pytest.skip("needs Debian's musl and busybox-static (.ci/run installs them)")
+        pytest.skip("needs Debian's musl and busybox-static (scripts/test installs them as root)")
     (root / "lib").mkdir()
     shutil.copyfile(musl.resolve(), root / "lib" / musl.name)
     (root / "lib" / musl.name).chmod(0o755)
