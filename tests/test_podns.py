@@ -182,13 +182,13 @@ def test_the_harness_refuses_a_namespace_that_is_not_empty() -> None:
     already = """
 import socket, subprocess, sys
 s = socket.socket(); s.bind(("0.0.0.0", 0)); s.listen()
-sys.exit(subprocess.run([sys.executable, "-m", "tests.podns"]).returncode)
+sys.exit(subprocess.run([sys.executable, "-m", "tests.support.podns"]).returncode)
 """
     with pytest.raises(PodError, match="not an empty network namespace"):
         run_pod([engine("e", 8000, IDLE)], ["true"], prefix=[*prefix, *python(already)])
     # And on this machine itself, outside any new namespace: it says so and runs nothing.
     done = subprocess.run(
-        [sys.executable, "-m", "tests.podns"],
+        [sys.executable, "-m", "tests.support.podns"],
         input=json.dumps({"servers": [], "command": ["true"], "timeout": 5}),
         capture_output=True,
         text=True,

@@ -208,7 +208,7 @@ NAMESPACE_SCRIPT = """
 import ctypes, fcntl, json, os, socket, struct, subprocess, sys
 spec = json.loads(sys.argv[1])
 sys.path.insert(0, spec["root"])
-from tests.loopback import Loopback, sample, serve
+from tests.support.loopback import Loopback, sample, serve
 # A new network namespace's loopback is down: bring it up (SIOCGIFFLAGS, SIOCSIFFLAGS).
 with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
     flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, struct.pack("16sH22x", b"lo", 0)))[1]

@@ -189,7 +189,7 @@ class LiveVllm:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int | None, bytes]:
-        """GET path on the engine (tests.conformance.get)."""
+        """GET path on the engine (tests.support.conformance.get)."""
         return conformance.get(self.port, path, timeout)
 
     def engine_core(self) -> int:

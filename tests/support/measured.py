@@ -50,7 +50,7 @@ os.write(fd, f"{code} {usage.ru_maxrss} {wall:.6f} {starved:.6f}".encode())
 class Measured:
     """One hook process: exit code, output, spawn-to-exit seconds, peak RSS in
     bytes, and the seconds the machine kept it runnable but off the CPU (see
-    `tests.conftest.Run.starved`: upper bounds on time add it)."""
+    `tests.support.process.Run.starved`: upper bounds on time add it)."""
 
     code: int
     stdout: str

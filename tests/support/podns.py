@@ -5,7 +5,7 @@ Listener discovery reads every listening socket of the hook's namespace, so a
 test of it must never run where the machine's own listeners are (a developer's
 database, CI's services). The host side, `run_pod`, starts
 
-    unshare -n python -m tests.podns      (unshare -rn when not root)
+    unshare -n python -m tests.support.podns      (unshare -rn when not root)
 
 with a JSON spec on stdin. Inside, this module checks that the namespace is
 empty (only `lo`, no listener: it refuses to run anywhere else), brings `lo`
@@ -228,7 +228,7 @@ def run_pod(
         "addresses": list(addresses),
     }
     done = subprocess.run(
-        [*prefix, sys.executable, "-m", "tests.podns"],
+        [*prefix, sys.executable, "-m", "tests.support.podns"],
         input=json.dumps(spec),
         capture_output=True,
         text=True,
@@ -240,7 +240,7 @@ def run_pod(
     try:
         out = json.loads(done.stdout)
     except ValueError:
-        raise PodError(f"tests.podns exited {done.returncode}: {done.stderr[-2000:]}") from None
+        raise PodError(f"the pod exited {done.returncode}: {done.stderr[-2000:]}") from None
     if out.get("error"):
         raise PodError(out["error"])
     logs = {
