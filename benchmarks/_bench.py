@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The loopback servers of the test harness (tests/loopback.py), importable
+# The loopback servers of the test harness (tests/support/loopback.py), importable
 # when a benchmark runs as `python benchmarks/NAME.py` from anywhere.
 sys.path.insert(0, str(ROOT))
 

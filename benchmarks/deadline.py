@@ -36,7 +36,7 @@ from _bench import (
     write_json,
 )
 
-from tests.loopback import Loopback, drip, hang, sample, serve
+from tests.support.loopback import Loopback, drip, hang, sample, serve
 
 TARGET_MS = 50.0
 KINDS = ("hung", "dripping", "busy")

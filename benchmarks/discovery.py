@@ -2,7 +2,7 @@
 subprocess, inside a Pod) from its refused read of the configured target to
 the first read of the engine it finds, with 1, 8 and 64 listeners in the Pod.
 
-Each case runs in a new, empty network namespace (tests/podns.py): one engine
+Each case runs in a new, empty network namespace (tests/support/podns.py): one engine
 (an idle vLLM body on 0.0.0.0:8123) and sidecars on other ports, half
 answering 404 and half a 200 with a mesh proxy's own metrics (about 2 KB, no
 engine gauges). Inside, a driver runs the hook `--reps` times with the
@@ -37,7 +37,7 @@ from typing import Any
 
 from _bench import clean_env, load_note, parser, run_hook, stats_ms, table, write_json
 
-from tests.podns import Server, engine, hanging, netns, run_pod, sidecar
+from tests.support.podns import Server, engine, hanging, netns, run_pod, sidecar
 
 ENGINE_PORT = 8123
 CONFIGURED = 8000

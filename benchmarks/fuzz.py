@@ -31,8 +31,8 @@ from _bench import load_note, parser, write_json
 from drainhook.engines.exposition import scan
 from drainhook.engines.loads import scan_loads
 from drainhook.engines.verdict import Scan
-from tests.fuzzing import CORRUPTIONS, LOADS, check
-from tests.loopback import sample, samples_of
+from tests.support.fuzzing import CORRUPTIONS, LOADS, check
+from tests.support.loopback import sample, samples_of
 
 
 def mutate(rng: random.Random, body: bytes) -> bytes:

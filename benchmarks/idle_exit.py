@@ -30,7 +30,7 @@ from _bench import (
     write_json,
 )
 
-from tests.loopback import Loopback, sample, serve
+from tests.support.loopback import Loopback, sample, serve
 
 TARGET_MS = 60.0
 

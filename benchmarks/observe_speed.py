@@ -46,7 +46,7 @@ from drainhook.planning.observe import Observation, from_bodies, recommend
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url
 from scripts.latency_samples import VLLM_ITL, VLLM_TTFT
-from tests.loopback import Loopback, serve
+from tests.support.loopback import Loopback, serve
 
 MIB = 1024 * 1024
 SIZE = 16 * MIB - 64 * 1024  # just under --max-body's default

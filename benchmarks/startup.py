@@ -53,7 +53,7 @@ from _bench import (
     write_json,
 )
 
-from tests.loopback import response_bytes, sample
+from tests.support.loopback import response_bytes, sample
 
 TARGET_MS = {"directory": 250.0}
 TARGET_RSS_MB = 40.0

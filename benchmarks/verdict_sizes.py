@@ -25,7 +25,7 @@ from verdict_speed import pad, timed
 from drainhook.engines.exposition import scan
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url
-from tests.loopback import EXPECTED, Loopback, sample, serve
+from tests.support.loopback import EXPECTED, Loopback, sample, serve
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from drainhook.engines.exposition import scan
 from drainhook.engines.gauges import sample_kind
-from tests.loopback import EXPECTED, sample
+from tests.support.loopback import EXPECTED, sample
 
 MIB = 1024 * 1024
 SAMPLE = "vllm-http-plain.txt"

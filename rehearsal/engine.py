@@ -72,7 +72,7 @@ def drawn(seed: int, low: float, high: float, scale: Scale) -> Duration:
 def durations(args: argparse.Namespace) -> Duration:
     """`--durations`: uniform:LOW:HIGH real seconds drawn by `user` id, or `tokens`: each
     request lasts its `max_tokens` events, one a token tick, as a real engine's does
-    (what the conformance episodes ask for, tests/conformance.py)."""
+    (what the conformance episodes ask for, tests/support/conformance.py)."""
     if args.durations == "tokens":
         return tokens_duration(max(0.01, Scale(args.scale)(TOKEN_TICK)))
     kind, low, high = args.durations.split(":")

@@ -1,52 +1,28 @@
-"""Shared fixtures: the hook as a real subprocess, for every entry point built.
+"""The suite's fixtures, its hooks and its one timing tolerance; what the tests
+share besides is in tests/support/.
 
-`hook` runs `drainhook ARGS...` as a subprocess and returns a `Run` with the
-exit code, stdout, stderr and the wall time from spawn to exit. It is
-parametrized over the entry points: the installed package (`python -m
-drainhook`) always, and the PyInstaller directory build when
-DRAINHOOK_BINARY names it (scripts/test sets it after scripts/build-binary).
+`hook` runs `drainhook ARGS...` as a subprocess and returns a `Run`
+(tests/support/process.py) with the exit code, stdout, stderr and the wall time
+from spawn to exit. It is parametrized over the entry points: the installed
+package (`python -m drainhook`) always, and the PyInstaller directory build when
+DRAINHOOK_BINARY names it (scripts/test sets it to the build it made).
 
 `pod` runs the same entry point inside a new, empty network namespace beside
-scripted listeners (tests/podns.py): what a test of listener discovery needs,
-so that the hook never sees this machine's own listening ports.
+scripted listeners (tests/support/podns.py): what a test of listener discovery
+needs, so that the hook never sees this machine's own listening ports.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shlex
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO
+from collections.abc import Mapping, Sequence
 
 import pytest
 
-# netns: the one network-namespace helper, kept in tests/podns.py (re-exported).
-from tests.podns import HookOutput, PodRun, Server, run_pod
-from tests.podns import netns as netns
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Run(HookOutput):
-    code: int
-    stdout: str
-    stderr: str
-    elapsed: float
-    # Seconds the process (its main thread), and this test waiting for it, sat
-    # runnable on a run queue while the machine gave the CPU to others. An upper
-    # bound on time is asserted as `bound + starved`: what a loaded machine adds
-    # is forgiven, what the hook spends running or sleeping is not. 0 on an idle
-    # machine, or where the kernel keeps no such count.
-    starved: float = 0.0
-
+from tests.support.podns import Pod, PodRun, Server, netns, run_pod
+from tests.support.process import Hook, Run, base_env, measure
 
 # ---- one timing tolerance ---------------------------------------------------------
 #
@@ -55,12 +31,17 @@ class Run(HookOutput):
 # measure, plus the time the process (and the test waiting on it) is measured to
 # have sat runnable off the CPU (`Run.starved`: forgiven, since the hook could not
 # run; what it spends running or sleeping is not). Lower bounds get nothing: a
-# machine can delay an instant, never bring it forward. The levels, by where the
-# time is measured:
+# machine can delay an instant, never bring it forward, so "never before S" is
+# asserted as the contract fixes it (less one clock tick where the clock is that
+# coarse); it is not a tolerance. tests/test_timing_rule.py fails on an upper bound
+# that does not come from late(). The levels, by where the time is measured:
 READ_LATE = 0.15  # one read, timed in this process less this thread's starvation
 HOOK_LATE = 0.3  # an instant the hook measures itself (the summary's elapsed, from t0)
 SPAWN_LATE = 0.5  # spawn to exit from outside: interpreter start-up, imports and the exit too
-# A run in a new network namespace (tests/podns.py) measures no starvation: its
+# A thread of this process woken from a sleep (the simulated engine's, a loopback
+# server's), timed from this process: what the scheduler may add to its wake-up.
+WAKE_LATE = 0.25
+# A run in a new network namespace (tests/support/podns.py) measures no starvation: its
 # bounds take this level instead, whatever they measure.
 POD_LATE = 1.0
 
@@ -70,44 +51,7 @@ def late(bound: float, level: float, starved: float = 0.0) -> float:
     return bound + level + starved
 
 
-def timeline_warning(line: str) -> bool:
-    """A warning `wait` logs at its start about its own timeline (`plan`'s rules, with a
-    code): the shrunk timelines of the tests get some."""
-    if line.startswith("{"):
-        return line.startswith('{"event": "warning"') and '"code": ' in line
-    return line.startswith("drainhook warning=") and " code=" in line
-
-
-def hook_lines(lines: list[str]) -> list[str]:
-    """The lines of a run but its timeline warnings: reads, summary, other warnings."""
-    return [line for line in lines if not timeline_warning(line)]
-
-
-def fields(line: str) -> dict[str, str]:
-    """The key=value pairs of a text log line (a quoted value unquoted)."""
-    try:
-        words = shlex.split(line)
-    except ValueError:  # an unbalanced quote in a hostile server's reason
-        words = line.split()
-    return dict(word.split("=", 1) for word in words if "=" in word)
-
-
-def timed_out(read: Mapping[str, object]) -> bool:
-    """A read that ran out of time: `unknown`, with `timed out` in its reason (a text
-    log line's fields, or a JSON line's object, where the reason may be null)."""
-    return read.get("verdict") == "unknown" and "timed out" in str(read.get("reason") or "")
-
-
-def connections_fit(connections: int, reads: Sequence[Mapping[str, object]]) -> bool:
-    """One connection a read: none left open behind a read, no redirect followed. A
-    read that ran out of time may have done so before it could connect: one started
-    a millisecond before D (the grid follows the first read, so where its last slot
-    falls is chance), or one a loaded machine kept off the CPU."""
-    late = sum(1 for read in reads if timed_out(read))
-    return len(reads) - late <= connections <= len(reads)
-
-
-def entry_points() -> list[tuple[str, list[str]]]:
+def _entry_points() -> list[tuple[str, list[str]]]:
     points = [("python", [sys.executable, "-m", "drainhook"])]
     binary = os.environ.get("DRAINHOOK_BINARY")
     if binary:
@@ -115,87 +59,7 @@ def entry_points() -> list[tuple[str, list[str]]]:
     return points
 
 
-Hook = Callable[..., Run]
-Pod = Callable[..., PodRun]
-
-
-def run_delay(task: str = "thread-self") -> float:
-    """Seconds `task` (a /proc entry: a pid, `thread-self`) has waited on a run queue
-    while runnable (the second field of its schedstat); 0.0 if the kernel keeps none."""
-    try:
-        with open(f"/proc/{task}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def measure(
-    argv: list[str],
-    *,
-    env: Mapping[str, str],
-    stdin: int | None = subprocess.DEVNULL,
-    timeout: float = 60,
-    cwd: Path | None = None,
-) -> Run:
-    """Run argv to its end, as `subprocess.run(..., text=True)` would: exit code,
-    output, spawn-to-exit seconds, and how long it and this thread were kept off
-    the CPU (`Run.starved`). The child's count is read while it is a zombie
-    (waitid with WNOWAIT), before it is reaped."""
-    before = run_delay()
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        argv, env=dict(env), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd
-    )
-    output: dict[str, bytes] = {}
-
-    def drain(name: str, stream: IO[bytes]) -> None:
-        with stream:
-            output[name] = stream.read()
-
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [
-        threading.Thread(target=drain, args=("out", proc.stdout), daemon=True),
-        threading.Thread(target=drain, args=("err", proc.stderr), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    timed_out = threading.Event()
-
-    def kill() -> None:
-        timed_out.set()
-        proc.kill()
-
-    killer = threading.Timer(timeout, kill)
-    killer.start()
-    try:
-        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-    finally:
-        killer.cancel()
-    elapsed = time.monotonic() - start
-    starved = run_delay(str(proc.pid)) + run_delay() - before
-    code = proc.wait()
-    for reader in readers:
-        reader.join()
-    if timed_out.is_set():
-        raise subprocess.TimeoutExpired(argv, timeout, output.get("out"), output.get("err"))
-    text = [
-        output[name].decode().replace("\r\n", "\n").replace("\r", "\n") for name in ("out", "err")
-    ]
-    return Run(code, text[0], text[1], elapsed, starved)
-
-
-def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A clean environment: no DRAINHOOK_* from the caller, a C locale, and not
-    inside a Pod: a CI job that runs in one has KUBERNETES_SERVICE_HOST set,
-    which turns listener discovery on, and the hook must never read the CI
-    machine's own listeners (a test that wants it sets it, in a `pod`)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRAINHOOK_", "KUBERNETES_"))}
-    env.pop("PYTHONWARNINGS", None)
-    env.update(extra or {})
-    return env
-
-
-@pytest.fixture(params=[p[1] for p in entry_points()], ids=[p[0] for p in entry_points()])
+@pytest.fixture(params=[p[1] for p in _entry_points()], ids=[p[0] for p in _entry_points()])
 def entry(request: pytest.FixtureRequest) -> list[str]:
     """The argv prefix of one entry point, for tests that manage the process."""
     return list(request.param)
@@ -229,7 +93,7 @@ def _pod_prefix() -> list[str]:
 @pytest.fixture
 def pod(entry: list[str]) -> Pod:
     """Run the hook (each entry point) with args in a new network namespace beside
-    the servers given (tests/podns.py): pod(servers, *args, env=, timeout=, addresses=)."""
+    the servers given (tests/support/podns.py): pod(servers, *args, env=, timeout=, addresses=)."""
     prefix = _pod_prefix()
 
     def run(
@@ -267,6 +131,15 @@ def pod_command() -> Pod:
         return run_pod(servers, command, prefix=prefix, env=base_env(env), timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def no_drainhook_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No DRAINHOOK_* variable from the caller: for the cases that run the CLI in this
+    process (`pytestmark = pytest.mark.usefixtures("no_drainhook_env")`)."""
+    for name in list(os.environ):
+        if name.startswith("DRAINHOOK_"):
+            monkeypatch.delenv(name)
 
 
 # ---- the `slow` and `live` markers -------------------------------------------------
@@ -335,27 +208,3 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _in_ci() and _SKIPPED and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-# ---- scheduling priority -----------------------------------------------------------
-#
-# The integration cases run hooks on timelines of a second or two, against loopback
-# servers that are threads of this process: both must get the CPU within a fraction
-# of that. On a machine busy with other work a process at the default priority can
-# wait seconds for it (the hook's start alone took 2 s at a load of 9 on 2 cores), and
-# the case then shows the scheduler, not the hook. So, where it may (root), the suite
-# raises its priority and its children inherit it; the other work still runs beside
-# it. Time bounds also forgive what the machine still withholds (`Run.starved`).
-# DRAINHOOK_TEST_NICE sets the niceness asked for (0: the default priority).
-
-NICE = int(os.environ.get("DRAINHOOK_TEST_NICE", "-10"))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if os.getpriority(os.PRIO_PROCESS, 0) > NICE:
-        with contextlib.suppress(OSError):  # not permitted: stay as it is
-            os.setpriority(os.PRIO_PROCESS, 0, NICE)
-
-
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"niceness: {os.getpriority(os.PRIO_PROCESS, 0)} (DRAINHOOK_TEST_NICE={NICE})"

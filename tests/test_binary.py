@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 
 from drainhook import build_info
-from tests.conftest import ROOT, base_env
-from tests.loopback import Loopback, sample, serve
+from tests.support.loopback import Loopback, sample, serve
+from tests.support.process import ROOT, base_env
 
 BINARY = os.environ.get("DRAINHOOK_BINARY", "")
 needs_binary = pytest.mark.skipif(

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT, base_env
+from tests.support.process import ROOT, base_env
 
 CASES = """
 import pytest

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import trustme
 
-from tests.conftest import Hook, Run, base_env, fields, measure, netns
-from tests.loopback import Loopback, route, sample, serve
+from tests.support.logs import fields
+from tests.support.loopback import Loopback, route, sample, serve
+from tests.support.podns import netns
+from tests.support.process import Hook, Run, base_env, measure
 
 SETTLE, INTERVAL = 0.1, 0.05
 FAST = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--read-timeout", "0.5")

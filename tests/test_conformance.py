@@ -1,4 +1,4 @@
-"""The conformance episodes (tests/conformance.py) against the simulated engine.
+"""The conformance episodes (tests/support/conformance.py) against the simulated engine.
 
 The rehearsal's engine process (`python -m rehearsal.engine --kind vllm`), its
 timeline scaled by SCALE, plays each episode and is held to the table the
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from rehearsal.timeline import TOKEN_TICK
-from tests import conformance
-from tests.conftest import ROOT, base_env
+from tests.support import conformance
+from tests.support.process import ROOT, base_env
 
 SCALE = 0.5  # the simulated engine's seconds per episode second
 

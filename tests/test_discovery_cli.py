@@ -1,6 +1,6 @@
 """Listener discovery in the hook (CONTRACT §2a), end to end: `wait` and `probe`
 (each entry point) in a new, empty network namespace beside the listeners a
-test scripts (tests/podns.py), never this machine's own.
+test scripts (tests/support/podns.py), never this machine's own.
 
 The configured target is 127.0.0.1:8000 with nothing listening there, unless
 a case says otherwise. "In a Pod" is KUBERNETES_SERVICE_HOST set, as
@@ -19,8 +19,9 @@ import pytest
 
 from drainhook.hook.config import EXIT_ALLOWANCE
 from drainhook.reading.discovery.listeners import MAX_READS
-from tests.conftest import HOOK_LATE, POD_LATE, Pod, fields, hook_lines, late
-from tests.podns import PodRun, Reply, Server, hanging, sidecar
+from tests.conftest import HOOK_LATE, POD_LATE, late
+from tests.support.logs import fields, hook_lines
+from tests.support.podns import Pod, PodRun, Reply, Server, hanging, sidecar
 
 IN_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
 CONFIGURED = "http://127.0.0.1:8000/metrics"

@@ -2,7 +2,7 @@
 snippet is a valid Kubernetes fragment, every drainhook command line in them
 parses with drainhook's own CLI, every contract section the code cites exists,
 and the README stays a front door. Checked parts are found by their markers
-(tests/docparts.py), never by a heading.
+(tests/support/docparts.py), never by a heading.
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ from drainhook.cli.main import cli
 from drainhook.hook.config import DEFAULT_GRACE
 from drainhook.hook.timeline import TIMELINE_RULES
 from drainhook.planning import plan as planning
-from tests.conftest import ROOT, Hook
-from tests.docparts import names, part
-from tests.test_examples import (
-    _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
-    load_model,
-    load_objects,
-    parse_hook,
-)
+from tests.support.docparts import names, part
+from tests.support.manifests import load_model, load_objects, parse_hook
+from tests.support.process import ROOT, Hook
+
+pytestmark = pytest.mark.usefixtures("no_drainhook_env")
 
 README = ROOT / "README.md"
 OPERATIONS = ROOT / "docs" / "operations.md"

@@ -23,8 +23,8 @@ from drainhook.engines.loads import scan_loads
 from drainhook.engines.verdict import Verdict
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url
-from tests.fuzzing import CORRUPTIONS, LOADS, check
-from tests.loopback import EXPECTED, Loopback, sample, serve
+from tests.support.fuzzing import CORRUPTIONS, LOADS, check
+from tests.support.loopback import EXPECTED, Loopback, sample, serve
 
 FAST = settings(
     max_examples=400,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from drainhook.engines.gauges import BY_NAME, ENGINE_NAMES, ENGINES, Engine, sample_kind
-from tests.docparts import part
+from tests.support.docparts import part
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "docs" / "contract.md"

@@ -30,21 +30,15 @@ gzip stream) and stop when the hook hangs up.
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
 import re
-import ssl
-import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-import trustme
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,294 +47,22 @@ from drainhook.engines.exposition import scan
 from drainhook.engines.verdict import Verdict
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url, ssl_context
-from tests.conftest import HOOK_LATE, SPAWN_LATE, base_env, connections_fit, fields, late
-from tests.loopback import (
-    Behaviour,
+from tests.conftest import HOOK_LATE, SPAWN_LATE, late
+from tests.support.hostile import CA, CASES, OUT_OF_TIME, Case, D, case_argv, label_body
+from tests.support.logs import connections_fit
+from tests.support.loopback import (
     Loopback,
-    chunked,
-    close_after,
-    drip_headers,
-    gzip_of,
-    head_bytes,
-    hold_after,
-    never_read,
-    repeat,
-    response_bytes,
     sample,
     serve,
-    stream,
-    tls_stall,
 )
+from tests.support.measured import PEAK_RSS_LIMIT, Measured, spawn_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 KIB, MIB, GIB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 IDLE = sample("vllm-single-dp2-idle.txt")
 
-# The shrunk timeline: D = G - R = 0.8 s.
-D = 0.8
-TIMELINE = ("--settle", "0", "--interval", "0.15", "--read-timeout", "0.4",
-            "--grace", "1.0", "--exit-reserve", "0.2")  # fmt: skip
-PEAK_RSS_LIMIT = 60_000_000  # bytes
-
-# Spawns argv[2:] and reaps it with wait4, reporting its exit status, its own
-# peak RSS (KiB), spawn-to-exit seconds and the seconds it and this launcher
-# waited runnable for a CPU (schedstat's run_delay, the hook's read while it is a
-# zombie) on the file descriptor argv[1]. This launcher is small, so the hook's
-# high-water mark is its own.
-LAUNCHER = """
-import os, sys, time
-def run_delay(task):
-    try:
-        with open(f"/proc/{task}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
-fd = int(sys.argv[1])
-os.set_inheritable(fd, False)
-before = run_delay("thread-self")
-start = time.monotonic()
-pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
-os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-wall = time.monotonic() - start
-starved = run_delay(pid) + run_delay("thread-self") - before
-_, status, usage = os.wait4(pid, 0)
-code = os.waitstatus_to_exitcode(status)
-os.write(fd, f"{code} {usage.ru_maxrss} {wall:.6f} {starved:.6f}".encode())
-"""
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One hook process: exit code, output, spawn-to-exit seconds, peak RSS in
-    bytes, and the seconds the machine kept it runnable but off the CPU (see
-    `tests.conftest.Run.starved`: upper bounds on time add it)."""
-
-    code: int
-    stdout: str
-    stderr: str
-    wall: float
-    peak_rss: int
-    starved: float = 0.0
-
-    @property
-    def lines(self) -> list[str]:
-        return self.stderr.splitlines()
-
-    @property
-    def summary(self) -> dict[str, str]:
-        found = [line for line in self.lines if " outcome=" in line]
-        assert found, f"no summary line (exit {self.code}) in stderr:\n{self.stderr}"
-        return fields(found[-1])
-
-    @property
-    def reads(self) -> list[dict[str, str]]:
-        return [fields(line) for line in self.lines if " read=" in line and " verdict=" in line]
-
-    @property
-    def elapsed(self) -> float:
-        """The hook's own elapsed seconds, from its process start (the summary line)."""
-        return float(self.summary["elapsed"])
-
-
-def spawn_measured(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 30,
-    cwd: Path | None = None,
-) -> Measured:
-    """Run argv through the launcher; its output captured, its peak RSS measured."""
-    r, w = os.pipe()
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", LAUNCHER, str(w), *argv],
-            pass_fds=(w,),
-            env=dict(env) if env is not None else base_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=cwd or ROOT,
-        )
-    finally:
-        os.close(w)
-    with os.fdopen(r, "rb") as report:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # the launcher; the hook, orphaned, ends at its deadline
-            out, err = proc.communicate()
-            pytest.fail(f"the hook ran past {timeout} s:\n{err}")
-        code, rss_kib, wall, starved = report.read().split()
-    return Measured(int(code), out, err, float(wall), int(rss_kib) * 1024, float(starved))
-
 
 # ---- the cases --------------------------------------------------------------------
-
-
-def _series(count: int, batch: int = 10_000) -> Callable[[], Iterator[bytes]]:
-    """`count` distinct series of a counted gauge, 10,000 lines a chunk, built as sent."""
-    line = b'vllm:num_requests_running{engine="%07d"} 0\n'
-
-    def chunks() -> Iterator[bytes]:
-        yield b"vllm:num_requests_waiting 0\n"
-        for start in range(0, count, batch):
-            yield b"".join(line % i for i in range(start, min(count, start + batch)))
-
-    return chunks
-
-
-def _expired_tls() -> ssl.SSLContext:
-    """A server context whose certificate, issued by CA, expired yesterday."""
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = CA.issue_cert(
-        "127.0.0.1",
-        not_before=now - datetime.timedelta(days=30),
-        not_after=now - datetime.timedelta(days=1),
-    )
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    cert.configure_cert(ctx)
-    return ctx
-
-
-CA = trustme.CA()
-
-
-@dataclass(frozen=True)
-class Case:
-    """A hostile server and what the hook must conclude from it."""
-
-    id: str
-    server: Callable[[], Behaviour]
-    code: int  # exit code of wait
-    verdict: str  # of every read
-    reason: str | None  # a part of every read's reason (None: idle, no reason)
-    tls: Callable[[], ssl.SSLContext] | None = None
-    https: bool = False  # reach a plain listener with https:// (a stalled handshake)
-    cacert: bool = False  # pass --cacert with the test CA
-    args: tuple[str, ...] = field(default=())
-
-    @property
-    def outcome(self) -> str:
-        return {0: "drained", 3: "deadline", 4: "unreachable"}[self.code]
-
-
-def _label_body(size: int) -> bytes:
-    return (
-        b'vllm:num_requests_waiting{model="m"} 0\n'
-        b'vllm:num_requests_running{model="m",note="' + b"A" * size + b'"} 0\n'
-    )
-
-
-def _at_the_caps() -> Callable[[], Iterator[bytes]]:
-    """2047 counted series of 8 labels with 110-byte values (just under the
-    scanner's series, label and counted-bytes caps), then filler to the 16 MiB
-    cap: about the most the scanner holds, on top of the most a body holds."""
-    line = b"vllm:num_requests_running{%s} 0\n"
-    counted = b"vllm:num_requests_waiting 0\n" + b"".join(
-        line % b",".join(b'l%d="%s"' % (j, (b"%d-" % i).ljust(110, b"v")) for j in range(8))
-        for i in range(2047)
-    )
-    filler = b"# filler\n" * 7000
-    total = 16 * MIB - len(counted) % len(filler)
-
-    def chunks() -> Iterator[bytes]:
-        yield head_bytes(Content_Length=str(total))
-        yield counted
-        yield from repeat(filler, total - len(counted))()
-
-    return chunks
-
-
-OVER_CAP = "body over --max-body (16777216 bytes)"
-TIMED_OUT = "read timed out"
-BROKEN = "connection closed mid-response"
-NOT_METRICS = "no vllm or sglang request gauges"
-# Every reason of a read that ran out of time: connect, read or write timed out,
-# or the read (or its scan) cut short by the deadline ("read timed out: the
-# read's time ran out"). A loaded machine can give it to any read.
-OUT_OF_TIME = "timed out"
-IDLE_WITH_BAD_BYTES = IDLE + (
-    b"# HELP other_metric bytes that are not UTF-8: \xff\xfe\xc3\x28\n"
-    b'other_metric{path="\xff\xfe"} 1\n'
-    b"\x00\x00\x00 binary junk \x80\x81\n"
-)
-
-CASES = [
-    Case("body-1GiB", lambda: stream(head_bytes(Content_Length=str(GIB)),
-         repeat(b"# filler line of a huge family\n" * 2048, GIB)),
-         3, "unknown", OVER_CAP),
-    Case("gzip-10GiB-unasked", lambda: stream(head_bytes(Content_Encoding="gzip"),
-         gzip_of(repeat(b"\0" * MIB, 10 * GIB))),
-         3, "unknown", OVER_CAP),
-    Case("chunked-never-ends-slow", lambda: stream(head_bytes(Transfer_Encoding="chunked"),
-         chunked(repeat(b"# still coming\n")), every=0.05),
-         3, "unknown", TIMED_OUT),
-    Case("chunked-never-ends-fast", lambda: stream(head_bytes(Transfer_Encoding="chunked"),
-         chunked(repeat(b"# still coming\n" * 4096))),
-         3, "unknown", OVER_CAP),
-    Case("headers-never-end-slow", lambda: drip_headers(0.05),
-         3, "unknown", TIMED_OUT),
-    Case("headers-never-end-fast", lambda: stream(b"HTTP/1.1 200 OK\r\n",
-         repeat(b"X-Filler: a header line\r\n" * 1000)),
-         3, "unknown", BROKEN),
-    Case("100k-header-lines", lambda: serve(IDLE, headers={f"X-H{i}": "v" for i in range(100_000)}),
-         3, "unknown", BROKEN),
-    Case("http-0.9-reply", lambda: close_after(IDLE),
-         3, "unknown", BROKEN),
-    Case("non-utf8-in-other-families", lambda: serve(IDLE_WITH_BAD_BYTES),
-         0, "idle", None),
-    Case("non-utf8-in-a-counted-line", lambda: serve(
-         b'vllm:num_requests_waiting 0\nvllm:num_requests_running{model="\xff\xfe"} 0\n'),
-         3, "unknown", "not UTF-8"),
-    Case("nul-bytes-8MiB", lambda: stream(head_bytes(Content_Length=str(8 * MIB)),
-         repeat(b"\0" * (64 * KIB), 8 * MIB)),
-         3, "unknown", NOT_METRICS),
-    Case("1M-counted-series", lambda: stream(head_bytes(Transfer_Encoding="chunked"),
-         chunked(_series(1_000_000))),
-         3, "unknown", OVER_CAP),
-    Case("300k-counted-series-under-the-cap", lambda: stream(head_bytes(),
-         _series(300_000)),
-         3, "unknown", "more than 2048 counted series"),
-    Case("16MiB-of-counted-name-prefixes", lambda: stream(head_bytes(),
-         repeat(b"vllm:num_\n" * 6553, 16 * MIB - 64 * KIB)),
-         3, "unknown", "time ran out scanning the body"),
-    Case("label-value-1MiB", lambda: serve(_label_body(MIB)),
-         0, "idle", None),
-    Case("counted-series-at-the-caps-plus-16MiB", lambda: stream(b"", _at_the_caps()),
-         0, "idle", None),
-    Case("accepts-never-reads", lambda: never_read,
-         3, "unknown", TIMED_OUT),
-    Case("tls-stalls-mid-handshake", lambda: tls_stall,
-         3, "unknown", "connect timed out", https=True),
-    Case("expired-cert-under-cacert", lambda: serve(IDLE),
-         4, "unreachable", "certificate has expired", tls=_expired_tls, cacert=True),
-    Case("closes-after-status-line", lambda: close_after(b"HTTP/1.1 200 OK\r\n"),
-         3, "unknown", BROKEN),
-    Case("content-length-over-body-then-close", lambda: close_after(
-         response_bytes(IDLE, headers={"Content-Length": str(len(IDLE) + 100)})),
-         3, "unknown", "without sending complete message body"),
-    Case("content-length-over-body-then-silence", lambda: hold_after(
-         response_bytes(IDLE, headers={"Content-Length": str(len(IDLE) + 100)})),
-         3, "unknown", TIMED_OUT),
-    Case("redirect-loop", lambda: serve(b"", 302, "Found", {"Location": "/metrics"}),
-         4, "unreachable", "HTTP 302"),
-    Case("200-html-login-page", lambda: serve(
-         b"<!doctype html><html><body><form action=/login method=post>"
-         b"<input name=password type=password></form></body></html>\n",
-         headers={"Content-Type": "text/html; charset=utf-8"}),
-         3, "unknown", NOT_METRICS),
-]  # fmt: skip
-
-
-def case_argv(case: Case, url: str, cacert: Path) -> list[str]:
-    """wait's arguments for a case against a server at url."""
-    if case.https:
-        url = url.replace("http://", "https://", 1)
-    args = ["wait", "--url", url, *TIMELINE, *case.args]
-    if case.cacert:
-        args += ["--cacert", str(cacert)]
-    return args
 
 
 ATTEMPTS = 3  # runs of a case whose hook the machine kept from making any read
@@ -454,7 +176,7 @@ def test_hostile_server_reason(case: Case, cacert: Path) -> None:
 
 def test_a_1mib_label_value_is_shown_whole_by_probe(entry: list[str]) -> None:
     """The 1 MiB label is a valid series: probe --json carries it, within the memory bound."""
-    with Loopback(serve(_label_body(MIB))) as srv:
+    with Loopback(serve(label_body(MIB))) as srv:
         run = spawn_measured([*entry, "probe", "--json", "--url", srv.url])
     assert run.code == 0, run.stderr
     shown = json.loads(run.stdout)

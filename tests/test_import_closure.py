@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import base_env
+from tests.support.process import base_env
 
 # What `plan`, `plan --observe`, `inject` and `demo` need, and `wait` must never
 # load: the advisory package and the simulator, whole (tests/test_layout.py keeps

@@ -19,7 +19,6 @@ import sys
 import typing
 from pathlib import Path
 
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -28,17 +27,14 @@ from drainhook.planning import inject as injecting
 from drainhook.planning import manifests
 from drainhook.planning import plan as planning
 from drainhook.planning.inject import Options, inject_texts
-from tests.conftest import ROOT, base_env
-from tests.test_examples import (
-    _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
-    parse_hook,
-)
+from tests.support.injecting import MANIFESTS, containers, prestop, validate
+from tests.support.manifests import parse_hook
+from tests.support.process import ROOT, base_env
 
 WAIT = tuple(wait.params)  # `wait`'s own options, as the command line hands them in
+pytestmark = pytest.mark.usefixtures("no_drainhook_env")
 
-MANIFESTS = ROOT / "tests" / "manifests"
 PLAIN = ROOT / "examples" / "plain"
-VERSIONS = ("1.33.0", "1.35.0")
 LOG = ["--log-file", "/proc/1/fd/1"]
 # One stderr line: "drainhook inject: SOURCE#N KIND/NAME: LEVEL: TEXT".
 LINE = re.compile(r"^drainhook inject: (\S+)#(\d+) (\S+)/(\S+): (\w+): (.+)$")
@@ -64,51 +60,6 @@ def run(
 
 def file(path: Path) -> tuple[str, str]:
     return str(path.relative_to(ROOT)), path.read_text()
-
-
-def validate(doc: dict[str, typing.Any]) -> None:
-    """doc against Kubernetes' schemas (strict), for each version; a CRD's pod
-    templates as core PodTemplates (what its own schema embeds)."""
-    for version in VERSIONS:
-        for obj in schema_objects(doc):
-            try:
-                kubernetes_validate.validate(obj, version, strict=True)
-            except kubernetes_validate.ValidationError as exc:
-                raise AssertionError(f"{version}: {str(exc).splitlines()[0]}") from None
-
-
-def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
-    api, kind = doc.get("apiVersion", ""), doc.get("kind")
-    group = api.split("/")[0]
-    if "." not in group or (group.endswith(".k8s.io") and group != "leaderworkerset.x-k8s.io"):
-        return [doc]  # a core or apps kind: its own schema
-    spec = doc.get("spec") or {}
-    templates: list[dict[str, typing.Any]] = []
-    if kind == "LeaderWorkerSet":
-        lwt = spec["leaderWorkerTemplate"]
-        templates += [lwt[k] for k in ("leaderTemplate", "workerTemplate") if k in lwt]
-    elif kind == "LLMInferenceService":
-        for part in (spec, spec.get("prefill") or {}):
-            templates += [{"spec": part[k]} for k in ("template", "worker") if k in part]
-    elif kind == "InferenceService":
-        predictor = dict(spec["predictor"])
-        templates.append({"spec": predictor})
-    elif kind == "Service" and group == "serving.knative.dev":
-        return []  # left unchanged: Knative's RevisionTemplateSpec is not a PodTemplateSpec
-    else:
-        raise AssertionError(f"no schema for {api} {kind}")
-    return [
-        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": t}
-        for t in templates
-    ]
-
-
-def containers(spec: dict[str, typing.Any]) -> dict[str, dict[str, typing.Any]]:
-    return {c["name"]: c for c in spec.get("containers", [])}
-
-
-def prestop(container: dict[str, typing.Any]) -> list[str]:
-    return [str(w) for w in container["lifecycle"]["preStop"]["exec"]["command"]]
 
 
 def levels(result: injecting.Injected) -> list[str]:

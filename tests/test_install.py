@@ -24,8 +24,8 @@ import trustme
 from drainhook import build_info
 from drainhook.cli.install import install, run_install
 from drainhook.errors import InstallError, UsageError
-from tests.conftest import base_env
-from tests.loopback import Loopback, sample, serve
+from tests.support.loopback import Loopback, sample, serve
+from tests.support.process import base_env
 
 IDLE = sample("vllm-single-dp2-idle.txt")
 FAST = ("--settle", "0.1", "--interval", "0.1", "--grace", "10", "--exit-reserve", "1")

@@ -20,8 +20,8 @@ import yaml
 
 from drainhook.cli.main import wait
 from drainhook.planning.inject import Options, inject_texts
-from tests.conftest import ROOT
-from tests.test_inject import MANIFESTS, containers, prestop, validate
+from tests.support.injecting import MANIFESTS, containers, prestop, validate
+from tests.support.process import ROOT
 
 WAIT = tuple(wait.params)  # `wait`'s own options, as the command line hands them in
 

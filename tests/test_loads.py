@@ -24,8 +24,8 @@ from drainhook.engines.loads import MAX_RANKS, MAX_VALUES, scan_loads
 from drainhook.engines.verdict import Scan, Verdict
 from drainhook.errors import UsageError
 from drainhook.reading.auth import API_KEY_MAX_BYTES, read_api_key
-from tests.conftest import base_env
-from tests.loopback import Loopback, route
+from tests.support.loopback import Loopback, route
+from tests.support.process import base_env
 
 
 def rank_2026_01(dp_rank: int, running: int, waiting: int, **disagg: int) -> dict[str, Any]:

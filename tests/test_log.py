@@ -21,7 +21,7 @@ from drainhook.hook.log import (
 )
 from drainhook.hook.stall import Frozen, Stall
 from drainhook.reading.discovery.search import Discovery, SearchRecord
-from tests.conftest import fields
+from tests.support.logs import fields
 
 BUSY = Reading(
     Verdict.BUSY, "vllm", 2.0, (Series("vllm:num_requests_running", (), 2.0),), None, 3.25

@@ -23,12 +23,10 @@ from drainhook.hook.drain import Outcome, drain
 from drainhook.planning import plan as planning
 from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import parse_url
-from tests.conftest import Hook, Run, base_env
-from tests.test_examples import (
-    _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
-    load_model,
-    parse_hook,
-)
+from tests.support.manifests import load_model, parse_hook
+from tests.support.process import Hook, Run, base_env
+
+pytestmark = pytest.mark.usefixtures("no_drainhook_env")
 
 # vLLM's /load switch, which plan names for every vLLM (drainhook.plan.engine_flags).
 LOAD_TRACKING = "--enable-server-load-tracking"

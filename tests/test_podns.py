@@ -1,4 +1,4 @@
-"""The Pod-namespace harness (tests/podns.py) proved on what exists before the hook
+"""The Pod-namespace harness (tests/support/podns.py) proved on what exists before the hook
 discovers anything itself: the namespace holds exactly the test's listeners,
 the hook reads a server there, SO_REUSEPORT pairs share their connections, the
 harness refuses a namespace that is not empty; and listener discovery's own
@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
 
 from drainhook.reading.discovery.listeners import MAX_READS
-from tests.conftest import Pod, base_env
-from tests.podns import (
+from tests.conftest import POD_LATE, late
+from tests.support.podns import (
     ROOT,
+    Pod,
     PodError,
     Reply,
     Server,
@@ -29,6 +29,7 @@ from tests.podns import (
     run_pod,
     sidecar,
 )
+from tests.support.process import base_env
 
 IDLE = "vllm-external-lb-rank3-idle.txt"  # engine vllm, idle (tests/samples/expected.json)
 BUSY = "vllm-api-server-count-3.txt"  # engine vllm, busy, in flight 7
@@ -49,9 +50,9 @@ import json, sys, time
 from drainhook.reading.discovery.search import search
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url
-left, exclude = float(sys.argv[1]), json.loads(sys.argv[2])
+left, exclude, timeout = float(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])
 start = time.monotonic()
-found = search(lambda url: Reader(parse_url(url)), read_timeout=1.0, until=start + left,
+found = search(lambda url: Reader(parse_url(url)), read_timeout=timeout, until=start + left,
                exclude=[tuple(e) for e in exclude])
 print(json.dumps({
     "elapsed": time.monotonic() - start,
@@ -181,13 +182,13 @@ def test_the_harness_refuses_a_namespace_that_is_not_empty() -> None:
     already = """
 import socket, subprocess, sys
 s = socket.socket(); s.bind(("0.0.0.0", 0)); s.listen()
-sys.exit(subprocess.run([sys.executable, "-m", "tests.podns"]).returncode)
+sys.exit(subprocess.run([sys.executable, "-m", "tests.support.podns"]).returncode)
 """
     with pytest.raises(PodError, match="not an empty network namespace"):
         run_pod([engine("e", 8000, IDLE)], ["true"], prefix=[*prefix, *python(already)])
     # And on this machine itself, outside any new namespace: it says so and runs nothing.
     done = subprocess.run(
-        [sys.executable, "-m", "tests.podns"],
+        [sys.executable, "-m", "tests.support.podns"],
         input=json.dumps({"servers": [], "command": ["true"], "timeout": 5}),
         capture_output=True,
         text=True,
@@ -202,8 +203,13 @@ sys.exit(subprocess.run([sys.executable, "-m", "tests.podns"]).returncode)
 # ---- listener discovery's search, with the hook's Reader, in a namespace --------
 
 
+# The search's read timeout: over POD_LATE, so that one timeout plus the level stays
+# short of two timeouts, and D plus the level short of one.
+TIMEOUT = 1.5
+
+
 def search(pod: Pod, servers: list[Server], left: float, exclude: object = ()) -> dict[str, Any]:
-    run = pod(servers, python(SEARCH, str(left), json.dumps(exclude)))
+    run = pod(servers, python(SEARCH, str(left), json.dumps(exclude), str(TIMEOUT)))
     assert run.code == 0, run.stderr
     out: dict[str, Any] = run.json()
     out["servers"] = run.servers
@@ -237,14 +243,14 @@ def test_search_finds_the_engine_among_sidecars_once_each(pod_command: Pod) -> N
     for name in ("engine", "mesh-admin", "mesh-stats", "hanging", "zmq"):
         assert out["servers"][name].paths == ["/metrics"], name  # one read each
     assert out["servers"]["silent"].connections == (1,)
-    # In parallel: the two that never answer cost one read timeout (1 s), not two.
-    assert 0.9 <= out["elapsed"] < 1.9
+    # In parallel: the two that never answer cost one read timeout, not two.
+    assert TIMEOUT - 0.1 <= out["elapsed"] < late(TIMEOUT, POD_LATE)
 
 
 def test_search_ends_at_the_deadline_whatever_hangs(pod_command: Pod) -> None:
     out = search(pod_command, POD, left=0.4)
     assert out["found"] == [["http://127.0.0.1:8123/metrics", "vllm", "idle", 0.0]]
-    assert 0.35 <= out["elapsed"] < 0.9  # D, not the read timeout (1 s)
+    assert 0.35 <= out["elapsed"] < late(0.4, POD_LATE)  # D, not the read timeout
     # Its read was cut at D: by its own clipped timeout, or abandoned a moment before.
     why = out["tried"]["http://127.0.0.1:9000/metrics"]
     assert why == "no answer in time" or why.startswith("read timed out")
@@ -262,11 +268,10 @@ def test_search_skips_the_configured_target_and_finds_no_engine(pod_command: Pod
 def test_search_reads_at_most_64_listeners(pod_command: Pod) -> None:
     servers = [sidecar(f"s{p}", p) for p in range(20001, 20001 + MAX_READS + 1)]
     servers.append(engine("engine", 20000, IDLE))  # the lowest port: read first
-    start = time.monotonic()
     out = search(pod_command, servers, left=10.0)
     assert out["found"][0][0] == "http://127.0.0.1:20000/metrics"
     assert len(out["tried"]) == MAX_READS
     assert out["left_out"] == [f"http://127.0.0.1:{p}/metrics" for p in (20064, 20065)]
     assert out["describe"].endswith("; 2 more not read (at most 64 are)")
     assert sum(len(log.requests) for log in out["servers"].values()) == MAX_READS
-    assert time.monotonic() - start < 60
+    assert out["elapsed"] < late(10.0, POD_LATE)  # its D

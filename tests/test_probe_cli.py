@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SPAWN_LATE, Hook, Run, late
-from tests.loopback import EXPECTED, Loopback, hang, route, sample, serve
+from tests.conftest import SPAWN_LATE, late
+from tests.support.loopback import EXPECTED, Loopback, hang, route, sample, serve
+from tests.support.process import Hook, Run
 
 PROBE_EXIT = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
 # CONTRACT §4's fields, `source` (what was counted: metrics or loads; null unless

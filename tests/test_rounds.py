@@ -9,8 +9,9 @@ import pytest
 
 from drainhook.engines.verdict import Reading, Series, Verdict
 from drainhook.reading.rounds import Round, combine_readings
-from tests.conftest import Hook
-from tests.loopback import Loopback, sample, sequence, serve
+from tests.support.logs import events
+from tests.support.loopback import Loopback, sample, sequence, serve
+from tests.support.process import Hook
 
 A, B = "http://127.0.0.1:8000/metrics", "http://127.0.0.1:8001/metrics"
 
@@ -154,10 +155,13 @@ def test_wait_with_a_mistyped_port_waits_to_the_deadline(hook: Hook) -> None:
     idle = sample("vllm-single-dp2-idle.txt")
     dead = free_port()
     with Loopback(serve(idle)) as rank0:
-        run = hook("wait", "--port", str(rank0.port), "--port", str(dead), *TIMELINE)
+        run = hook("wait", "--port", str(rank0.port), "--port", str(dead), *TIMELINE,
+                   "--log-format", "json")  # fmt: skip
     assert run.code == 3, run.stderr
-    assert "outcome=deadline" in run.summary
-    assert f"127.0.0.1:{dead}/metrics unreachable and has not answered yet" in run.stderr
+    (summary,) = events(run.stderr, "summary")
+    assert summary["outcome"] == "deadline"
+    why = f"http://127.0.0.1:{dead}/metrics unreachable and has not answered yet"
+    assert any(why in (read["reason"] or "") for read in events(run.stderr, "read")), run.stderr
     assert rank0.connections >= 10  # it kept reading the live rank
 
 

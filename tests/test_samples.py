@@ -17,7 +17,7 @@ from drainhook.engines.exposition import MetricsScanner, scan
 from drainhook.engines.verdict import Reading, Scan, Verdict
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url
-from tests.loopback import EXPECTED, SAMPLES, Loopback, sample, samples_of, serve
+from tests.support.loopback import EXPECTED, SAMPLES, Loopback, sample, samples_of, serve
 
 KINDS = {"generated", "captured", "built"}
 NAMES = samples_of("generated", "captured")

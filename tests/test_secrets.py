@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import base_env, netns
-from tests.loopback import (
+from tests.support.loopback import (
     Behaviour,
     Heard,
     Loopback,
@@ -40,6 +39,8 @@ from tests.loopback import (
     sample,
     serve,
 )
+from tests.support.podns import netns
+from tests.support.process import base_env
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = sample("vllm-single-dp2-idle.txt")
@@ -207,7 +208,7 @@ NAMESPACE_SCRIPT = """
 import ctypes, fcntl, json, os, socket, struct, subprocess, sys
 spec = json.loads(sys.argv[1])
 sys.path.insert(0, spec["root"])
-from tests.loopback import Loopback, sample, serve
+from tests.support.loopback import Loopback, sample, serve
 # A new network namespace's loopback is down: bring it up (SIOCGIFFLAGS, SIOCSIFFLAGS).
 with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
     flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, struct.pack("16sH22x", b"lo", 0)))[1]

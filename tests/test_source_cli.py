@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import Hook
-from tests.loopback import Loopback, route, sample, sequence, serve
+from tests.support.logs import events
+from tests.support.loopback import Loopback, route, sample, sequence, serve
+from tests.support.process import Hook
 
 TIMELINE = ("--settle", "0.2", "--interval", "0.1", "--grace", "2", "--exit-reserve", "0.5")
 KEY = "sk-drain-Zq81"
@@ -66,9 +67,12 @@ def test_a_missing_api_key_file_is_a_usage_error(hook: Hook, tmp_path: Path) -> 
 
 def test_an_unauthorized_loads_read_is_unreachable(hook: Hook) -> None:
     with Loopback(serve(b'{"error": "Unauthorized"}', status=401, reason="Unauthorized")) as srv:
-        run = hook("wait", "--source", "loads", "--url", f"http://127.0.0.1:{srv.port}/v1/loads")
+        url = f"http://127.0.0.1:{srv.port}/v1/loads"
+        run = hook("wait", "--source", "loads", "--url", url, "--log-format", "json")
     assert run.code == 4
-    assert "HTTP 401" in run.summary
+    (summary,) = events(run.stderr, "summary")
+    assert (summary["outcome"], summary["exit"]) == ("unreachable", 4)
+    assert summary["reason"].startswith("HTTP 401"), summary
 
 
 def test_loads_cannot_be_pinned_to_vllm_and_both_is_for_probe(hook: Hook) -> None:

@@ -23,7 +23,7 @@ from drainhook.hook.run import exit_code
 from drainhook.hook.stall import Stall, StallWatch
 from drainhook.hook.timeline import Timeline
 from drainhook.reading.sources import AutoReader
-from tests.loopback import sample
+from tests.support.loopback import sample
 
 W = 30.0
 EPS = 1e-6

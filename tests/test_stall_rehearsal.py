@@ -24,8 +24,8 @@ from drainhook.engines.verdict import Verdict
 from drainhook.sim import Engine, EngineConfig, SimServer, complete
 from rehearsal import scenarios
 from rehearsal.timeline import INTERVAL, KSERVE_GRACE, SETTLE
-from tests.conftest import POD_LATE, late
-from tests.test_rehearsal import rehearse
+from tests.conftest import POD_LATE, WAKE_LATE, late
+from tests.support.rehearsal import SCALE, rehearse
 
 TOKEN = 0.02
 
@@ -106,8 +106,6 @@ def test_a_long_prefill_is_flat_then_moves_and_a_kv_pull_is_deferred() -> None:
 
 # -- the rehearsal ------------------------------------------------------------------------
 
-SCALE = 0.1
-
 
 @pytest.fixture(scope="module")
 def cells() -> dict[tuple[str, str], dict[str, Any]]:
@@ -128,7 +126,7 @@ def test_a_wedged_replica_is_released_at_s_plus_w(cells: dict[tuple[str, str], A
     # requests that never end.
     assert kserve["held_s"] >= SCALE * KSERVE_GRACE - 0.1
     # SIGTERM as the hook returns: vLLM kills its (wedged) engine core then, not at G.
-    assert mine["sigterm_at_s"] <= released + 0.05
+    assert mine["sigterm_at_s"] <= late(released, WAKE_LATE)
     # But its API server stays while the wedged streams' clients are connected (CONTRACT
     # §7; tests/live/test_live_wedged.py: a live vLLM with a frozen EngineCore did not
     # exit in 10 s after SIGTERM): the Pod is still held to its G, whichever recipe ran.

@@ -19,8 +19,8 @@ from drainhook.engines.exposition import scan
 from drainhook.engines.verdict import Reading, Scan, Verdict
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url
-from tests.loopback import EXPECTED, Loopback, samples_of, serve
-from tests.loopback import sample as body
+from tests.support.loopback import EXPECTED, Loopback, samples_of, serve
+from tests.support.loopback import sample as body
 
 NAMES = samples_of("built")
 

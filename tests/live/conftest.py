@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Run, base_env, measure
 from tests.live.engine import LiveVllm
+from tests.support.process import Run, base_env, measure
 
 
 def _in_ci() -> bool:

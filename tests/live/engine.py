@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests import conformance
+from tests.support import conformance
 
 MODEL_NAME = "live"
 PROMPT = "the engine drains a request"
@@ -148,7 +148,7 @@ class LiveVllm:
         return self
 
     def measure_rate(self, tokens: int) -> float:
-        from tests.conformance import Ended, send
+        from tests.support.conformance import Ended, send
 
         out = Ended()
         start = time.monotonic()
@@ -189,7 +189,7 @@ class LiveVllm:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int | None, bytes]:
-        """GET path on the engine (tests.conformance.get)."""
+        """GET path on the engine (tests.support.conformance.get)."""
         return conformance.get(self.port, path, timeout)
 
     def engine_core(self) -> int:

@@ -7,9 +7,9 @@ import threading
 import time
 from typing import Any
 
-from tests import conformance
 from tests.live.conftest import Hook
 from tests.live.engine import LiveVllm, body
+from tests.support import conformance
 
 
 class Streams:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests import conformance
 from tests.live.conftest import Hook, wait_for
 from tests.live.streams import Streams, assert_complete, gauges
+from tests.support import conformance
 
 pytestmark = pytest.mark.live
 

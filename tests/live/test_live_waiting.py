@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from tests import conformance
-from tests.conftest import SPAWN_LATE, Run, late
+from tests.conftest import SPAWN_LATE, late
 from tests.live.conftest import Hook, HookThread, wait_for
 from tests.live.engine import LiveVllm
 from tests.live.streams import Streams, assert_complete, gauges, probe
+from tests.support import conformance
+from tests.support.process import Run
 
 pytestmark = pytest.mark.live
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tests.conftest import run_delay
+from tests.support.process import run_delay
 
 # How far an engine's time may stray from the table's window: scheduling on a
 # busy two-core machine (the engine's own starvation is added on top, as

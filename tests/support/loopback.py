@@ -25,7 +25,7 @@ from typing import Any
 Behaviour = Callable[[socket.socket], None]
 
 # Real and built /metrics bodies, and what each must give (tests/samples/README.md).
-SAMPLES = Path(__file__).resolve().parent / "samples"
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((SAMPLES / "expected.json").read_text())
 
 
@@ -193,7 +193,7 @@ class Loopback:
         path: str = "/metrics",
         sock: socket.socket | None = None,
     ) -> None:
-        if sock is not None:  # a listening socket made by the caller (tests/podns.py)
+        if sock is not None:  # a listening socket made by the caller (tests/support/podns.py)
             host = str(sock.getsockname()[0])
         else:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET

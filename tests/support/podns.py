@@ -5,11 +5,11 @@ Listener discovery reads every listening socket of the hook's namespace, so a
 test of it must never run where the machine's own listeners are (a developer's
 database, CI's services). The host side, `run_pod`, starts
 
-    unshare -n python -m tests.podns      (unshare -rn when not root)
+    unshare -n python -m tests.support.podns      (unshare -rn when not root)
 
 with a JSON spec on stdin. Inside, this module checks that the namespace is
 empty (only `lo`, no listener: it refuses to run anywhere else), brings `lo`
-up, starts the scripted servers (tests/loopback.py's listeners on the
+up, starts the scripted servers (tests/support/loopback.py's listeners on the
 addresses, ports and sockets the spec names), runs the command, and prints
 one JSON object: the command's exit code, stdout, stderr and elapsed time, and
 what every server saw (each request's path and time, per socket).
@@ -45,13 +45,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = Path(__file__).resolve().parent / "samples"
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 PLACEHOLDER = re.compile(r"\{port:([A-Za-z0-9_.-]+)\}")
 
 
@@ -228,7 +228,7 @@ def run_pod(
         "addresses": list(addresses),
     }
     done = subprocess.run(
-        [*prefix, sys.executable, "-m", "tests.podns"],
+        [*prefix, sys.executable, "-m", "tests.support.podns"],
         input=json.dumps(spec),
         capture_output=True,
         text=True,
@@ -240,7 +240,7 @@ def run_pod(
     try:
         out = json.loads(done.stdout)
     except ValueError:
-        raise PodError(f"tests.podns exited {done.returncode}: {done.stderr[-2000:]}") from None
+        raise PodError(f"the pod exited {done.returncode}: {done.stderr[-2000:]}") from None
     if out.get("error"):
         raise PodError(out["error"])
     logs = {
@@ -302,7 +302,7 @@ class _Script:
         self.requests: list[dict[str, Any]] = []
 
     def behaviour(self, index: int) -> Any:
-        from tests.loopback import _read_request, response_bytes
+        from tests.support.loopback import _read_request, response_bytes
 
         def answer(conn: socket.socket) -> None:
             if self.server.silent:
@@ -368,7 +368,7 @@ def _substitute(text: str, ports: Mapping[str, int]) -> str:
 
 def inside(spec: dict[str, Any]) -> dict[str, Any]:
     """Set the namespace up, run the command, and say what happened."""
-    from tests.loopback import Loopback
+    from tests.support.loopback import Loopback
 
     why = check_empty()
     if why is not None:
@@ -475,3 +475,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+Pod = Callable[..., PodRun]

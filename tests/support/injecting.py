@@ -1,0 +1,58 @@
+"""What the inject tests share: the real-shaped manifests, Kubernetes' schemas,
+and the parts of a wired container they read."""
+
+from __future__ import annotations
+
+import typing
+
+import kubernetes_validate
+
+from tests.support.process import ROOT
+
+MANIFESTS = ROOT / "tests" / "manifests"
+VERSIONS = ("1.33.0", "1.35.0")  # the Kubernetes schemas every output is checked against
+
+
+def validate(doc: dict[str, typing.Any]) -> None:
+    """doc against Kubernetes' schemas (strict), for each version; a CRD's pod
+    templates as core PodTemplates (what its own schema embeds)."""
+    for version in VERSIONS:
+        for obj in schema_objects(doc):
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                raise AssertionError(f"{version}: {str(exc).splitlines()[0]}") from None
+
+
+def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
+    api, kind = doc.get("apiVersion", ""), doc.get("kind")
+    group = api.split("/")[0]
+    if "." not in group or (group.endswith(".k8s.io") and group != "leaderworkerset.x-k8s.io"):
+        return [doc]  # a core or apps kind: its own schema
+    spec = doc.get("spec") or {}
+    templates: list[dict[str, typing.Any]] = []
+    if kind == "LeaderWorkerSet":
+        lwt = spec["leaderWorkerTemplate"]
+        templates += [lwt[k] for k in ("leaderTemplate", "workerTemplate") if k in lwt]
+    elif kind == "LLMInferenceService":
+        for part in (spec, spec.get("prefill") or {}):
+            templates += [{"spec": part[k]} for k in ("template", "worker") if k in part]
+    elif kind == "InferenceService":
+        predictor = dict(spec["predictor"])
+        templates.append({"spec": predictor})
+    elif kind == "Service" and group == "serving.knative.dev":
+        return []  # left unchanged: Knative's RevisionTemplateSpec is not a PodTemplateSpec
+    else:
+        raise AssertionError(f"no schema for {api} {kind}")
+    return [
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": t}
+        for t in templates
+    ]
+
+
+def containers(spec: dict[str, typing.Any]) -> dict[str, dict[str, typing.Any]]:
+    return {c["name"]: c for c in spec.get("containers", [])}
+
+
+def prestop(container: dict[str, typing.Any]) -> list[str]:
+    return [str(w) for w in container["lifecycle"]["preStop"]["exec"]["command"]]

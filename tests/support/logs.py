@@ -1,0 +1,53 @@
+"""Reading a run's log lines: text lines' key=value fields, JSON lines' events,
+the lines but the timeline warnings, and whether the connections a server saw
+fit the reads."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def events(stderr: str, kind: str | None = None) -> list[dict[str, Any]]:
+    """The JSON events of a `--log-format json` run (those of one kind if given)."""
+    found = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return [e for e in found if kind is None or e.get("event") == kind]
+
+
+def timeline_warning(line: str) -> bool:
+    """A warning `wait` logs at its start about its own timeline (`plan`'s rules, with a
+    code): the shrunk timelines of the tests get some."""
+    if line.startswith("{"):
+        return line.startswith('{"event": "warning"') and '"code": ' in line
+    return line.startswith("drainhook warning=") and " code=" in line
+
+
+def hook_lines(lines: list[str]) -> list[str]:
+    """The lines of a run but its timeline warnings: reads, summary, other warnings."""
+    return [line for line in lines if not timeline_warning(line)]
+
+
+def fields(line: str) -> dict[str, str]:
+    """The key=value pairs of a text log line (a quoted value unquoted)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:  # an unbalanced quote in a hostile server's reason
+        words = line.split()
+    return dict(word.split("=", 1) for word in words if "=" in word)
+
+
+def timed_out(read: Mapping[str, object]) -> bool:
+    """A read that ran out of time: `unknown`, with `timed out` in its reason (a text
+    log line's fields, or a JSON line's object, where the reason may be null)."""
+    return read.get("verdict") == "unknown" and "timed out" in str(read.get("reason") or "")
+
+
+def connections_fit(connections: int, reads: Sequence[Mapping[str, object]]) -> bool:
+    """One connection a read: none left open behind a read, no redirect followed. A
+    read that ran out of time may have done so before it could connect: one started
+    a millisecond before D (the grid follows the first read, so where its last slot
+    falls is chance), or one a loaded machine kept off the CPU."""
+    late = sum(1 for read in reads if timed_out(read))
+    return len(reads) - late <= connections <= len(reads)
