@@ -18,10 +18,11 @@ PROBE_EXIT = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
 # CONTRACT §4's fields, `source` (what was counted: metrics or loads; null unless
 # idle or busy) and `warnings` (shapes that usually mean trouble; a list, often
 # empty); `targets` is added only when several targets are read, `discovered`
-# only when listener discovery ran.
+# only when listener discovery ran. `signals` (each signal's own count, CONTRACT
+# §2a; null unless idle or busy) and `held_by` (the signals that read work).
 JSON_KEYS = {
     "schema", "target", "engine", "verdict", "reason", "in_flight", "series", "read_ms", "source",
-    "warnings", "progress", "waiting_outside",
+    "warnings", "progress", "waiting_outside", "signals", "held_by",
 }  # fmt: skip
 COUNTED_PREFIXES = ("vllm:num_requests_", "sglang:num_")
 
@@ -83,7 +84,10 @@ def test_probe_json_on_each_sample(hook: Hook, name: str) -> None:
     values = [s["value"] for s in obj["series"]]
     if expected["verdict"] == "idle":
         assert values and all(v == 0 for v in values)
-    if expected["verdict"] == "busy":
+    if expected["verdict"] == "busy" and name.endswith("-server-only.txt"):
+        # Only the HTTP server holds the request (CONTRACT §2a): the gauges read 0.
+        assert values and all(v == 0 for v in values)
+    elif expected["verdict"] == "busy":
         # Series that differ only in tp_rank count once (their max): the sum is >= total.
         assert sum(values) >= expected["in_flight"] > 0
 

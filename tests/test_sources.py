@@ -22,7 +22,7 @@ from drainhook.engines.verdict import Reading, Series, Verdict
 from drainhook.reading.sources import AutoReader, is_sglang
 from tests.conftest import HOOK_LATE, SPAWN_LATE, late
 from tests.support.logs import fields, hook_lines
-from tests.support.loopback import Behaviour, Loopback, _read_request, response_bytes
+from tests.support.loopback import Behaviour, Loopback, read_request, response_bytes
 from tests.support.process import Hook, Run
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -202,7 +202,7 @@ def per_path(replies: dict[str, Sequence[Reply]], seen: list[str]) -> Behaviour:
     served: dict[str, int] = {}
 
     def behaviour(conn: socket.socket) -> None:
-        head = _read_request(conn)
+        head = read_request(conn)
         parts = head.split(b" ", 2)
         path = parts[1].decode("latin-1") if len(parts) == 3 else ""
         with lock:

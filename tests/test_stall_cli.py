@@ -21,8 +21,7 @@ import pytest
 from drainhook.hook.termination import HANG_UNTIL_KILL, HANG_WHY
 from tests.conftest import HOOK_LATE, SPAWN_LATE, late
 from tests.support.logs import fields
-from tests.support.loopback import Behaviour, Loopback, response_bytes, sample, serve
-from tests.support.loopback import _read_request as read_request
+from tests.support.loopback import Behaviour, Loopback, read_request, response_bytes, sample, serve
 from tests.support.process import Hook, Run
 
 SETTLE, INTERVAL, WINDOW = 0.2, 0.1, 0.6

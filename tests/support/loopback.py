@@ -6,6 +6,13 @@ reset or speak TLS on demand. Servers are threads in the test process.
     with Loopback(sequence(busy, busy, idle)) as srv:   # nth connection, last repeats
     with Loopback(route({"/metrics": body}, heads)) as srv:  # by path; heads seen
     srv.url, srv.port, srv.connections (how many were accepted)
+
+vLLM's `GET /load` (the server's own count, CONTRACT §2a), which the hook asks
+once after an idle vLLM read, is answered 404 by the listener itself (a vLLM
+without the route: asked no more) and neither counted in `connections` nor
+handed to the behaviour, so that a behaviour sees only the reads it scripts;
+`Loopback(..., own_load=False)` hands it on, for the tests of /load itself
+(`srv.side_reads` counts those answered here).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ def samples_of(*kinds: str) -> list[str]:
     return sorted(n for n, e in EXPECTED.items() if e["kind"] in kinds)
 
 
-def _read_request(conn: socket.socket, limit: float = 2.0) -> bytes:
+def read_request(conn: socket.socket, limit: float = 2.0) -> bytes:
     """Read the request head (up to the blank line), giving up after `limit` s."""
     conn.settimeout(limit)
     data = b""
@@ -74,7 +81,7 @@ def serve(
     """Answer the request with this body and status, then close."""
 
     def behaviour(conn: socket.socket) -> None:
-        _read_request(conn)
+        read_request(conn)
         conn.sendall(response_bytes(body, status, reason, headers))
 
     return behaviour
@@ -82,7 +89,7 @@ def serve(
 
 def hang(conn: socket.socket) -> None:
     """Read the request, never answer (until the client goes)."""
-    _read_request(conn)
+    read_request(conn)
     conn.settimeout(None)
     with contextlib.suppress(OSError):
         while conn.recv(65536):
@@ -98,7 +105,7 @@ def drip(body: bytes, every: float = 0.05) -> Behaviour:
     """Send the headers, then the body one byte every `every` seconds."""
 
     def behaviour(conn: socket.socket) -> None:
-        _read_request(conn)
+        read_request(conn)
         conn.sendall(response_bytes(b"", headers={"Content-Length": str(len(body))}))
         for i in range(len(body)):
             time.sleep(every)
@@ -111,7 +118,7 @@ def drip_headers(every: float = 0.05) -> Behaviour:
     """Send an endless header block, a byte at a time."""
 
     def behaviour(conn: socket.socket) -> None:
-        _read_request(conn)
+        read_request(conn)
         conn.sendall(b"HTTP/1.1 200 OK\r\n")
         while True:
             time.sleep(every)
@@ -124,7 +131,7 @@ def reset_after(prefix: bytes) -> Behaviour:
     """Send prefix (part of a response), then reset the connection (RST)."""
 
     def behaviour(conn: socket.socket) -> None:
-        _read_request(conn)
+        read_request(conn)
         if prefix:
             conn.sendall(prefix)
             time.sleep(0.05)
@@ -137,7 +144,7 @@ def close_after(prefix: bytes) -> Behaviour:
     """Send prefix, then close cleanly (FIN)."""
 
     def behaviour(conn: socket.socket) -> None:
-        _read_request(conn)
+        read_request(conn)
         if prefix:
             conn.sendall(prefix)
 
@@ -154,7 +161,7 @@ def route(
     writing, on a loaded machine) is not a request and is not recorded."""
 
     def behaviour(conn: socket.socket) -> None:
-        head = _read_request(conn)
+        head = read_request(conn)
         if heads is not None and head:
             heads.append(head)
         parts = head.split(b" ", 2)
@@ -192,6 +199,7 @@ class Loopback:
         host: str = "127.0.0.1",
         path: str = "/metrics",
         sock: socket.socket | None = None,
+        own_load: bool = True,
     ) -> None:
         if sock is not None:  # a listening socket made by the caller (tests/support/podns.py)
             host = str(sock.getsockname()[0])
@@ -208,7 +216,9 @@ class Loopback:
         self._path = path
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._own_load = own_load
         self.connections = 0
+        self.side_reads = 0  # GET /load answered 404 by the listener itself
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
     @property
@@ -236,21 +246,74 @@ class Loopback:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            with self._lock:
-                self.connections += 1
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
+    def _is_load(self, conn: socket.socket) -> bool:
+        """Whether the connection's request is `GET /load` (peeked, not read)."""
+        want = b"GET /load "
+        timeout = conn.gettimeout()
+        conn.settimeout(2.0)
+        try:
+            while True:
+                seen = conn.recv(len(want), socket.MSG_PEEK)
+                if not seen or not want.startswith(seen) or len(seen) >= len(want):
+                    return seen == want
+                time.sleep(0.001)
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                conn.settimeout(timeout)
+
+    def _answer_load(self, conn: Any) -> None:
+        with self._lock:
+            self.side_reads += 1
+            self.connections -= 1  # not one of the behaviour's
+        with contextlib.suppress(OSError):
+            read_request(conn)
+            conn.sendall(response_bytes(b"not found\n", 404, "Not Found"))
+            conn.close()
+
     def _handle(self, conn: socket.socket) -> None:
+        with self._lock:
+            self.connections += 1
+        if self._own_load and self._tls is None and self._is_load(conn):
+            self._answer_load(conn)
+            return
+        served: Any = conn
         try:
             if self._tls is not None:
                 conn.settimeout(5)
-                conn = self._tls.wrap_socket(conn, server_side=True)
-            self._behaviour(conn)
+                served = conn = self._tls.wrap_socket(conn, server_side=True)
+                if self._own_load:  # no peeking through TLS: read the first bytes
+                    first = conn.recv(65536)
+                    if first.startswith(b"GET /load "):
+                        self._answer_load(_Replay(conn, first))
+                        return
+                    served = _Replay(conn, first)
+            self._behaviour(served)
         except (OSError, ssl.SSLError):
             pass
         finally:
             with contextlib.suppress(OSError):
                 conn.close()
+
+
+class _Replay:
+    """A socket whose first bytes were read already: `recv` gives them back first."""
+
+    def __init__(self, sock: Any, data: bytes) -> None:
+        self._sock = sock
+        self._data = data
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        if self._data:
+            out, self._data = self._data[:size], self._data[size:]
+            return out
+        return bytes(self._sock.recv(size, *flags))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
 
 
 class Heard:
@@ -276,7 +339,7 @@ def record(heard: Heard, reply: bytes | None = None) -> Behaviour:
     until the client goes."""
 
     def behaviour(conn: socket.socket) -> None:
-        heard.add(_read_request(conn))
+        heard.add(read_request(conn))
         if reply is not None:
             conn.sendall(reply)
             return
@@ -299,7 +362,7 @@ def plain_http(body: bytes) -> Behaviour:
             conn.sendall(response_bytes(b"Invalid HTTP request received.", 400, "Bad Request"))
             return
         if b"\r\n\r\n" not in first:
-            _read_request(conn)
+            read_request(conn)
         conn.sendall(response_bytes(body))
 
     return behaviour
@@ -314,7 +377,7 @@ def stream(head: bytes, chunks: Callable[[], Iterable[bytes]], every: float = 0.
     costs the server one chunk of memory, and stops when the client hangs up."""
 
     def behaviour(conn: socket.socket) -> None:
-        _read_request(conn)
+        read_request(conn)
         conn.settimeout(10)
         if head:
             conn.sendall(head)
@@ -388,7 +451,7 @@ def hold_after(prefix: bytes) -> Behaviour:
     connection open without a byte more until the client goes."""
 
     def behaviour(conn: socket.socket) -> None:
-        _read_request(conn)
+        read_request(conn)
         conn.sendall(prefix)
         conn.settimeout(None)
         with contextlib.suppress(OSError):
@@ -403,7 +466,7 @@ def echo(status: int = 200, reason: str = "OK") -> Behaviour:
     body and in an X-Echo header: a server that reflects what it was sent."""
 
     def behaviour(conn: socket.socket) -> None:
-        head = _read_request(conn).decode("latin-1")
+        head = read_request(conn).decode("latin-1")
         flat = head.strip().replace("\r\n", " | ")
         conn.sendall(response_bytes(head.encode("latin-1"), status, reason, {"X-Echo": flat}))
 
