@@ -45,6 +45,11 @@ def one(engine: LiveVllm, hook: list[str], interval: str | None, seconds: float)
     streams = Streams(engine)
     stream = streams.send(seconds)
     sent = streams.sent[0]
+    deadline = time.monotonic() + 10
+    while gauges(engine) != (1, 0):  # the hook's first read sees the stream, never idle
+        if time.monotonic() > deadline:
+            raise RuntimeError("the stream never ran")
+        time.sleep(0.02)
     proc = None
     if interval is not None:
         args = ["wait", "--url", engine.url(), "--settle", "0", "--interval", interval]
