@@ -164,8 +164,9 @@ def _rollout_half(run: Run, key: str) -> Claim | None:
 
 def _rollout_oracle(run: Run, key: str) -> Claim | None:
     """Against the physical floor: the oracle's SIGTERM the moment each replica's last
-    request ended. drainhook's first idle read comes at its next read, the confirming
-    one an interval later: at most 2I past that end, plus what the engine's exit adds."""
+    request ended. drainhook reads every I/4 while the work drains, so its first idle
+    read comes within I/4 of that end and the confirming one an interval later: at most
+    I + I/4 past it, plus what the engine's exit adds."""
     mine, floor = run.rollout(key), run.rollout(ORACLE)
     timeline = run.timeline(key)
     if mine is None or floor is None or timeline is None:
@@ -174,13 +175,13 @@ def _rollout_oracle(run: Run, key: str) -> Claim | None:
     n = len(mine.cells)
     over = (sum(mine.holds()) - sum(floor.holds())) / n
     ratio = sum(mine.holds()) / sum(floor.holds())
-    bound = 2 * interval + IDLE_SLACK
+    bound = interval + interval / 4 + IDLE_SLACK
     return Claim(
-        f"Over the {n}-replica rollout, holds each departing replica at most 2I + "
+        f"Over the {n}-replica rollout, holds each departing replica at most I + I/4 + "
         f"{IDLE_SLACK * 1000:.0f} ms longer than the oracle, on average",
         over <= bound,
         f"{over:+.2f} s per replica ({sum(mine.holds()):.1f} against "
-        f"{sum(floor.holds()):.1f} accelerator-seconds, ratio {ratio:.2f}; 2I + "
+        f"{sum(floor.holds()):.1f} accelerator-seconds, ratio {ratio:.2f}; I + I/4 + "
         f"{IDLE_SLACK * 1000:.0f} ms = {bound:g} s).",
         f"vLLM's `--shutdown-timeout {mine.cells[0].shutdown_timeout:g}` kills the engine core "
         f"only then, idle or not: every exit takes N + {VLLM_EXIT:g} s after SIGTERM against "

@@ -7,6 +7,7 @@ Each test asserts the outcome, the number of reads, and the time it ended.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import pytest
@@ -284,3 +285,134 @@ def test_boundaries_around_the_confirming_read(
     result, _, _ = run([IDLE], deadline=deadline)
     assert (result.outcome, result.reads) == (outcome, reads)
     assert result.elapsed <= deadline + 1e-9  # exact: a fake clock, to the float's rounding
+
+
+# -- the cadence: every I, every I/4 while the work drains (Cadence) -------------------
+
+
+class Draining:
+    """An engine whose requests end at the given times (seconds from t0): a read
+    starting at t counts those still running; each read takes `took`."""
+
+    def __init__(self, clock: FakeClock, ends: Sequence[float], took: float = 0.002) -> None:
+        self.clock = clock
+        self.ends = list(ends)
+        self.took = took
+        self.starts: list[float] = []
+        self.counts: list[float] = []
+
+    def __call__(self, timeout: float) -> Reading:
+        t = self.clock.now - T0
+        self.starts.append(t)
+        count = float(sum(1 for end in self.ends if end > t))
+        self.counts.append(count)
+        self.clock.now += min(self.took, timeout)
+        verdict = IDLE if count == 0 else BUSY
+        return Reading(verdict, "vllm", count, (), None, self.took * 1000)
+
+
+def drain_ends(
+    ends: Sequence[float], *, interval: float = 1.0, deadline: float = 60.0, took: float = 0.002
+) -> tuple[Result, Draining]:
+    clock = FakeClock()
+    engine = Draining(clock, ends, took)
+    timeline = Timeline(5.0, deadline, interval, 1.0)
+    return drain(timeline, engine, t0=T0, clock=clock, sleep=clock.sleep), engine
+
+
+def test_reads_quicken_when_a_request_ends_and_confirm_one_interval_later() -> None:
+    # Two requests, ending at 7.3 and 8.6 s: every I while both run, every I/4 from the
+    # read that saw one fewer (8.0), the first idle read at 8.75, the confirming one at
+    # 9.75: released 1.15 s after the engine went idle.
+    result, engine = drain_ends([7.3, 8.6])
+    assert engine.starts == pytest.approx([5.0, 6.0, 7.0, 8.0, 8.25, 8.5, 8.75, 9.75])
+    assert engine.counts == [2, 2, 2, 1, 1, 1, 0, 0]
+    assert (result.outcome, result.reads) == (Outcome.DRAINED, 8)
+    assert result.elapsed == pytest.approx(9.752)
+
+
+@pytest.mark.parametrize("phase", [i / 20 for i in range(20)])
+@pytest.mark.parametrize("interval", [1.0, 0.5])
+def test_release_within_i_and_a_quarter_of_the_idle_moment_at_every_phase(
+    phase: float, interval: float
+) -> None:
+    # Three requests ending more than I apart, the grid's phase swept over one I: the
+    # release is never before I after the idle moment nor later than I + I/4 (+ the
+    # read's own 2 ms), and the reads are never closer than I/4 (at most 4 an interval).
+    idle = 9.0 + phase * interval
+    result, engine = drain_ends(
+        [idle - 2.6 * interval, idle - 1.3 * interval, idle], interval=interval
+    )
+    assert result.outcome is Outcome.DRAINED
+    release = result.elapsed - idle
+    assert interval <= release <= interval + interval / 4 + 0.002 + 1e-9, (release, engine.starts)
+    gaps = [b - a for a, b in itertools.pairwise(engine.starts)]
+    assert min(gaps) >= interval / 4 - 1e-9, gaps
+    assert engine.starts[-1] - engine.starts[-2] == pytest.approx(interval)  # the confirming read
+
+
+@pytest.mark.parametrize("phase", [i / 10 for i in range(10)])
+def test_the_last_request_alone_is_read_every_quarter_interval(phase: float) -> None:
+    # One request from the start (count 1: the last one): I/4 from the first read.
+    idle = 12.0 + phase
+    result, engine = drain_ends([idle])
+    assert engine.starts[:3] == pytest.approx([5.0, 5.25, 5.5])
+    assert 1.0 <= result.elapsed - idle <= 1.252 + 1e-9  # exact: a fake clock
+
+
+def test_quick_reads_are_bounded_to_four_an_interval_up_to_the_deadline() -> None:
+    # The last request never ends: reads every I/4 from S to D, 4 an interval, no more.
+    result, engine = drain_ends([1e9], deadline=25.0)
+    assert result.outcome is Outcome.DEADLINE
+    assert result.reads == 4 * 20
+    assert engine.starts[-1] == pytest.approx(24.75)
+
+
+def test_a_steady_count_is_read_every_interval() -> None:
+    # Three requests that outlast D: the count never falls, the reads stay every I.
+    result, engine = drain_ends([1e9, 1e9, 1e9], deadline=10.0)
+    assert engine.starts == pytest.approx([5.0, 6.0, 7.0, 8.0, 9.0])
+    assert result.reads == 5
+
+
+def test_a_rising_count_slows_the_reads_again() -> None:
+    # 3, 2 (fast), 4 (arrivals: slow), 4 (steady: slow), 3 (fast), then idle.
+    clock = FakeClock()
+    counts = iter([3.0, 2.0, 4.0, 4.0, 3.0, 0.0, 0.0])
+    starts: list[float] = []
+
+    def read(timeout: float) -> Reading:
+        starts.append(clock.now - T0)
+        n = next(counts)
+        return Reading(IDLE if n == 0 else BUSY, "vllm", n, (), None, 0.0)
+
+    result = drain(Timeline(5.0, 25.0, 1.0, 1.0), read, t0=T0, clock=clock, sleep=clock.sleep)
+    assert starts == pytest.approx([5.0, 6.0, 6.25, 7.25, 8.25, 8.5, 9.5])
+    assert (result.outcome, result.reads) == (Outcome.DRAINED, 7)
+
+
+def test_a_read_without_a_count_takes_the_slow_step() -> None:
+    # busy 1 (fast), unknown (no count: I), busy 1 (fast again), idle, idle.
+    clock = FakeClock()
+    seq = iter([BUSY, UNKNOWN, BUSY, IDLE, IDLE])
+    starts: list[float] = []
+
+    def read(timeout: float) -> Reading:
+        starts.append(clock.now - T0)
+        v = next(seq)
+        if v is UNKNOWN:
+            return Reading.failed(UNKNOWN, "scripted", 1.0)
+        return Reading(v, "vllm", 1.0 if v is BUSY else 0.0, (), None, 0.0)
+
+    result = drain(Timeline(5.0, 25.0, 1.0, 1.0), read, t0=T0, clock=clock, sleep=clock.sleep)
+    assert starts == pytest.approx([5.0, 5.25, 6.25, 6.5, 7.5])
+    assert result.outcome is Outcome.DRAINED
+
+
+def test_requests_ending_together_before_any_fall_is_seen_cost_up_to_two_intervals() -> None:
+    # What the cadence cannot see: two requests that end inside one interval, with no
+    # read between the ends, go from 2 to 0 at the slow step: first idle read up to I
+    # after the end, the confirming one I later.
+    result, engine = drain_ends([7.05, 7.1])
+    assert engine.starts == pytest.approx([5.0, 6.0, 7.0, 8.0, 9.0])
+    assert result.elapsed - 7.1 == pytest.approx(1.902)

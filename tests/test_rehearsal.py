@@ -275,9 +275,9 @@ def test_rollout_halving_claim(mine: float, base: float, cut: int, holds: bool) 
 @pytest.mark.parametrize(
     ("mine", "holds"),
     [
-        (7.0, True),  # 2 s over the oracle's 5 s: 2I exactly
-        (7.05, True),  # within 2I + 100 ms
-        (7.15, False),  # past it
+        (6.25, True),  # 1.25 s over the oracle's 5 s: I + I/4 exactly
+        (6.3, True),  # within I + I/4 + 100 ms
+        (6.4, False),  # past it
     ],
 )
 def test_rollout_oracle_claim_states_the_hold_against_the_physical_floor(

@@ -199,7 +199,8 @@ def timeline_options(f: F) -> F:
         option("--exit-reserve", type=DURATION, default=DEFAULT_EXIT_RESERVE,
                show_default=True, help="R: return by G - R, leaving the engine this long to exit."),
         option("--interval", type=DURATION, default=DEFAULT_INTERVAL, show_default=True,
-               help="I: seconds between reads."),
+               help="I: seconds between reads (I/4 while the work drains; the confirming "
+               "read one I after the first idle one)."),
         option("--confirm", type=click.IntRange(min=1), default=DEFAULT_CONFIRM,
                show_default=True, help="Consecutive idle reads that confirm the drain."),
         option("--linger", type=DURATION, default=DEFAULT_LINGER, show_default=True,

@@ -591,8 +591,9 @@ def to_text(plan: Plan) -> str:
         rows.append(
             (
                 f"t={seconds(plan.first_read)}",
-                f"first read of /metrics, then one every {seconds(c.interval)} "
-                f"(at most {plan.reads_max} before D)",
+                f"first read of /metrics, then one every {seconds(c.interval)}, every "
+                f"{seconds(c.interval / 4)} while the work drains "
+                f"({plan.reads_max} before D at the slower step)",
             )
         )
         word = "read" if c.confirm == 1 else f"{c.confirm} idle reads in a row"

@@ -4,8 +4,8 @@ One engine, the cases in order: probe counts requests waiting as well as the
 one running; a frozen engine core (SIGSTOP) leaves /metrics answering with
 every series frozen and /health 200, and `wait` without a stall window that
 closes before D holds to its deadline; with `--stall-after 5` a freeze ends
-it `stalled` (exit 5) within W + I of the freeze, and a freeze thawed inside
-W never does; last,
+it `stalled` (exit 5) within W + I of the freeze, and a freeze of 2 s, thawed
+well inside W, never does; last,
 SIGTERM with two streams in flight (the conformance episode
 `abort-in-flight`), which ends the engine.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SPAWN_LATE, late
+from tests.conftest import READ_LATE, SPAWN_LATE, late
 from tests.live.conftest import Hook, HookThread, wait_for
 from tests.live.engine import LiveVllm
 from tests.live.streams import Streams, assert_complete, gauges, probe
@@ -129,10 +129,25 @@ STALL_FLAGS = ("--stall-after", "5", "--interval", "1", "--grace", "60", "--sett
                "--log-format", "json", "--termination-log", "")  # fmt: skip
 
 
-def wait_while_frozen(hook: Hook, engine: LiveVllm, thaw_after: float | None) -> tuple[Run, float]:
+# A thawed engine's counters move again within THAW_LATEST of the SIGCONT (benchmarks/thaw.py
+# on this engine: 0-0.33 s in 48 runs, 0.31 s at most with two busy loops beside it), and
+# a read right after the SIGCONT takes up to THAW_READ (0.39 s measured). The window
+# opens at the read that saw the last move before the freeze, as early as F - I; a move
+# is seen at the next read, up to I after it comes. So a freeze of at most
+# W - 2I - THAW_LATEST - THAW_READ (2.27 s here) can never be called stalled: the case
+# thaws 2 s after the freeze.
+THAW_LATEST, THAW_READ = 0.33, 0.4
+THAW_AFTER = 2.0
+assert THAW_AFTER <= STALL_W - 2 * STALL_I - THAW_LATEST - THAW_READ
+
+
+def wait_while_frozen(
+    hook: Hook, engine: LiveVllm, thaw_after: float | None
+) -> tuple[Run, float, float | None]:
     """`wait` with two streams in flight and the EngineCore SIGSTOPped FREEZE_AT after
     the hook's start (SIGCONT `thaw_after` later, or when the hook has returned, and
-    always before this returns); the run, and when the freeze came from its start."""
+    always before this returns); the run, when the freeze came from its start, and
+    how long after the freeze the SIGCONT was actually sent (None: at the end)."""
     streams = Streams(engine)
     streams.send(5.0)
     streams.send(5.0)
@@ -140,19 +155,21 @@ def wait_while_frozen(hook: Hook, engine: LiveVllm, thaw_after: float | None) ->
     core = engine.engine_core()
     waiting = HookThread(hook, "wait", "--url", engine.url(), *STALL_FLAGS)
     stopped = False
+    thawed: float | None = None
     try:
-        frozen_at = waiting.stop_at(core, FREEZE_AT) - waiting.start
+        frozen = waiting.stop_at(core, FREEZE_AT)
         stopped = True
         if thaw_after is not None:
-            time.sleep(thaw_after)
+            time.sleep(max(0.0, frozen + thaw_after - time.monotonic()))
             os.kill(core, signal.SIGCONT)
+            thawed = time.monotonic() - frozen
             stopped = False
         run = waiting.join(90)
     finally:
         if stopped:
             os.kill(core, signal.SIGCONT)
     assert_complete(streams.join())  # thawed, the engine goes on: every token comes
-    return run, frozen_at
+    return run, frozen - waiting.start, thawed
 
 
 def summary_of(run: Run) -> dict[str, Any]:
@@ -166,7 +183,7 @@ def test_a_frozen_engine_core_is_released_stalled(
 ) -> None:
     """SIGSTOP at F with two streams in flight: `wait --stall-after 5` ends `stalled`
     (exit 5) within F + W + I (+ the spawn's tolerance), never before F + W - I."""
-    run, f = wait_while_frozen(hook, engine, thaw_after=None)
+    run, f, _ = wait_while_frozen(hook, engine, thaw_after=None)
     summary = summary_of(run)
     assert (run.code, summary["outcome"], summary["exit"]) == (5, "stalled", 5), run.stderr
     stall = summary["stall"]
@@ -190,15 +207,20 @@ def test_a_frozen_engine_core_is_released_stalled(
 def test_a_freeze_thawed_inside_the_window_is_not_a_stall(
     hook: Hook, engine: LiveVllm, record: Any
 ) -> None:
-    """SIGSTOP at F, SIGCONT at F + 3 (inside W = 5): the counters move again, the
-    streams end, and `wait` drains (exit 0), never `stalled`."""
-    run, f = wait_while_frozen(hook, engine, thaw_after=3.0)
+    """SIGSTOP at F, SIGCONT at F + 2 (THAW_AFTER: inside W = 5 by more than a thawed
+    engine's counters take to move and be read, at the worst phase): the counters
+    move again, the streams end, and `wait` drains (exit 0), never `stalled`. The
+    SIGCONT's own instant is checked too: a test process that sent it late would
+    not be testing this."""
+    run, f, thawed = wait_while_frozen(hook, engine, thaw_after=THAW_AFTER)
     summary = summary_of(run)
-    assert run.code != 5 and summary["outcome"] != "stalled", run.stderr
+    assert thawed is not None and thawed <= late(THAW_AFTER, READ_LATE), (thawed, run.stderr)
+    assert run.code != 5 and summary["outcome"] != "stalled", (thawed, run.stderr)
     assert (run.code, summary["outcome"]) == (0, "drained"), run.stderr
     record(
-        "EngineCore frozen 3 s, --stall-after 5",
+        f"EngineCore frozen {THAW_AFTER:g} s, --stall-after 5",
         frozen_at_s=round(f, 3),
+        thawed_after_s=round(thawed, 3),
         wait_exit=run.code,
         wait_elapsed_s=round(run.elapsed, 3),
     )
