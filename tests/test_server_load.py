@@ -19,7 +19,7 @@ from drainhook.engines.verdict import Verdict
 from drainhook.reading.assemble import target_reader
 from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import parse_url
-from tests.support.logs import fields
+from tests.support.logs import fields, timed_out
 from tests.support.loopback import Loopback, response_bytes, sample
 from tests.support.process import Hook
 
@@ -197,7 +197,9 @@ def test_the_read_lines_and_the_summary_say_which_signal_held(hook: Hook) -> Non
             "--grace", "1.5", "--exit-reserve", "0.5", "--no-discover", timeout=15,
         )  # fmt: skip
     assert run.code == 3, run.stderr
+    # A read cut short by D on a loaded machine is unknown, and held by no signal.
     reads = [fields(line) for line in run.lines if " read=" in line]
+    reads = [r for r in reads if not timed_out(r)]
     assert len(reads) >= 3
     for r in reads:
         assert (r["verdict"], r["in_flight"], r["held_by"]) == ("busy", "2", "server")

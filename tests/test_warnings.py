@@ -14,7 +14,7 @@ from drainhook.engines.exposition import scan
 from drainhook.engines.verdict import Verdict
 from drainhook.hook.timeline import timeline_warnings
 from drainhook.planning import plan as planning
-from tests.conftest import SPAWN_LATE, late
+from tests.conftest import HOOK_LATE, late
 from tests.support.logs import connections_fit, fields, hook_lines
 from tests.support.loopback import Loopback, sample, serve
 from tests.support.process import Hook, Run
@@ -110,7 +110,7 @@ def test_grace_5_says_why_it_returns_at_once(hook: Hook) -> None:
     summary = fields(run.summary)
     assert (summary["outcome"], summary["reads"], summary["exit"]) == ("deadline", "0", "3")
     # Still at once: the hook counts from its process start, so start-up is in it.
-    assert float(summary["elapsed"]) < late(0.0, SPAWN_LATE, run.starved)
+    assert float(summary["elapsed"]) < late(1.0, HOOK_LATE, run.starved)  # start-up, no read
     plan = planning.make_plan(planning.wait_config(grace=5.0))
     expected = [w for w in plan.warnings if w.code in ("grace-range", "settle-past-deadline")]
     assert [(w.code, w.message, w.reason) for w in expected] == [

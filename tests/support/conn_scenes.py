@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-IDLE = (Path(__file__).resolve().parent / "samples" / "vllm-http-plain-idle.txt").read_bytes()
+IDLE = (Path(__file__).resolve().parents[1] / "samples" / "vllm-http-plain-idle.txt").read_bytes()
 
 COUNT = """
 import json, socket, sys
