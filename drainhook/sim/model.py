@@ -46,7 +46,9 @@ Where the gauges are blind (CONTRACT §2a; read in vLLM 0.32's and SGLang
   SGLang's `http_requests_active` (up before the body is read) and the
   connection itself (bytes received, none sent).
 - `render` (vLLM: chat template, tokenization, media fetch and multimodal
-  processing; SGLang: the tokenizer manager's): after the body is parsed,
+  processing, one at a time per API server with `render_serial`: its
+  multimodal executor has one worker, `renderers/base.py`; SGLang: the
+  tokenizer manager's): after the body is parsed,
   before the request reaches the scheduler and before any response byte.
   vLLM's `/load` counts it (with `load_tracking`), the gauges do not. A
   request whose render ends after the engine core is gone gets HTTP 500
@@ -154,6 +156,7 @@ class EngineConfig:
     freeze_after: float | None = None  # freeze this long after the first request arrives
     prompt_tokens: int = 512  # tokens of each request's prompt
     render_seconds: float = 0.0  # each request's render (Engine.render draws it per request)
+    render_serial: bool = False  # vLLM: renders one at a time per API server (its mm executor)
     step_gauges: bool = False  # vLLM: the gauges as of the last engine step
     load_tracking: bool = False  # vLLM --enable-server-load-tracking: /load counts
     refresh_iterations: int = 0  # SGLang: gauges set at each prefill and every N decode steps
@@ -208,11 +211,13 @@ class Engine:
     _frozen_at: list[Shown] | None = None
     _first_arrival: float | None = None
     server: ServerCounts = field(default_factory=ServerCounts)
+    _render_locks: list[threading.Lock] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._ranks = [_Rank() for _ in range(self.config.dp)]
         self._published = [(0, 0)] * self.config.dp
         self.server = ServerCounts(self.config.api_servers)
+        self._render_locks = [threading.Lock() for _ in range(max(1, self.config.api_servers))]
         if self.duration is None:
             self.duration = tokens_duration(self.config.token_seconds)
         if self.render is None:
@@ -256,12 +261,25 @@ class Engine:
         assert self.render is not None
         return self.render(request)
 
-    def rendered(self, request: Mapping[str, Any]) -> bool:
-        """Render the request (in the server, before the scheduler); whether the engine
-        core is still there to take it."""
+    def rendered(self, request: Mapping[str, Any], process: int = 0) -> bool:
+        """Render the request on API server `process` (in the server, before the
+        scheduler; with `render_serial`, after the renders queued there before it);
+        whether the engine core is still there to take it."""
         seconds = self.render_seconds(request)
-        if seconds > 0:
+        if seconds <= 0:
+            return not self.killed.is_set()
+        if not self.config.render_serial:
             self.exited.wait(seconds)
+            return not self.killed.is_set()
+        lock = self._render_locks[process % len(self._render_locks)]
+        while not lock.acquire(timeout=0.02):
+            if self.killed.is_set():
+                return False
+        try:
+            if not self.killed.is_set():
+                self.exited.wait(seconds)
+        finally:
+            lock.release()
         return not self.killed.is_set()
 
     def admit(self) -> int | None:

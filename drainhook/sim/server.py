@@ -142,7 +142,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         process = engine.server.load_begin()  # vLLM's handler starts: /load counts it
         try:
-            if not engine.rendered(request):  # the render: /load sees it, the gauges do not
+            if not engine.rendered(
+                request, process
+            ):  # the render: /load sees it, the gauges do not
                 self._plain(500, ENGINE_DEAD_ERROR)
                 return
             if engine.answering() is Answer.ERROR and engine.config.api_servers > 1:
