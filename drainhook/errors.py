@@ -7,7 +7,7 @@ the codes themselves are drainhook.exits').
      ├─ ObserveError ..... 3  `plan --observe`: the body could not be read, or its
      │   │                     latency histogram cannot be right
      │   ├─ NoHistogram .. 2  no latency histogram (or both engines'): usage-level
-     │   └─ Unreachable .. 4  the target refused, or answered non-2xx
+     │   └─ Unreachable .. 4  the target refused, or answered a 3xx or 4xx
      └─ Malformed ........ -  a body a scanner cannot count; never leaves the
                                scanner, which turns it into the verdict unknown
 
@@ -54,7 +54,7 @@ class NoHistogram(ObserveError):
 
 
 class Unreachable(ObserveError):
-    """A target refused the connection or answered non-2xx (as `probe`'s exit 4)."""
+    """A target refused the connection or answered a 3xx or 4xx (as `probe`'s exit 4)."""
 
     exit_code = exits.OBSERVE_UNREACHABLE
 

@@ -62,7 +62,15 @@ def check(got: Scan | Reading) -> None:
     if got.verdict in (Verdict.IDLE, Verdict.BUSY):
         assert got.reason is None
         assert got.in_flight is not None and math.isfinite(got.in_flight)
-        assert got.in_flight == math.fsum(s.value for s in got.series)
+        scheduler = math.fsum(s.value for s in got.series)
+        if got.signals is None:
+            assert got.in_flight == scheduler
+        else:  # CONTRACT §2a: the largest signal, each finite and >= 0
+            assert got.signals.scheduler == scheduler
+            shown = [got.signals.scheduler, got.signals.server, got.signals.connections]
+            values = [v for v in shown if v is not None]
+            assert all(math.isfinite(v) and v >= 0 for v in values)
+            assert got.in_flight == max(values)
         assert (got.in_flight == 0) == (got.verdict is Verdict.IDLE)
         assert all(math.isfinite(s.value) and s.value >= 0 for s in got.series)
     else:

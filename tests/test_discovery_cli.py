@@ -127,9 +127,9 @@ def test_nothing_found_is_unreachable_naming_every_listener_tried(pod: Pod) -> N
     assert said["found"] == "-"
 
 
-@pytest.mark.parametrize("status", [404, 302, 503])
+@pytest.mark.parametrize("status", [404, 302])
 def test_an_unreachable_target_that_did_not_refuse_starts_no_search(pod: Pod, status: int) -> None:
-    """A non-2xx status on the configured port is unreachable as before: the
+    """A 3xx or 4xx status on the configured port is unreachable as before: the
     engine elsewhere is never read."""
     servers = [sidecar("configured", 8000, status), vllm_engine("engine", 8123, vllm("0", 0))]
     run = pod(servers, "wait", "--port", "8000", *TIMELINE, env=IN_POD)
@@ -138,6 +138,20 @@ def test_an_unreachable_target_that_did_not_refuse_starts_no_search(pod: Pod, st
     assert end["outcome"] == "unreachable" and float(end["elapsed"]) < late(SETTLE, POD_LATE)
     assert end["reason"] == f"HTTP {status}"
     assert len(run.servers["configured"].requests) == 1
+    assert run.servers["engine"].requests == ()
+    assert discovery_lines(run) == []
+
+
+def test_a_5xx_on_the_configured_target_holds_and_starts_no_search(pod: Pod) -> None:
+    """A 503 says the engine is there and troubled (CONTRACT §2: unknown): the
+    hook holds to D and never reads the other listener."""
+    servers = [sidecar("configured", 8000, 503), vllm_engine("engine", 8123, vllm("0", 0))]
+    short = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--grace", "1.5")
+    run = pod(servers, "wait", "--port", "8000", *short, "--exit-reserve", "0.5", env=IN_POD)
+    assert run.code == 3, run.stderr
+    end = fields(run.summary)
+    assert end["outcome"] == "deadline" and end["reason"] == "HTTP 503"
+    assert len(run.servers["configured"].requests) >= 3
     assert run.servers["engine"].requests == ()
     assert discovery_lines(run) == []
 

@@ -23,7 +23,7 @@ import pytest
 from drainhook.engines.exposition import ACCEPT
 from drainhook.engines.verdict import Reading, Scan, Verdict
 from drainhook.reading import read
-from drainhook.reading.read import Reader, classify
+from drainhook.reading.read import Reader, classify, status_verdict
 from drainhook.reading.target import parse_url
 from tests.conftest import READ_LATE, late, run_delay
 from tests.loopback import (
@@ -38,6 +38,7 @@ from tests.loopback import (
     reset_after,
     response_bytes,
     sample,
+    sequence,
     serve,
 )
 
@@ -382,6 +383,40 @@ def test_a_redirect_is_not_followed(status: int) -> None:
         reading, _ = timed_read(srv.url)
     assert (reading.verdict, reading.reason) == (UNREACHABLE, f"HTTP {status}")
     assert srv.connections == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "before", "after"),
+    [
+        (301, UNREACHABLE, UNKNOWN),
+        (308, UNREACHABLE, UNKNOWN),
+        (401, UNREACHABLE, UNKNOWN),
+        (404, UNREACHABLE, UNKNOWN),
+        (418, UNREACHABLE, UNKNOWN),
+        (429, UNKNOWN, UNKNOWN),
+        (500, UNKNOWN, UNKNOWN),
+        (503, UNKNOWN, UNKNOWN),
+        (599, UNKNOWN, UNKNOWN),
+    ],
+)
+def test_a_status_is_unreachable_only_before_the_first_2xx(
+    status: int, before: Verdict, after: Verdict
+) -> None:
+    """CONTRACT §2's rows: 5xx and 429 are doubt; a 3xx or 4xx is a wrong path
+    only while the target has never answered 2xx. The same Reader, reading again."""
+    assert status_verdict(status, answered=False) is before
+    assert status_verdict(status, answered=True) is after
+    failing = serve(b"no\n", status, "X")
+    with Loopback(sequence(failing, serve(IDLE), failing)) as srv:
+        reader = Reader(parse_url(srv.url))
+        try:
+            first, ok, again = (reader.read(2.0) for _ in range(3))
+        finally:
+            reader.close()
+    assert (first.verdict, first.reason, first.status) == (before, f"HTTP {status}", status)
+    assert ok.verdict is Verdict.IDLE
+    assert (again.verdict, again.reason, again.status) == (after, f"HTTP {status}", status)
+    assert srv.connections == 3
 
 
 def request_headers(head: bytes) -> tuple[str, dict[str, str]]:

@@ -36,8 +36,16 @@ def assert_expected(got: Scan | Reading, name: str) -> None:
         assert got.reason
     else:
         assert got.reason is None
-        assert got.in_flight is not None
-        assert math.isclose(got.in_flight, math.fsum(s.value for s in got.series))
+        assert got.in_flight is not None and got.signals is not None
+        # The scheduler's count is its series' sum; the total, the larger of it
+        # and the server's own count (CONTRACT §2a), where the body has one.
+        scheduler = math.fsum(s.value for s in got.series)
+        assert got.signals.scheduler is not None
+        assert math.isclose(got.signals.scheduler, scheduler)
+        server = got.signals.server
+        assert math.isclose(got.in_flight, max(scheduler, server or 0.0))
+        if got.engine == "vllm":
+            assert server is None  # vLLM's is GET /load, not in /metrics
 
 
 def read_once(body: bytes, headers: dict[str, str] | None = None, engine: str = "auto") -> Reading:

@@ -93,7 +93,7 @@ def free_port() -> int:
 SERVERS: dict[str, tuple[Callable[[Heard], Behaviour] | None, str, int, int]] = {
     "200-idle": (lambda heard: record(heard, response_bytes(IDLE)), "http", 0, 0),
     "401-reflecting-the-request": (lambda _: echo(401, "Unauthorized"), "http", 4, 4),
-    "500-reflecting-the-request": (lambda _: echo(500, "Internal Server Error"), "http", 4, 4),
+    "500-reflecting-the-request": (lambda _: echo(500, "Internal Server Error"), "http", 3, 3),
     "redirect-to-a-url-with-userinfo": (
         lambda _: serve(b"", 302, "Found", {"Location": f"http://{USERINFO}@127.0.0.1:1/x"}),
         "http",

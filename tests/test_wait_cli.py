@@ -284,14 +284,15 @@ def test_a_gzip_body_sent_unasked_is_decoded(hook: Hook) -> None:
         (301, "Moved Permanently"),
         (302, "Found"),
         (307, "Temporary Redirect"),
+        (401, "Unauthorized"),
         (404, "Not Found"),
-        (500, "Internal Server Error"),
-        (503, "Service Unavailable"),
     ],
 )
-def test_a_non_2xx_status_is_unreachable_and_never_followed(
+def test_a_3xx_or_4xx_from_the_start_is_unreachable_and_never_followed(
     hook: Hook, status: int, reason: str
 ) -> None:
+    """CONTRACT §2: a target that has never answered 2xx and answers a 3xx or a
+    4xx is misconfigured (a wrong path, port or key): nothing to measure."""
     with Loopback(serve(b"", status, reason)) as target:
         # A redirect to a live idle endpoint: a hook following it would drain.
         location = {"Location": target.url}
@@ -305,6 +306,42 @@ def test_a_non_2xx_status_is_unreachable_and_never_followed(
     assert srv.connections == 1
     assert target.connections == 0
     assert run.elapsed <= late(SETTLE + READ_TIMEOUT, SPAWN_LATE, run.starved)  # at once, not at D
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(500, "Internal Server Error"), (503, "Service Unavailable"), (429, "Too Many Requests")],
+)
+def test_a_5xx_or_429_from_the_start_holds_to_the_deadline(
+    hook: Hook, status: int, reason: str
+) -> None:
+    """A 5xx or a 429 says the server is there and troubled: doubt, never the end."""
+    with Loopback(serve(b"troubled\n", status, reason)) as srv:
+        run = wait(hook, srv.url, deadline=DEADLINE_SHORT)
+    summary = assert_deadline(run, D_SHORT)
+    assert f"HTTP {status}" in summary["reason"]
+    assert set(verdicts(run)) == {"unknown"}
+    assert len(verdicts(run)) >= fewest_reads(run, round((D_SHORT - SETTLE) / INTERVAL))
+    assert connections_fit(srv.connections, read_lines(run))
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(503, "Service Unavailable"), (429, "Too Many Requests"), (404, "Not Found")],
+)
+def test_a_non_2xx_in_the_middle_of_a_drain_holds_the_hook(
+    hook: Hook, status: int, reason: str
+) -> None:
+    """Idle, then two answers of `status`, then idle again: the hook never returns
+    on the doubt (a 404 after a 2xx is doubt too, not a wrong path), and drains
+    only on the two idle reads after it."""
+    troubled = serve(b"troubled\n", status, reason)
+    with Loopback(sequence(serve(IDLE), troubled, troubled, serve(IDLE))) as srv:
+        run = wait(hook, srv.url)
+    assert_drained(run, reads=5)
+    assert verdicts(run) == ["idle", "unknown", "unknown", "idle", "idle"]
+    assert [r.get("reason") for r in read_lines(run)][1:3] == [f"HTTP {status}"] * 2
+    assert srv.connections == 5
 
 
 def test_connection_refused_is_unreachable_at_once(hook: Hook) -> None:

@@ -16,6 +16,8 @@ Past any of them the verdict is unknown, like a body over --max-body.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import mmap
 import time
 from collections.abc import Callable, Sequence
@@ -27,16 +29,28 @@ from drainhook.engines.gauges import (
     PRIORITY_LABEL,
     Engine,
     SeriesKey,
+    ServerGauge,
     external_work,
     sample_kind,
     series_key,
     spellings,
 )
 from drainhook.engines.grammar import BLANKS, META, NAME_END, parse_rest
-from drainhook.engines.verdict import Progress, Scan, Series, Verdict, count, value_problem
+from drainhook.engines.verdict import (
+    SERVER,
+    Body,
+    Progress,
+    Scan,
+    Series,
+    Signals,
+    Verdict,
+    count,
+    value_problem,
+)
 from drainhook.errors import Malformed
 
 ACCEPT = "text/plain;version=0.0.4"  # the Accept header of a /metrics read
+Labels = tuple[tuple[str, str], ...]
 
 # Every counted name starts with `<prefix>:num_` or `<prefix>_num_`; `bytes.find`
 # locates those far faster than a regular expression would.
@@ -49,8 +63,20 @@ _NEEDLES: dict[str, tuple[bytes, ...]] = {
 _INNER: dict[str, tuple[bytes, ...]] = {
     e.name: tuple(n[len(e.prefix) + 1 :].encode() for n in e.progress) for e in ENGINES
 }
+# The server's own count (CONTRACT §2a) is found the same way, in any body with
+# the engine's counted gauges.
+_SERVER: dict[str, tuple[bytes, ...]] = {
+    e.name: (e.server.name[len(e.prefix) + 1 :].encode(),) if e.server else () for e in ENGINES
+}
 _LONGEST_NAME = max(
-    len(n) for e in ENGINES for n in (*e.counted, *e.progress, *(w.name for w in e.external))
+    len(n)
+    for e in ENGINES
+    for n in (
+        *e.counted,
+        *e.progress,
+        *(w.name for w in e.external),
+        *((e.server.name,) if e.server else ()),
+    )
 )
 
 # Bounds on one body (see the module docstring). A vLLM or SGLang server of
@@ -81,8 +107,8 @@ class _Candidates:
         first = 0
         for engine in engines:
             spelt = len(_NEEDLES[engine.name])
-            if progress and any(at >= 0 for at in self._next[first : first + spelt]):
-                inner = _INNER[engine.name]
+            if any(at >= 0 for at in self._next[first : first + spelt]):
+                inner = (_INNER[engine.name] if progress else ()) + _SERVER[engine.name]
                 self._needles += inner
                 self._next += [body.find(n) for n in inner]
             first += spelt
@@ -103,7 +129,8 @@ class _Candidates:
             begin = BLANKS.match(body, start, best).end()  # type: ignore[union-attr]
             if body[begin : begin + 1] != b"#":
                 return begin
-            # A HELP or TYPE line of a progress counter: looked past, not read.
+            # A HELP or TYPE line of a progress counter (or of the server's
+            # count): looked past, not read.
             end = body.find(b"\n", best)
             self._next[which] = -1 if end < 0 else body.find(self._needles[which], end)
 
@@ -114,8 +141,132 @@ def _line_bounds(body: bytes | bytearray | mmap.mmap, pos: int) -> tuple[int, in
     return start, len(body) if end < 0 else end
 
 
+class _ScanState:
+    """What one body's scan has gathered so far: one `add_*` per kind of sample
+    line (gauges.sample_kind: counted, progress, external, server), and `finish`,
+    the Scan they make. A bound passed raises _GaveUp."""
+
+    def __init__(self, pinned: Engine | None) -> None:
+        self.pinned = pinned
+        self.seen: set[str] = set()  # engines whose counted families appear
+        self.sampled: set[str] = set()  # canonical names with at least one total series
+        # Per engine, the series kept: one per label set without tp_rank, the largest.
+        self.kept: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
+        # Progress counters (one per label set as written, the largest), the
+        # uncounted external-waiting gauges' sums (CONTRACT §2b), and the server's
+        # own count's series (§2a), per engine.
+        self.counters: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
+        self.outside: dict[str, dict[str, float]] = {e.name: {} for e in ENGINES}
+        self.server: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
+        self.n_kept = 0
+        self.n_labels = 0
+        self.problem: str | None = None  # why the verdict is unknown (the first)
+        self.progress_bad = False  # a bad progress line: no progress this read
+
+    def _keep(self, table: dict[SeriesKey, Series], key: SeriesKey, one: Series) -> None:
+        """Keep one series under key, the largest of its copies, within the bounds."""
+        held = table.get(key)
+        if held is None:
+            self.n_kept += 1
+            self.n_labels += len(one.labels)
+            if self.n_kept > MAX_SERIES:
+                raise _GaveUp(f"more than {MAX_SERIES} counted series")
+            if self.n_labels > MAX_LABELS_KEPT:
+                raise _GaveUp(f"more than {MAX_LABELS_KEPT} labels on counted series")
+        if held is None or one.value > held.value:
+            table[key] = one
+
+    def doubt(self, why: str) -> None:
+        self.problem = self.problem or why
+
+    def add_counted(self, eng: Engine, name: str, labels: Labels, value: float) -> None:
+        if (why := value_problem(name, value)) is not None:
+            self.doubt(why)
+        elif not any(k == PRIORITY_LABEL and v for k, v in labels):
+            # (a non-empty priority: SGLang's per-priority breakdown of the total)
+            self.sampled.add(name)
+            # Series that differ only in tp_rank describe one batch: the largest.
+            self._keep(self.kept[eng.name], series_key(name, labels), Series(name, labels, value))
+
+    def add_progress(self, eng: Engine, name: str, labels: Labels, value: float) -> None:
+        if value_problem(name, value) is not None:
+            self.progress_bad = True
+            return
+        key: SeriesKey = (name, tuple(sorted(labels)))
+        self._keep(self.counters[eng.name], key, Series(name, labels, value))
+
+    def add_external(self, eng: Engine, name: str, labels: Labels, value: float) -> None:
+        if value_problem(name, value) is not None:
+            self.progress_bad = True
+            return
+        for wait in eng.external:
+            if wait.name == name and (wait.label is None or wait.label in labels):
+                sums = self.outside[eng.name]
+                sums[name] = sums.get(name, 0.0) + value
+
+    def add_server(self, eng: Engine, name: str, labels: Labels, value: float) -> None:
+        # A bad value of the server's count is doubt, as a counted gauge's is.
+        if (why := value_problem(name, value)) is not None:
+            self.doubt(why)
+            return
+        self._keep(self.server[eng.name], series_key(name, labels), Series(name, labels, value))
+
+    def finish(self, body: Body, progress: bool) -> Scan:
+        """The Scan of everything added: the verdict, the engine, the signals."""
+        pinned = self.pinned
+        if pinned is None and len(self.seen) != 1:
+            none = not self.seen
+            what = "no vllm or sglang request gauges" if none else "both vllm and sglang gauges"
+            return Scan(Verdict.UNKNOWN, None, None, (), what, NO_GAUGES_WARNING if none else ())
+        chosen = pinned or BY_NAME[next(iter(self.seen))]
+        series = tuple(self.kept[chosen.name].values())
+        warnings = _warnings(body, pinned, series, self.sampled)
+        if self.problem is None:
+            missing = [n for n in chosen.required if n not in self.sampled]
+            if missing:
+                self.doubt(f"required gauge missing: {', '.join(missing)}")
+        made: Progress | None = None
+        if progress and not self.progress_bad:
+            read = tuple(self.counters[chosen.name].values())
+            made = Progress(read, external_work(chosen, series, self.outside[chosen.name]))
+        if self.problem is not None:
+            return Scan(Verdict.UNKNOWN, chosen.name, None, series, self.problem, warnings, made)
+        verdict, total, reason = count(s.value for s in series)
+        scan = Scan(verdict, chosen.name, total, series, reason, warnings, made)
+        if total is None:
+            return scan
+        return _with_signals(scan, self._signals(chosen, total))
+
+    def _signals(self, engine: Engine, scheduler: float) -> Signals:
+        """The scheduler's count and the server's own (CONTRACT §2a) over the
+        endpoints that carry work: missing where the body has no such gauge."""
+        gauge = engine.server
+        if gauge is None:
+            return Signals(scheduler)
+        found = self.server[engine.name].values()
+        if not found:
+            return Signals(scheduler).without(SERVER, server_missing(gauge))
+        return Signals(scheduler, math.fsum(s.value for s in found if gauge.carries_work(s.labels)))
+
+
+class _GaveUp(Exception):
+    """A bound on one body passed: the read is unknown, with this reason."""
+
+
+def server_missing(gauge: ServerGauge) -> str:
+    """Why the server's own count is missing from a body: said once by `wait`."""
+    return f"no {gauge.name} in /metrics (an SGLang older than the gauge)"
+
+
+def _with_signals(scan: Scan, signals: Signals) -> Scan:
+    """The scan counted by CONTRACT §2a's rule: the largest signal."""
+    total = signals.count()
+    verdict = Verdict.BUSY if total is not None and total > 0 else Verdict.IDLE
+    return dataclasses.replace(scan, verdict=verdict, in_flight=total, signals=signals)
+
+
 def scan(
-    body: bytes | bytearray | mmap.mmap,
+    body: Body,
     engine: str = "auto",
     *,
     until: float | None = None,
@@ -133,130 +284,72 @@ def scan(
     close before D does not): else the scan's `progress` is None.
     """
     pinned: Engine | None = None if engine == "auto" else BY_NAME[engine]
-    seen: set[str] = set()  # engines whose counted families appear
-    sampled: set[str] = set()  # canonical names with at least one total series
-    # Per engine, the series kept: one per label set without tp_rank, the largest.
-    kept: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
-    n_kept = 0
-    n_labels = 0
-    counted_bytes = 0
-    problem: str | None = None
-    # Progress counters (one per label set, the largest) and the uncounted
-    # external-waiting gauges' sums, per engine (CONTRACT §2b); a bad line of
-    # either leaves the read without progress, never changes its verdict.
-    counters: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
-    outside: dict[str, dict[str, float]] = {e.name: {} for e in ENGINES}
-    progress_bad = False
+    state = _ScanState(pinned)
+    try:
+        _scan_lines(body, state, until, clock, progress)
+    except _GaveUp as exc:
+        return Scan(Verdict.UNKNOWN, pinned.name if pinned else None, None, (), str(exc))
+    return state.finish(body, progress)
 
-    def gave_up(why: str) -> Scan:
-        return Scan(Verdict.UNKNOWN, pinned.name if pinned else None, None, (), why)
 
+def _scan_lines(
+    body: Body,
+    state: _ScanState,
+    until: float | None,
+    clock: Callable[[], float],
+    progress: bool,
+) -> None:
+    """Every line the scanner reads, each handed to its kind's `add`."""
+    pinned = state.pinned
+    adds = {
+        "counted": state.add_counted,
+        "progress": state.add_progress,
+        "external": state.add_external,
+        "server": state.add_server,
+    }
     candidates = _Candidates(body, [pinned] if pinned else ENGINES, progress)
-    pos = 0
-    looked = 0
+    pos = looked = counted_bytes = 0
     while (at := candidates.first_from(pos)) >= 0:
         looked += 1
         if until is not None and looked % _CLOCK_EVERY == 0 and clock() >= until:
-            return gave_up("read timed out: the read's time ran out scanning the body")
+            raise _GaveUp("read timed out: the read's time ran out scanning the body")
         start, end = _line_bounds(body, at)
         pos = end + 1
         name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
         if name_end - at > _LONGEST_NAME:
             continue  # no counted name is that long
-        raw_name = body[at:name_end].decode("ascii", "replace")
-        hit = sample_kind(raw_name)
+        hit = sample_kind(body[at:name_end].decode("ascii", "replace"))
         if hit is None:
             continue  # a look-alike such as vllm:num_requests_waiting_total
         eng, canonical, kind = hit
-        if (pinned is not None and eng is not pinned) or (kind != "counted" and not progress):
+        if (pinned is not None and eng is not pinned) or (kind in _PROGRESS and not progress):
             continue
         if BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
             if kind == "counted" and META.fullmatch(body, start, at):
-                seen.add(eng.name)
+                state.seen.add(eng.name)
             continue  # the name inside another line (a HELP text, a label value)
         counted_bytes += end - start
         if counted_bytes > MAX_COUNTED_BYTES:
-            return gave_up(f"counted lines over {MAX_COUNTED_BYTES // 1024 // 1024} MiB")
-        if kind != "counted":
-            try:
-                labels, value = parse_rest(body[name_end:end].decode("utf-8").rstrip("\r"))
-            except (UnicodeDecodeError, Malformed):
-                progress_bad = True
-                continue
-            if value_problem(canonical, value) is not None:
-                progress_bad = True
-                continue
-            if kind == "external":
-                for wait in eng.external:
-                    if wait.name == canonical and (wait.label is None or wait.label in labels):
-                        sums = outside[eng.name]
-                        sums[canonical] = sums.get(canonical, 0.0) + value
-                continue
-            # One counter per label set as written (its largest value).
-            key: SeriesKey = (canonical, tuple(sorted(labels)))
-            found = counters[eng.name]
-            if key not in found:
-                n_kept += 1
-                n_labels += len(labels)
-                if n_kept > MAX_SERIES:
-                    return gave_up(f"more than {MAX_SERIES} counted series")
-                if n_labels > MAX_LABELS_KEPT:
-                    return gave_up(f"more than {MAX_LABELS_KEPT} labels on counted series")
-            if key not in found or value > found[key].value:
-                found[key] = Series(canonical, labels, value)
-            continue
-        seen.add(eng.name)
+            raise _GaveUp(f"counted lines over {MAX_COUNTED_BYTES // 1024 // 1024} MiB")
+        if kind == "counted":
+            state.seen.add(eng.name)
         try:
             # Text exposition is UTF-8; a label value that is not is a malformed
             # line (the Prometheus Go parser rejects it too), not a series to count.
-            rest = body[name_end:end].decode("utf-8").rstrip("\r")
-            labels, value = parse_rest(rest)
-        except UnicodeDecodeError:
-            problem = problem or f"malformed {canonical} line (not UTF-8)"
+            labels, value = parse_rest(body[name_end:end].decode("utf-8").rstrip("\r"))
+        except (UnicodeDecodeError, Malformed) as exc:
+            if kind in _PROGRESS:
+                state.progress_bad = True
+            else:
+                why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
+                state.doubt(f"malformed {canonical} line ({why})")
             continue
-        except Malformed as exc:
-            problem = problem or f"malformed {canonical} line ({exc})"
-            continue
-        if (why := value_problem(canonical, value)) is not None:
-            problem = problem or why
-            continue
-        if any(k == PRIORITY_LABEL and v for k, v in labels):
-            continue  # SGLang's per-priority breakdown of the priority="" total
-        sampled.add(canonical)
-        # Series that differ only in tp_rank describe one batch: keep the largest.
-        key = series_key(canonical, labels)
-        table = kept[eng.name]
-        held = table.get(key)
-        if held is None:
-            n_kept += 1
-            n_labels += len(labels)
-            if n_kept > MAX_SERIES:
-                return gave_up(f"more than {MAX_SERIES} counted series")
-            if n_labels > MAX_LABELS_KEPT:
-                return gave_up(f"more than {MAX_LABELS_KEPT} labels on counted series")
-            table[key] = Series(canonical, labels, value)
-        elif value > held.value:
-            table[key] = Series(canonical, labels, value)
+        adds[kind](eng, canonical, labels, value)
 
-    if pinned is None and len(seen) != 1:
-        what = "no vllm or sglang request gauges" if not seen else "both vllm and sglang gauges"
-        warning = NO_GAUGES_WARNING if not seen else ()
-        return Scan(Verdict.UNKNOWN, None, None, (), what, warning)
-    chosen = pinned or BY_NAME[seen.pop()]
-    series = tuple(kept[chosen.name].values())
-    warnings = _warnings(body, pinned, series, sampled)
-    if problem is None:
-        missing = [n for n in chosen.required if n not in sampled]
-        if missing:
-            problem = f"required gauge missing: {', '.join(missing)}"
-    made: Progress | None = None
-    if progress and not progress_bad:
-        read = tuple(counters[chosen.name].values())
-        made = Progress(read, external_work(chosen, series, outside[chosen.name]))
-    if problem is not None:
-        return Scan(Verdict.UNKNOWN, chosen.name, None, series, problem, warnings, made)
-    verdict, total, reason = count(s.value for s in series)
-    return Scan(verdict, chosen.name, total, series, reason, warnings, made)
+
+# The kinds read for stall detection only (CONTRACT §2b): a bad line of theirs
+# leaves the read without progress and never changes its verdict.
+_PROGRESS = frozenset({"progress", "external"})
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,55 @@ class ExternalWait:
 
 
 @dataclass(frozen=True)
+class ServerGauge:
+    """The engine's HTTP server's own count of the requests it holds, in /metrics
+    (CONTRACT §2a, the `server` signal): a gauge summed over its series, but for
+    the series whose `label` names one of the engine's own read-only endpoints
+    (`not_work`: its health, metrics, load and info routes, which the hook's own
+    scrape and the kubelet's probes pass through). Any other endpoint carries work,
+    one the engine added later or a path no route matches included: a request is
+    never left out for being unknown."""
+
+    name: str
+    label: str
+    not_work: frozenset[str]
+
+    def carries_work(self, labels: Iterable[tuple[str, str]]) -> bool:
+        """Whether a series of the gauge counts: its endpoint is not one of `not_work`."""
+        return not any(k == self.label and v in self.not_work for k, v in labels)
+
+
+# SGLang 0.5.23's own read-only routes (python/sglang/srt/entrypoints/http_server.py,
+# v1_loads.py, elastic_ep.py; /metrics is a Mount in utils/common.py), with the
+# /get_load of the versions before /v1/loads. The label is the route's path as
+# FastAPI declares it (`_get_fastapi_request_path`): `/v1/models/{model:path}`.
+SGLANG_NOT_WORK: frozenset[str] = frozenset(
+    {
+        "/metrics",
+        "/health",
+        "/health_generate",
+        "/ready",
+        "/ping",
+        "/v1/loads",
+        "/get_load",
+        "/model_info",
+        "/get_model_info",
+        "/server_info",
+        "/get_server_info",
+        "/v1/models",
+        "/v1/models/{model:path}",
+        "/",
+        "/api/tags",
+        "/list_external_corpora",
+        "/get_hicache_l3_cache_layout",
+        "/remote_instance_transfer_engine_info",
+        "/get_remote_instance_transfer_engine_info",
+        "/is_scaling_elastic_ep",
+    }
+)
+
+
+@dataclass(frozen=True)
 class Engine:
     """One engine's counted gauges, by canonical name (with `:`)."""
 
@@ -81,6 +130,9 @@ class Engine:
     external: tuple[ExternalWait, ...] = ()
     loads_progress: tuple[tuple[str | int, ...], ...] = ()
     loads_external: tuple[ExternalWait, ...] = ()
+    # CONTRACT §2a: the HTTP server's own count in /metrics (None: it has none;
+    # vLLM's is `GET /load`, a path of its own: SERVER_LOAD_PATH).
+    server: ServerGauge | None = None
 
     @property
     def counted(self) -> tuple[str, ...]:
@@ -215,8 +267,17 @@ ENGINES: tuple[Engine, ...] = (
             ExternalWait("disaggregation.decode_prealloc_queue_reqs", counted=False),
             ExternalWait("disaggregation.decode_transfer_queue_reqs", counted=False),
         ),
+        # sglang/srt/observability/http_request_metrics.py: up when a request
+        # reaches the HTTP middleware, down after its response's last byte (0.5.23's
+        # pure-ASGI middleware, utils/http_middleware_patch.py; before it, down at
+        # the response's start), in the same /metrics body (--enable-metrics).
+        server=ServerGauge("sglang:http_requests_active", "endpoint", SGLANG_NOT_WORK),
     ),
 )
+
+# vLLM's server count (CONTRACT §2a): `GET /load` -> {"server_load": N}, counted
+# by `load_aware_call` with --enable-server-load-tracking (0 without it, in 0.32).
+SERVER_LOAD_PATH = "/load"
 
 ENGINE_NAMES: tuple[str, ...] = tuple(e.name for e in ENGINES)
 
@@ -262,6 +323,7 @@ _KINDS: dict[str, tuple[Engine, str]] = {
     for kind, names in (
         ("external", tuple(w.name for w in engine.external if not w.counted)),
         ("progress", engine.progress),
+        ("server", (engine.server.name,) if engine.server else ()),
         ("counted", engine.counted),
     )
     for name in names
@@ -270,7 +332,7 @@ _KINDS: dict[str, tuple[Engine, str]] = {
 
 def sample_kind(raw: str) -> tuple[Engine, str, str] | None:
     """Map a sample name to (engine, canonical name, kind), kind being `counted`,
-    `progress` or `external` (CONTRACT §2b), or None if the hook reads no such
+    `progress` or `external` (CONTRACT §2b), `server` (§2a), or None if the hook reads no such
     sample. A name written
     with `_` after the engine prefix (OpenMetrics escaping of `:`) is the same one."""
     for engine in ENGINES:

@@ -3,6 +3,7 @@ a verdict that /metrics, /v1/loads and several targets all follow."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import mmap
@@ -67,6 +68,64 @@ class Progress:
     external: float = 0.0
 
 
+# The signals of CONTRACT §2a, by the name the log, `probe` and its JSON give them.
+SCHEDULER, SERVER, CONNECTIONS = "scheduler", "server", "connections"
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Each signal's own count of one read (CONTRACT §2a); None where the target
+    does not answer that signal (it is missing: the others decide).
+
+    - `scheduler`: the scheduler's gauges (/metrics), or SGLang's /v1/loads;
+    - `server`: the HTTP server's own count (SGLang's `sglang:http_requests_active`
+      over the endpoints that carry work, vLLM's `GET /load`);
+    - `connections`: connections to the serving port holding a request that no
+      response byte has answered (drainhook.reading.connections).
+
+    Each is a lower bound of the requests the target holds, so the target's count
+    is the largest of them, and it is idle only when every one it answers reads 0.
+    """
+
+    scheduler: float | None = None
+    server: float | None = None
+    connections: float | None = None
+    # Why a signal is missing, as (its name, the reason): what `wait` logs once.
+    missing: tuple[tuple[str, str], ...] = ()
+
+    def count(self) -> float | None:
+        """The target's count: the largest signal answered (None: none was)."""
+        values = [v for v in (self.scheduler, self.server, self.connections) if v is not None]
+        return max(values) if values else None
+
+    def holding(self) -> tuple[str, ...]:
+        """The signals that read work (> 0), by name: which held the hook."""
+        named = (
+            (SCHEDULER, self.scheduler),
+            (SERVER, self.server),
+            (CONNECTIONS, self.connections),
+        )
+        return tuple(n for n, v in named if v is not None and v > 0)
+
+    def plus(self, other: Signals) -> Signals:
+        """Two targets' signals as one round's: each signal summed where answered."""
+
+        def add(a: float | None, b: float | None) -> float | None:
+            return b if a is None else a if b is None else a + b
+
+        return Signals(
+            add(self.scheduler, other.scheduler),
+            add(self.server, other.server),
+            add(self.connections, other.connections),
+            self.missing + tuple(m for m in other.missing if m not in self.missing),
+        )
+
+    def without(self, name: str, why: str) -> Signals:
+        """These signals with `name` missing, for `why`."""
+        missing = (*tuple(m for m in self.missing if m[0] != name), (name, why))
+        return dataclasses.replace(self, **{name: None}, missing=missing)
+
+
 @dataclass(frozen=True)
 class Scan:
     """What a body says: the verdict of a 2xx body (idle, busy or unknown)."""
@@ -78,6 +137,7 @@ class Scan:
     reason: str | None = None
     warnings: tuple[str, ...] = ()  # shapes that usually mean trouble (shown by probe)
     progress: Progress | None = None  # None: none could be read (a bad line)
+    signals: Signals | None = None  # each signal's count (CONTRACT §2a); None: unknown
 
 
 @dataclass(frozen=True)
@@ -103,6 +163,8 @@ class Reading:
     # The progress counters and external waiting of the body (CONTRACT §2b);
     # with several targets each part has its own and this one is None.
     progress: Progress | None = None
+    # Each signal's own count (CONTRACT §2a); in_flight is their combination.
+    signals: Signals | None = None
 
     @classmethod
     def from_scan(cls, scan: Scan, read_ms: float, source: str | None = None) -> Reading:
@@ -116,6 +178,7 @@ class Reading:
             scan.warnings,
             source=source,
             progress=scan.progress,
+            signals=scan.signals,
         )
 
     @classmethod
@@ -137,6 +200,25 @@ class Reading:
     def counted(self) -> bool:
         """Whether the read gave a count (idle or busy)."""
         return self.verdict is Verdict.IDLE or self.verdict is Verdict.BUSY
+
+    @property
+    def scheduler(self) -> float | None:
+        """The scheduler's own count: the work that can stall (CONTRACT §2b); the
+        whole count where the read carries no signals apart."""
+        if self.signals is not None and self.signals.scheduler is not None:
+            return self.signals.scheduler
+        return self.in_flight
+
+
+def with_signals(reading: Reading, signals: Signals) -> Reading:
+    """The reading with these signals, its count and verdict by CONTRACT §2a's rule
+    (the largest signal; idle only when every signal answered reads 0). A reading
+    without a count (unknown, unreachable) keeps its verdict: doubt stays doubt."""
+    if not reading.counted:
+        return dataclasses.replace(reading, signals=signals)
+    total = signals.count()
+    verdict = Verdict.BUSY if total is not None and total > 0 else Verdict.IDLE
+    return dataclasses.replace(reading, verdict=verdict, in_flight=total, signals=signals)
 
 
 def engine_shown(reading: Reading, engine: str = "auto") -> str | None:

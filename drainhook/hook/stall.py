@@ -6,7 +6,8 @@ stalled. Nothing here reads a clock.
 
 Per target (each part of a round, or the one target):
 
-- *work that can stall* is the counted total less the work the engine
+- *work that can stall* is the scheduler's count (not the HTTP server's own
+  count, nor the connections': CONTRACT §2a) less the work the engine
   reports as waiting on something outside itself (`Progress.external`, from
   the engine table's `external` gauges: vLLM's deferred waiting and KV-fetch
   stages, SGLang's grammar and disaggregation queues), never below 0;
@@ -139,7 +140,10 @@ class StallWatch:
         return None
 
     def _one(self, t: float, name: str, part: Reading) -> Frozen | None:
-        work = part.in_flight or 0.0
+        # Only the scheduler's count can stall: work that only the HTTP server or
+        # the connections show (an upload, rendering, a media fetch) makes no
+        # tokens, and never counts toward a stall (CONTRACT §2b).
+        work = part.scheduler or 0.0
         progress = part.progress
         if progress is None:  # a counter line that could not be read: no judgement
             return None
@@ -181,4 +185,4 @@ class StallWatch:
         quiet = t - track.since
         if quiet < self.after:
             return None
-        return Frozen(name, quiet, stallable, work, progress.counters)
+        return Frozen(name, quiet, stallable, part.in_flight or work, progress.counters)

@@ -9,7 +9,9 @@ the httpcore class it is raised as; `classify` turns it into a verdict:
      ├─ ReadError, WriteError (reset) ..................... unknown
      ├─ RemoteProtocolError (closed before/during reply) .. unknown
      └─ LocalProtocolError ................................ unknown
-    a non-2xx status ...................................... unreachable
+    a 5xx or 429 status ................................... unknown
+    another non-2xx (3xx, 4xx) before any 2xx ............. unreachable
+    another non-2xx after the target has answered 2xx ..... unknown
     anything else (a bug) ................................. unknown
 
 httpcore's other exceptions cannot come out of this read: one read at a time
@@ -74,6 +76,17 @@ class _Failed(Exception):
         self.verdict = verdict
         self.reason = reason
         self.status = status
+
+
+def status_verdict(status: int, answered: bool) -> Verdict:
+    """The verdict of a non-2xx status (CONTRACT §2): a 5xx or a 429 says the
+    server is there and troubled, `unknown` (the hook holds); any other (a 3xx, a
+    4xx) is a misconfiguration, `unreachable`, only while the target has never
+    answered 2xx (`answered`), and `unknown` after: a path that answered a
+    moment ago is not a wrong path."""
+    if status >= 500 or status == 429 or answered:
+        return Verdict.UNKNOWN
+    return Verdict.UNREACHABLE
 
 
 def classify(exc: Exception) -> tuple[Verdict, str]:
@@ -318,6 +331,7 @@ class Reader:
         self._max_body = max_body
         self._clock = clock
         self._deadline = _Deadline(clock)
+        self._answered = False  # a 2xx seen: a 3xx or 4xx is then doubt (status_verdict)
         headers = [
             ("Host", target.host_header),
             ("Accept", self._scanner.accept),
@@ -418,8 +432,10 @@ class Reader:
         with self._pool.stream(
             b"GET", self._url, headers=self._headers, extensions=self._extensions
         ) as response:
-            if not 200 <= response.status < 300:
-                raise _Failed(Verdict.UNREACHABLE, f"HTTP {response.status}", response.status)
+            status = response.status
+            if not 200 <= status < 300:
+                raise _Failed(status_verdict(status, self._answered), f"HTTP {status}", status)
+            self._answered = True
             self._body(response, body)
 
     def _body(self, response: httpcore.Response, body: _Body) -> None:

@@ -29,7 +29,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from drainhook.engines.verdict import Reading, Verdict, count
+from drainhook.engines.verdict import Reading, Signals, Verdict, count, with_signals
 from drainhook.reading import TargetReader
 from drainhook.reading.merge import merge_series
 
@@ -129,4 +129,12 @@ def combine_readings(
     exited = [n for n, _ in gone if n not in replaced or n in answered]
     if exited and total is not None:
         note = f"{', '.join(exited)} unreachable after answering: counted as 0 (its engine exited)"
-    return reading(verdict, total, note)
+    combined = reading(verdict, total, note)
+    if total is None:
+        return combined
+    # CONTRACT §2a: each signal summed over the answering targets (the scheduler's
+    # from the merged series), the round's count the largest of them.
+    signals = Signals()
+    for _, r in answering:
+        signals = signals.plus(r.signals or Signals(r.scheduler))
+    return with_signals(combined, dataclasses.replace(signals, scheduler=total))

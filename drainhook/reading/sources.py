@@ -29,7 +29,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from drainhook.engines.verdict import Progress, Reading, Verdict, engine_shown
+from drainhook.engines.verdict import Progress, Reading, Verdict, engine_shown, with_signals
 from drainhook.reading import TargetReader
 
 # The statuses that say /v1/loads will not answer this hook: it is not asked again.
@@ -89,8 +89,15 @@ class AutoReader:
         if live.counted:
             warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
             progress = _progress_of(first.progress, live.progress)
-            return dataclasses.replace(
+            counted = dataclasses.replace(
                 live, read_ms=took, warnings=warnings, source="loads", progress=progress
+            )
+            if first.signals is None:
+                return counted
+            # /v1/loads stands in for the scheduler's gauges only: the server's own
+            # count read in the same /metrics body still counts (CONTRACT §2a).
+            return with_signals(
+                counted, dataclasses.replace(first.signals, scheduler=live.in_flight)
             )
         if live.status in _FOR_GOOD:
             why = _FOR_GOOD[live.status]
