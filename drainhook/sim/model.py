@@ -308,11 +308,13 @@ class Engine:
             if self.killed.is_set():
                 self._cond.notify_all()
                 return None
+            if self.config.kind == "sglang" and self.config.refresh_iterations > 0:
+                # A prefill batch is scheduled: the gauges are set, without the request
+                # being prefilled (in neither waiting_queue nor running_batch).
+                self._published = self.visible()
             r.running += 1
             if self.config.kind == "sglang" and self.config.prefill_seconds > 0:
                 r.prefilling += 1
-            if self.config.kind == "sglang" and self.config.refresh_iterations > 0:
-                self._published = self.visible()  # a prefill batch: the gauges are set
             return rank
 
     def prefilled(self, rank: int) -> None:
