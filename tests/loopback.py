@@ -6,6 +6,13 @@ reset or speak TLS on demand. Servers are threads in the test process.
     with Loopback(sequence(busy, busy, idle)) as srv:   # nth connection, last repeats
     with Loopback(route({"/metrics": body}, heads)) as srv:  # by path; heads seen
     srv.url, srv.port, srv.connections (how many were accepted)
+
+vLLM's `GET /load` (the server's own count, CONTRACT §2a), which the hook asks
+once after an idle vLLM read, is answered 404 by the listener itself (a vLLM
+without the route: asked no more) and neither counted in `connections` nor
+handed to the behaviour, so that a behaviour sees only the reads it scripts;
+`Loopback(..., own_load=False)` hands it on, for the tests of /load itself
+(`srv.side_reads` counts those answered here).
 """
 
 from __future__ import annotations
@@ -192,6 +199,7 @@ class Loopback:
         host: str = "127.0.0.1",
         path: str = "/metrics",
         sock: socket.socket | None = None,
+        own_load: bool = True,
     ) -> None:
         if sock is not None:  # a listening socket made by the caller (tests/podns.py)
             host = str(sock.getsockname()[0])
@@ -208,7 +216,9 @@ class Loopback:
         self._path = path
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._own_load = own_load
         self.connections = 0
+        self.side_reads = 0  # GET /load answered 404 by the listener itself
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
     @property
@@ -236,21 +246,74 @@ class Loopback:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            with self._lock:
-                self.connections += 1
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
+    def _is_load(self, conn: socket.socket) -> bool:
+        """Whether the connection's request is `GET /load` (peeked, not read)."""
+        want = b"GET /load "
+        timeout = conn.gettimeout()
+        conn.settimeout(2.0)
+        try:
+            while True:
+                seen = conn.recv(len(want), socket.MSG_PEEK)
+                if not seen or not want.startswith(seen) or len(seen) >= len(want):
+                    return seen == want
+                time.sleep(0.001)
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                conn.settimeout(timeout)
+
+    def _answer_load(self, conn: Any) -> None:
+        with self._lock:
+            self.side_reads += 1
+            self.connections -= 1  # not one of the behaviour's
+        with contextlib.suppress(OSError):
+            _read_request(conn)
+            conn.sendall(response_bytes(b"not found\n", 404, "Not Found"))
+            conn.close()
+
     def _handle(self, conn: socket.socket) -> None:
+        with self._lock:
+            self.connections += 1
+        if self._own_load and self._tls is None and self._is_load(conn):
+            self._answer_load(conn)
+            return
+        served: Any = conn
         try:
             if self._tls is not None:
                 conn.settimeout(5)
-                conn = self._tls.wrap_socket(conn, server_side=True)
-            self._behaviour(conn)
+                served = conn = self._tls.wrap_socket(conn, server_side=True)
+                if self._own_load:  # no peeking through TLS: read the first bytes
+                    first = conn.recv(65536)
+                    if first.startswith(b"GET /load "):
+                        self._answer_load(_Replay(conn, first))
+                        return
+                    served = _Replay(conn, first)
+            self._behaviour(served)
         except (OSError, ssl.SSLError):
             pass
         finally:
             with contextlib.suppress(OSError):
                 conn.close()
+
+
+class _Replay:
+    """A socket whose first bytes were read already: `recv` gives them back first."""
+
+    def __init__(self, sock: Any, data: bytes) -> None:
+        self._sock = sock
+        self._data = data
+
+    def recv(self, size: int, *flags: int) -> bytes:
+        if self._data:
+            out, self._data = self._data[:size], self._data[size:]
+            return out
+        return bytes(self._sock.recv(size, *flags))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
 
 
 class Heard:

@@ -27,7 +27,8 @@ package, the binary) with the given arguments, and `pod_command` any argv:
 `{port:NAME}` in the command or the env is the port server NAME got (port 0
 is an ephemeral one). Bodies are inline text or the name of a file in
 tests/samples. Times are seconds from the command's spawn, on the monotonic
-clock (which a network namespace shares with the host).
+clock (which a network namespace shares with the host). An unscripted `GET
+/load` (vLLM's server count, CONTRACT §2a) is answered 404 and not logged.
 """
 
 from __future__ import annotations
@@ -312,6 +313,11 @@ class _Script:
             now = time.monotonic()
             parts = head.split(b" ", 2)
             path = parts[1].decode("latin-1") if len(parts) == 3 else ""
+            if path == "/load" and path not in self.server.routes:
+                # vLLM's /load (CONTRACT §2a) unscripted: a vLLM without the route,
+                # answered 404 and not logged, as tests/loopback.py does.
+                conn.sendall(response_bytes(b"not found\n", 404, "Not Found"))
+                return
             with self._lock:
                 replies = self.server.routes.get(path)
                 nth = self._served.get(path, 0)

@@ -18,10 +18,11 @@ from drainhook.hook.drain import Outcome, Result
 from drainhook.hook.run import exit_code, run_probe, run_wait
 from drainhook.reading.assemble import hook_reader, reader_for, scanner_for
 from drainhook.reading.config import ReadConfig
+from drainhook.reading.connections import ConnectionsReader
 from drainhook.reading.discovery.search import DiscoveringReader
 from drainhook.reading.read import Reader
 from drainhook.reading.rounds import Round
-from drainhook.reading.sources import AutoReader
+from drainhook.reading.sources import AutoReader, ServerLoadReader
 from drainhook.reading.target import parse_url
 from tests.conftest import HOOK_LATE, late
 from tests.loopback import Loopback, route, sample, sequence, serve
@@ -83,19 +84,30 @@ def test_the_scanner_follows_the_source() -> None:
 
 def test_one_target_is_one_reader_and_several_a_round() -> None:
     a, b = parse_url("http://127.0.0.1:8000/metrics"), parse_url("http://127.0.0.1:8001/metrics")
+    # (connections=False: the connection signal's layer is checked last)
     readers = [
-        reader_for(ReadConfig(target=a, source="metrics")),
-        reader_for(ReadConfig(target=a)),  # --source auto: /v1/loads beside /metrics for SGLang
-        reader_for(ReadConfig(target=a, engine="vllm")),  # vLLM serves no /v1/loads
+        reader_for(ReadConfig(target=a, source="metrics", connections=False)),
+        # --source auto: /v1/loads beside /metrics for SGLang, /load for vLLM
+        reader_for(ReadConfig(target=a, engine="sglang", connections=False)),
+        # vLLM serves no /v1/loads
+        reader_for(ReadConfig(target=a, engine="vllm", connections=False)),
         reader_for(ReadConfig(target=a, more=(b,))),
+        reader_for(ReadConfig(target=a, source="metrics")),  # in the Pod: the connections
     ]
     try:
-        assert [type(r) for r in readers] == [Reader, AutoReader, Reader, Round]
+        assert [type(r) for r in readers] == [
+            Reader,
+            AutoReader,
+            ServerLoadReader,
+            Round,
+            ConnectionsReader,
+        ]
         assert [r.name for r in readers] == [
             a.display,
             a.display,
             a.display,
             f"{a.display},{b.display}",
+            a.display,
         ]
     finally:
         for r in readers:
@@ -108,8 +120,8 @@ def test_no_discovering_reader_unless_discovery_can_search() -> None:
     here = parse_url("http://127.0.0.1:8000/metrics")
     remote = parse_url("http://10.0.0.7:8000/metrics")
     cases = [
-        (ReadConfig(target=here, source="metrics"), False, Reader),
-        (ReadConfig(target=here), False, AutoReader),
+        (ReadConfig(target=here, source="metrics"), False, ConnectionsReader),
+        (ReadConfig(target=here, source="metrics", connections=False), False, Reader),
         (ReadConfig(target=here, source="metrics", discover=True), False, DiscoveringReader),
         (
             ReadConfig(target=remote, source="metrics", discover=True, allow_remote=True),

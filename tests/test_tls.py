@@ -97,7 +97,8 @@ def test_cacert_and_server_name_verify_the_listener(hook: Hook, pki: Pki) -> Non
             hook, srv.url, "--cacert", str(pki.cacert), "--tls-server-name", "drain.test"
         )
     assert_drained(run, srv.connections)
-    assert pki.names_sent == ["drain.test", "drain.test"]
+    # the two reads, and the one GET /load after the first idle read (CONTRACT §2a)
+    assert pki.names_sent == ["drain.test"] * (2 + srv.side_reads) and srv.side_reads == 1
 
 
 def test_cert_for_another_name_is_unreachable(hook: Hook, pki: Pki) -> None:
@@ -131,7 +132,7 @@ def test_localhost_url_sends_and_verifies_localhost(hook: Hook, pki: Pki) -> Non
         url = f"https://localhost:{srv.port}/metrics"
         run = wait_https(hook, url, "--cacert", str(pki.cacert))
     assert_drained(run, srv.connections)
-    assert pki.names_sent == ["localhost", "localhost"]
+    assert pki.names_sent == ["localhost"] * (2 + srv.side_reads) and srv.side_reads == 1
     assert f"target={url}" in run.summary
 
 

@@ -105,7 +105,8 @@ def run_probe(reach: ReadConfig, as_json: bool, list_all: bool = False) -> tuple
         pair = (read_once(metrics), read_once(loads))
         shown = probe_both(pair, (metrics.display, loads.display), as_json)
         return shown, PROBE_EXIT[pair[0].verdict]
-    reader = hook_reader(reach, always=list_all)
+    # Every signal read, whatever the scheduler's count, to show each apart (§2a).
+    reader = hook_reader(dataclasses.replace(reach, every_signal=True), always=list_all)
     try:
         reading = reader.read(reach.read_timeout)
     finally:

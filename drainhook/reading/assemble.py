@@ -11,14 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from drainhook.engines.exposition import MetricsScanner
+from drainhook.engines.gauges import SERVER_LOAD_PATH
 from drainhook.engines.loads import LoadsScanner
+from drainhook.engines.server_load import ServerLoadScanner
 from drainhook.engines.verdict import Scanner
 from drainhook.reading import TargetReader
 from drainhook.reading.config import LOADS_PATH, ReadConfig
+from drainhook.reading.connections import ConnectionsReader
 from drainhook.reading.discovery.search import DiscoveringReader, SearchRecord
 from drainhook.reading.read import Reader
 from drainhook.reading.rounds import Round
-from drainhook.reading.sources import AutoReader
+from drainhook.reading.sources import AutoReader, ServerLoadReader
 from drainhook.reading.target import Target, parse_url, ssl_context
 
 
@@ -50,17 +53,28 @@ def plain_reader(
 
 
 def target_reader(reach: ReadConfig, target: Target, *, in_pod: bool = False) -> TargetReader:
-    """The reader of one target: a Reader of reach's source; with `auto` (and an
-    engine that may be SGLang's), /metrics with /v1/loads beside it."""
-    if reach.source != "auto" or reach.engine == "vllm":
-        return plain_reader(reach, target, in_pod=in_pod)
-    return AutoReader(
-        plain_reader(
-            reach, target, MetricsScanner(reach.engine, progress=reach.progress), in_pod=in_pod
-        ),
-        plain_reader(reach, target.with_path(LOADS_PATH), LoadsScanner(), in_pod=in_pod),
-        engine=reach.engine,
-    )
+    """The reader of one target: a Reader of reach's source; with `auto`, /metrics
+    with SGLang's /v1/loads (an engine that may be SGLang's) and vLLM's /load (one
+    that may be vLLM's) beside it; and, for a target in the Pod (loopback, or
+    found by discovery), the connection signal on its port (CONTRACT §2a)."""
+    reader: TargetReader
+    if reach.source != "auto":
+        reader = plain_reader(reach, target, in_pod=in_pod)
+    else:
+        metrics = MetricsScanner(reach.engine, progress=reach.progress)
+        reader = plain_reader(reach, target, metrics, in_pod=in_pod)
+        if reach.engine != "vllm":
+            loads = plain_reader(reach, target.with_path(LOADS_PATH), LoadsScanner(), in_pod=in_pod)
+            reader = AutoReader(reader, loads, engine=reach.engine)
+        if reach.engine != "sglang":
+            load = target.with_path(SERVER_LOAD_PATH)
+            load_reader = plain_reader(reach, load, ServerLoadScanner(), in_pod=in_pod)
+            reader = ServerLoadReader(
+                reader, load_reader, engine=reach.engine, every=reach.every_signal
+            )
+    if reach.connections and (in_pod or target.is_loopback):
+        reader = ConnectionsReader(reader, target.port, every=reach.every_signal)
+    return reader
 
 
 def reader_for(reach: ReadConfig) -> TargetReader:

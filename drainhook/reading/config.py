@@ -47,6 +47,13 @@ class ReadConfig:
     # Read the progress counters (CONTRACT §2b): `wait` turns it off when its
     # stall window cannot close before D; probe always reads them.
     progress: bool = True
+    # The connection signal (CONTRACT §2a) for targets in the Pod: the serving
+    # port's connections, read from the network namespace after each read.
+    connections: bool = True
+    # Read the side signals (vLLM's /load, the connections) on every read, not
+    # only on one the scheduler's count says is idle (the only reads they can
+    # change: the count is the largest signal). `probe` does, to show each.
+    every_signal: bool = False
 
     @property
     def targets(self) -> tuple[Target, ...]:

@@ -29,8 +29,18 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from drainhook.engines.verdict import Progress, Reading, Verdict, engine_shown, with_signals
+from drainhook.engines.server_load import parse_server_load
+from drainhook.engines.verdict import (
+    SERVER,
+    Progress,
+    Reading,
+    Signals,
+    Verdict,
+    engine_shown,
+    with_signals,
+)
 from drainhook.reading import TargetReader
+from drainhook.reading.read import Reader
 
 # The statuses that say /v1/loads will not answer this hook: it is not asked again.
 _FOR_GOOD = {
@@ -130,3 +140,86 @@ def _with_warning(reading: Reading, warning: str, read_ms: float) -> Reading:
     return dataclasses.replace(
         reading, read_ms=read_ms, warnings=(*reading.warnings, warning), source="metrics"
     )
+
+
+# The statuses that say /load will not answer this hook: it is not asked again.
+_LOAD_FOR_GOOD = {
+    401: "vLLM's --api-key guards it; give the key with --api-key-file",
+    403: "vLLM's --api-key guards it; give the key with --api-key-file",
+    404: "a vLLM without the /load route",
+}
+
+
+class ServerLoadReader:
+    """/metrics (or what `metrics` reads), then vLLM's `GET /load` on the same
+    listener when the body is vLLM's and counted, within the read's one timeout:
+    its `server_load` is the reading's `server` signal (CONTRACT §2a).
+
+    A 401, 403 or 404, or a body that is no /load answer: the signal is missing
+    for the rest of the hook (said once: `Signals.missing`), /load asked no more.
+    Any other failure (a timeout, a 5xx, no time left): missing for that read.
+    A /load answer whose count is negative or not a number: doubt, the read is
+    `unknown`. `--api-server-count > 1`: one GET reaches one API server's count
+    (drainhook.engines.server_load), the connection signal sees them all.
+    A read already busy is not followed by /load unless `every` (probe): the
+    count is the largest signal, so /load can change only an idle read.
+    """
+
+    def __init__(
+        self,
+        metrics: TargetReader,
+        load: Reader,
+        *,
+        engine: str = "auto",
+        every: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._metrics = metrics
+        self._load = load
+        self._engine = engine
+        self._every = every
+        self._clock = clock
+        self._off: str | None = None  # why /load is no longer asked
+
+    @property
+    def name(self) -> str:
+        return self._metrics.name
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._load.close()
+
+    def read(self, timeout: float) -> Reading:
+        start = self._clock()
+        first = self._metrics.read(timeout)
+        if not first.counted or engine_shown(first, self._engine) != "vllm":
+            return first
+        if first.verdict is Verdict.BUSY and not self._every:
+            return first  # busy already: the count is the largest signal
+        signals = first.signals or Signals(first.scheduler)
+        if self._off is not None:
+            return with_signals(first, signals.without(SERVER, self._off))
+        left = start + timeout - self._clock()
+        if left <= 0:
+            return with_signals(
+                first, signals.without(SERVER, "no time left in the read for /load")
+            )
+        got = self._load.read_with(left, parse_server_load)
+        took = (self._clock() - start) * 1000.0
+        first = dataclasses.replace(first, read_ms=took)
+        if isinstance(got, Reading):  # no 2xx body
+            if got.status in _LOAD_FOR_GOOD:
+                self._off = f"/load answered HTTP {got.status} ({_LOAD_FOR_GOOD[got.status]})"
+                return with_signals(first, signals.without(SERVER, self._off))
+            return with_signals(
+                first, signals.without(SERVER, f"/load gave no count ({_kind(got)})")
+            )
+        if got.absent is not None:
+            self._off = f"/load is not vLLM's ({got.absent})"
+            return with_signals(first, signals.without(SERVER, self._off))
+        if got.value is None:  # doubt: never released on
+            why = f"/load: {got.doubt}"
+            return dataclasses.replace(
+                first, verdict=Verdict.UNKNOWN, in_flight=None, reason=why, signals=signals
+            )
+        return with_signals(first, dataclasses.replace(signals, server=got.value))

@@ -1,0 +1,74 @@
+"""vLLM's `GET /load` body (CONTRACT §2a, the server's own count): `{"server_load": N}`.
+
+vLLM counts, with `--enable-server-load-tracking`, every inference request its
+API server holds (`load_aware_call`: +1 when the handler starts, after the body
+is parsed; -1 after the response's last byte, streams included, or on an error
+or a disconnect) and serves the count on `/load`. Without the flag vLLM 0.32
+still answers, with 0; a vLLM before the route answers 404. The count is per
+API-server process: with `--api-server-count > 1` one GET reaches one of them
+(the kernel picks one per connection on their shared port).
+
+What a body says, here: a count (a JSON number, finite, >= 0); doubt (the body
+is a /load answer, but its `server_load` is negative, as vLLM #49526 saw, or
+not a finite number: the read is `unknown`); or no /load at all (not a JSON
+object with `server_load`: a server that answers every path alike, or another
+engine's), which the reader then asks no more.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from drainhook.engines.verdict import Body, Scan, Series, Verdict
+
+FIELD = "server_load"
+MAX_BYTES = 64 * 1024  # a /load answer is a few bytes; a larger body is not one
+
+
+@dataclass(frozen=True)
+class ServerLoad:
+    """One /load answer: its count, or why there is none (`doubt` or `absent`)."""
+
+    value: float | None = None
+    doubt: str | None = None  # a /load answer whose count cannot be counted
+    absent: str | None = None  # not a /load answer at all
+
+
+def parse_server_load(body: Body, _until: float = 0.0) -> ServerLoad:
+    """A 2xx /load body to its count, its doubt, or its absence (never raises)."""
+    if len(body) > MAX_BYTES:
+        return ServerLoad(absent=f"a body of {len(body)} bytes is not a /load answer")
+    try:
+        document = json.loads(bytes(body), parse_int=float)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return ServerLoad(absent="not JSON")
+    if not isinstance(document, dict) or FIELD not in document:
+        return ServerLoad(absent=f"no {FIELD} in the body")
+    value = document[FIELD]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ServerLoad(doubt=f"{FIELD} is not a number")
+    if not math.isfinite(value):
+        return ServerLoad(doubt=f"{FIELD} is {value}")
+    if value < 0:
+        return ServerLoad(doubt=f"{FIELD} is negative ({value:g})")
+    return ServerLoad(float(value))
+
+
+@dataclass(frozen=True)
+class ServerLoadScanner:
+    """`parse_server_load` as a Reader's scanner: a /load body to a Scan (the
+    count, or `unknown` with why there is none)."""
+
+    accept: str = "application/json"
+    source: str = "load"
+
+    def __call__(self, body: Body, *, until: float, clock: Callable[[], float]) -> Scan:
+        found = parse_server_load(body)
+        if found.value is None:
+            why = found.doubt or found.absent or "no count"
+            return Scan(Verdict.UNKNOWN, "vllm", None, (), why)
+        verdict = Verdict.BUSY if found.value > 0 else Verdict.IDLE
+        return Scan(verdict, "vllm", found.value, (Series(FIELD, (), found.value),))

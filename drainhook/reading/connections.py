@@ -1,0 +1,323 @@
+"""The connection signal (CONTRACT §2a): requests in flight on the TCP connections
+to the serving port, as the Pod's network namespace shows them.
+
+An HTTP/1.1 connection that has received a request no response byte has
+answered yet holds a request the engine's gauges may not show: its body still
+uploading, its template rendering, its media being fetched. The kernel knows,
+per socket, how many bytes it has received and sent and how long ago it last
+did each (`struct tcp_info`); the hook asks it for every established TCP
+socket of its namespace over NETLINK_SOCK_DIAG (inet_diag with INET_DIAG_INFO,
+what `ss -ti` reads), and counts, among the sockets on the serving port (local
+port = the target's), those that
+
+- have received bytes and sent none (a first request, uploading or waiting), or
+- have received data more recently than they last sent any (the next request
+  on a keep-alive connection).
+
+An idle keep-alive connection (a router's pool: its last request answered) is
+not one, nor a connection that has sent nothing, nor a stream being written
+(it is sending). A connection its client has closed (CLOSE_WAIT) is not
+established: no one will read its response. The hook's own connections never
+count: the dump is made after the target's read has ended (no read of the
+hook is in flight on that port), and a socket whose peer is one of the hook's
+own sockets (by its inode in /proc/self/fd) is left out as well.
+
+Pure parsing (`request`, `parse`, `tcp_info`, `in_flight`) is apart from the
+socket I/O (`dump`, `own_inodes`), so that the first is tested on packed bytes.
+Where sock_diag is unavailable (a sandboxed runtime: EPERM, EPROTONOSUPPORT, a
+seccomp filter; no /proc), the signal is missing: said once, and the other
+signals decide (`ConnectionsReader`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
+
+from drainhook.engines.verdict import CONNECTIONS, Reading, Signals, Verdict, with_signals
+from drainhook.reading import TargetReader
+
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+INET_DIAG_INFO = 2
+TCP_ESTABLISHED = 1
+
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+# inet_diag_req_v2: family, protocol, ext, pad, states; then inet_diag_sockid
+# (sport, dport big-endian; src, dst 16 bytes each; if; cookie[2]).
+_REQ = struct.Struct("=BBBxI")
+_SOCKID = struct.Struct(">HH16s16sII4x")  # cookie[1] kept as padding: unused
+_SOCKID_LEN = 48
+# inet_diag_msg: family, state, timer, retrans, sockid, expires, rqueue, wqueue, uid, inode.
+_MSG_HEAD = struct.Struct("=BBBB")
+_MSG_TAIL = struct.Struct("=IIIII")
+_MSG_LEN = _MSG_HEAD.size + _SOCKID_LEN + _MSG_TAIL.size  # 72
+_RTATTR = struct.Struct("=HH")
+
+# struct tcp_info (linux/tcp.h): the offsets of the fields read, and the length
+# each needs. bytes_sent came in 4.19; before it, bytes_acked (4.1) stands in.
+_LAST_DATA_SENT, _LAST_DATA_RECV = 44, 52
+_BYTES_ACKED, _BYTES_RECEIVED, _BYTES_SENT = 120, 128, 200
+_U32, _U64 = struct.Struct("=I"), struct.Struct("=Q")
+
+MAX_SOCKETS = 65536  # sockets read from one dump; past it the signal is missing this read
+_RECV_SIZE = 256 * 1024
+
+
+class Unavailable(Exception):
+    """sock_diag cannot be read here (the reason is the message): the signal is missing."""
+
+
+@dataclass(frozen=True)
+class TcpInfo:
+    """What a socket's `struct tcp_info` says of its data (bytes, ms ago)."""
+
+    bytes_received: int
+    bytes_sent: int
+    last_data_recv: int
+    last_data_sent: int
+
+
+@dataclass(frozen=True)
+class Socket:
+    """One socket of a dump: its state, ports, inode (0 when orphaned) and tcp_info."""
+
+    family: int
+    state: int
+    sport: int
+    dport: int
+    inode: int
+    info: TcpInfo | None
+
+
+def request(family: int, seq: int = 1) -> bytes:
+    """The netlink request dumping every established TCP socket of `family` with its
+    tcp_info."""
+    body = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 1 << TCP_ESTABLISHED)
+    body += bytes(_SOCKID_LEN)
+    flags = NLM_F_REQUEST | NLM_F_DUMP
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY, flags, seq, 0) + body
+
+
+def tcp_info(raw: bytes) -> TcpInfo | None:
+    """The fields read from a `struct tcp_info` (None: too short, a kernel before 4.1)."""
+    if len(raw) < _BYTES_RECEIVED + 8:
+        return None
+    sent_at = _BYTES_SENT if len(raw) >= _BYTES_SENT + 8 else _BYTES_ACKED
+    return TcpInfo(
+        bytes_received=_U64.unpack_from(raw, _BYTES_RECEIVED)[0],
+        bytes_sent=_U64.unpack_from(raw, sent_at)[0],
+        last_data_recv=_U32.unpack_from(raw, _LAST_DATA_RECV)[0],
+        last_data_sent=_U32.unpack_from(raw, _LAST_DATA_SENT)[0],
+    )
+
+
+def _socket(payload: bytes) -> Socket | None:
+    """One SOCK_DIAG_BY_FAMILY message's socket (None: too short to be one)."""
+    if len(payload) < _MSG_LEN:
+        return None
+    family, state, _timer, _retrans = _MSG_HEAD.unpack_from(payload, 0)
+    sport, dport, _src, _dst, _if, _cookie = _SOCKID.unpack_from(payload, _MSG_HEAD.size)
+    inode = _MSG_TAIL.unpack_from(payload, _MSG_HEAD.size + _SOCKID_LEN)[4]
+    info = None
+    at = _MSG_LEN
+    while at + _RTATTR.size <= len(payload):
+        length, kind = _RTATTR.unpack_from(payload, at)
+        if length < _RTATTR.size or at + length > len(payload):
+            break  # a garbled attribute: the rest is not read
+        if kind == INET_DIAG_INFO:
+            info = tcp_info(payload[at + _RTATTR.size : at + length])
+        at += (length + 3) & ~3
+    return Socket(family, state, sport, dport, inode, info)
+
+
+def parse(data: bytes) -> tuple[list[Socket], bool]:
+    """The sockets of one or more netlink messages, and whether the dump is done
+    (NLMSG_DONE seen). An NLMSG_ERROR raises Unavailable with its errno."""
+    found: list[Socket] = []
+    at = 0
+    while at + _NLMSGHDR.size <= len(data):
+        length, kind, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, at)
+        if length < _NLMSGHDR.size or at + length > len(data):
+            break
+        payload = data[at + _NLMSGHDR.size : at + length]
+        if kind == NLMSG_DONE:
+            return found, True
+        if kind == NLMSG_ERROR:
+            code = -struct.unpack_from("=i", payload, 0)[0] if len(payload) >= 4 else 0
+            if code:
+                raise Unavailable(f"sock_diag refused ({_errno_name(code)})")
+        elif kind == SOCK_DIAG_BY_FAMILY and (one := _socket(payload)) is not None:
+            found.append(one)
+        at += (length + 3) & ~3
+    return found, False
+
+
+def _errno_name(code: int) -> str:
+    return errno.errorcode.get(code, str(code))
+
+
+def carries_request(info: TcpInfo) -> bool:
+    """Whether a server-side connection holds a request no response byte has
+    answered: bytes received and none sent, or data received after the last sent."""
+    if info.bytes_received == 0:
+        return False
+    return info.bytes_sent == 0 or info.last_data_recv < info.last_data_sent
+
+
+def in_flight(sockets: Iterable[Socket], port: int, own: Collection[int] = ()) -> int:
+    """The requests in flight on connections to `port`: its server-side sockets
+    (local port `port`, established) carrying a request, less those whose peer
+    is one of the hook's own sockets (`own`: their inodes)."""
+    sockets = list(sockets)
+    mine = {s.sport for s in sockets if s.dport == port and s.inode and s.inode in own}
+    return sum(
+        1
+        for s in sockets
+        if s.sport == port
+        and s.state == TCP_ESTABLISHED
+        and s.dport not in mine
+        and s.info is not None
+        and carries_request(s.info)
+    )
+
+
+# ---- the I/O ------------------------------------------------------------------
+
+
+def dump(
+    timeout: float, families: Iterable[int] = (socket.AF_INET, socket.AF_INET6)
+) -> list[Socket]:
+    """Every established TCP socket of this network namespace, with its tcp_info,
+    within `timeout` seconds; Unavailable where sock_diag cannot be read."""
+    until = time.monotonic() + timeout
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
+    except (OSError, AttributeError) as exc:  # AttributeError: no AF_NETLINK (not Linux)
+        raise Unavailable(f"no sock_diag socket ({_why(exc)})") from None
+    found: list[Socket] = []
+    try:
+        for seq, family in enumerate(families, 1):
+            found += _dump_one(sock, family, seq, until)
+            if len(found) > MAX_SOCKETS:
+                raise Unavailable(f"more than {MAX_SOCKETS} sockets")
+    finally:
+        sock.close()
+    return found
+
+
+def _dump_one(sock: socket.socket, family: int, seq: int, until: float) -> Iterator[Socket]:
+    try:
+        sock.settimeout(max(until - time.monotonic(), 1e-3))
+        sock.sendall(request(family, seq))
+        pending = b""
+        while True:
+            sock.settimeout(max(until - time.monotonic(), 1e-3))
+            pending += sock.recv(_RECV_SIZE)
+            sockets, done = parse(pending)
+            yield from sockets
+            if done:
+                return
+            pending = _unparsed(pending)
+    except TimeoutError:
+        raise Unavailable("sock_diag dump timed out") from None
+    except OSError as exc:
+        raise Unavailable(f"sock_diag dump failed ({_why(exc)})") from None
+
+
+def _unparsed(data: bytes) -> bytes:
+    """What is left of data after its whole messages (a message cut by the buffer)."""
+    at = 0
+    while at + _NLMSGHDR.size <= len(data):
+        length = _NLMSGHDR.unpack_from(data, at)[0]
+        if length < _NLMSGHDR.size or at + length > len(data):
+            break
+        at += (length + 3) & ~3
+    return data[at:]
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno:
+        return _errno_name(exc.errno)
+    return type(exc).__name__
+
+
+def own_inodes(fd_dir: str = "/proc/self/fd") -> set[int]:
+    """The inodes of this process's sockets (`socket:[N]` links); empty when /proc
+    cannot say (the exclusion then rests on the dump's timing alone)."""
+    found: set[int] = set()
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return found
+    for name in names:
+        try:
+            link = os.readlink(f"{fd_dir}/{name}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link.endswith("]"):
+            found.add(int(link[8:-1]))
+    return found
+
+
+class ConnectionsReader:
+    """A target's reader with the connection signal beside it: after each read of
+    `inner` (so that no read of the hook is in flight on `port`), one dump, its
+    count the reading's `connections` signal (CONTRACT §2a). Where the dump cannot
+    be made the signal is missing for the rest of the hook, said once (its
+    reason in `Signals.missing`). Made only after a read the other signals call
+    idle (the only reads it can change), unless `every` (probe)."""
+
+    def __init__(
+        self,
+        inner: TargetReader,
+        port: int,
+        *,
+        every: bool = False,
+        dumper: Callable[[float], list[Socket]] = dump,
+        own: Callable[[], set[int]] = own_inodes,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._inner = inner
+        self._port = port
+        self._every = every
+        self._dump = dumper
+        self._own = own
+        self._clock = clock
+        self._off: str | None = None  # why the signal is missing, once it is
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def read(self, timeout: float) -> Reading:
+        start = self._clock()
+        got = self._inner.read(timeout)
+        if not got.counted or (got.verdict is Verdict.BUSY and not self._every):
+            return got  # doubt stays doubt; busy already (the count is the largest signal)
+        signals = got.signals or Signals(got.scheduler)
+        if self._off is None:
+            left = start + timeout - self._clock()
+            try:
+                if left <= 0:
+                    raise Unavailable("no time left in the read")
+                count = in_flight(self._dump(left), self._port, self._own())
+            except Unavailable as exc:
+                why = str(exc)
+                if why != "no time left in the read":
+                    self._off = f"the connection table cannot be read: {why}"
+                return with_signals(got, signals.without(CONNECTIONS, self._off or why))
+            return with_signals(got, Signals(
+                signals.scheduler, signals.server, float(count), signals.missing
+            ))  # fmt: skip
+        return with_signals(got, signals.without(CONNECTIONS, self._off))

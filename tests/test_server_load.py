@@ -1,0 +1,164 @@
+"""vLLM's `GET /load` (CONTRACT §2a, the server's own count): the body's rules,
+the reader beside /metrics against real loopback servers, and `wait` held by it.
+
+A case for each answer /load can give: a count (counted with the scheduler's,
+the larger wins), 404 (a vLLM without the route: asked no more), a body that is
+no /load answer (a server answering every path alike: asked no more), doubt (a
+negative or non-numeric count: unknown), and a failure for one read (a 503:
+missing for that read, asked again).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from drainhook.engines.server_load import ServerLoad, parse_server_load
+from drainhook.engines.verdict import Verdict
+from drainhook.reading.assemble import target_reader
+from drainhook.reading.config import ReadConfig
+from drainhook.reading.target import parse_url
+from tests.conftest import Hook, fields
+from tests.loopback import Loopback, response_bytes, sample
+
+IDLE = sample("vllm-http-plain-idle.txt")
+BUSY = sample("vllm-http-plain.txt")  # running 1
+
+
+@pytest.mark.parametrize(
+    ("body", "want"),
+    [
+        (b'{"server_load": 0}', ServerLoad(0.0)),
+        (b'{"server_load": 3}', ServerLoad(3.0)),
+        (b'{"server_load": 2.0, "other": 1}', ServerLoad(2.0)),
+        (b'{"server_load": -1}', ServerLoad(doubt="server_load is negative (-1)")),
+        (b'{"server_load": "1"}', ServerLoad(doubt="server_load is not a number")),
+        (b'{"server_load": true}', ServerLoad(doubt="server_load is not a number")),
+        (b'{"server_load": 1e999}', ServerLoad(doubt="server_load is inf")),
+        (b'{"load": 1}', ServerLoad(absent="no server_load in the body")),
+        (b"[1]", ServerLoad(absent="no server_load in the body")),
+        (IDLE, ServerLoad(absent="not JSON")),
+        (b"x" * 70000, ServerLoad(absent="a body of 70000 bytes is not a /load answer")),
+    ],
+)
+def test_a_load_body(body: bytes, want: ServerLoad) -> None:
+    assert parse_server_load(body) == want
+
+
+def by_path(replies: dict[str, list[tuple[int, bytes]]], seen: list[str]):  # type: ignore[no-untyped-def]
+    """Each path's replies in turn (the last repeats); every request path in `seen`."""
+    served: dict[str, int] = {}
+
+    def behaviour(conn):  # type: ignore[no-untyped-def]
+        from tests.loopback import _read_request
+
+        head = _read_request(conn)
+        path = head.split(b" ")[1].decode() if head.count(b" ") >= 2 else ""
+        seen.append(path)
+        nth = served.get(path, 0)
+        served[path] = nth + 1
+        answers = replies.get(path, [(404, b"not found\n")])
+        status, body = answers[min(nth, len(answers) - 1)]
+        conn.sendall(response_bytes(body, status, "X"))
+
+    return behaviour
+
+
+def reads(replies: dict[str, list[tuple[int, bytes]]], n: int, **config: object) -> tuple:  # type: ignore[type-arg]
+    seen: list[str] = []
+    with Loopback(by_path(replies, seen), own_load=False) as srv:
+        reach = ReadConfig(target=parse_url(srv.url), connections=False, **config)  # type: ignore[arg-type]
+        reader = target_reader(reach, reach.target)
+        try:
+            got = [reader.read(2.0) for _ in range(n)]
+        finally:
+            reader.close()
+    return got, seen
+
+
+def load(n: float) -> tuple[int, bytes]:
+    return 200, json.dumps({"server_load": n}).encode()
+
+
+def test_an_idle_scheduler_with_a_request_in_the_server_is_busy() -> None:
+    got, seen = reads({"/metrics": [(200, IDLE)], "/load": [load(1), load(0)]}, 2)
+    assert [(r.verdict, r.in_flight) for r in got] == [(Verdict.BUSY, 1.0), (Verdict.IDLE, 0.0)]
+    assert got[0].signals is not None and got[0].signals.holding() == ("server",)
+    assert seen == ["/metrics", "/load"] * 2
+
+
+def test_a_busy_read_asks_no_load_but_probe_does() -> None:
+    got, seen = reads({"/metrics": [(200, BUSY)], "/load": [load(5)]}, 1)
+    assert (got[0].verdict, got[0].in_flight) == (Verdict.BUSY, 1.0)
+    assert seen == ["/metrics"]
+    got, seen = reads({"/metrics": [(200, BUSY)], "/load": [load(5)]}, 1, every_signal=True)
+    assert (got[0].in_flight, seen) == (5.0, ["/metrics", "/load"])
+    assert got[0].signals is not None and (got[0].signals.scheduler, got[0].signals.server) == (
+        1.0,
+        5.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ((404, b"not found\n"), "/load answered HTTP 404 (a vLLM without the /load route)"),
+        ((200, IDLE), "/load is not vLLM's (not JSON)"),
+    ],
+)
+def test_no_load_route_is_asked_no_more(answer: tuple[int, bytes], why: str) -> None:
+    got, seen = reads({"/metrics": [(200, IDLE)], "/load": [answer]}, 3)
+    assert [r.verdict for r in got] == [Verdict.IDLE] * 3  # the others decide
+    assert seen == ["/metrics", "/load", "/metrics", "/metrics"]
+    for r in got:
+        assert r.signals is not None and r.signals.server is None
+        assert r.signals.missing == (("server", why),)
+
+
+def test_a_negative_load_is_doubt() -> None:
+    got, seen = reads({"/metrics": [(200, IDLE)], "/load": [load(-1), load(0)]}, 2)
+    assert (got[0].verdict, got[0].in_flight) == (Verdict.UNKNOWN, None)
+    assert got[0].reason == "/load: server_load is negative (-1)"
+    assert got[1].verdict is Verdict.IDLE  # asked again: a count then
+    assert seen == ["/metrics", "/load"] * 2
+
+
+def test_a_failing_load_is_missing_for_that_read_and_asked_again() -> None:
+    got, seen = reads({"/metrics": [(200, IDLE)], "/load": [(503, b"busy"), load(2)]}, 2)
+    assert got[0].verdict is Verdict.IDLE
+    assert got[0].signals is not None and got[0].signals.missing == (
+        ("server", "/load gave no count (HTTP 503)"),
+    )
+    assert (got[1].verdict, got[1].in_flight) == (Verdict.BUSY, 2.0)
+    assert seen == ["/metrics", "/load"] * 2
+
+
+def test_sglang_and_a_pinned_metrics_source_never_ask_load() -> None:
+    sglang = sample("sglang-mp-dp2-idle.txt")
+    _, seen = reads({"/metrics": [(200, sglang)], "/load": [load(1)]}, 1)
+    assert "/load" not in seen
+    _, seen = reads({"/metrics": [(200, IDLE)], "/load": [load(1)]}, 1, source="metrics")
+    assert seen == ["/metrics"]
+
+
+def test_wait_holds_while_load_counts_a_request(hook: Hook) -> None:
+    """/metrics idle throughout; /load 1, 1, 1 then 0: drained on reads 4 and 5."""
+    seen: list[str] = []
+    replies = {"/metrics": [(200, IDLE)], "/load": [load(1), load(1), load(1), load(0)]}
+    with Loopback(by_path(replies, seen), own_load=False) as srv:
+        run = hook(
+            "wait", "--url", srv.url, "--settle", "0.2", "--interval", "0.1",
+            "--grace", "3", "--exit-reserve", "0.5", "--no-discover", timeout=15,
+        )  # fmt: skip
+    assert run.code == 0, run.stderr
+    lines = [fields(line) for line in run.lines if " read=" in line]
+    assert [(r["verdict"], r["in_flight"]) for r in lines] == [
+        ("busy", "1"),
+        ("busy", "1"),
+        ("busy", "1"),
+        ("idle", "0"),
+        ("idle", "0"),
+    ]
+    assert fields(run.summary)["reads"] == "5"
+    assert seen.count("/load") == 5
