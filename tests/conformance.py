@@ -738,6 +738,10 @@ def upload_differences(seen: UploadSeen, tracking: bool, api_servers: int = 1) -
     return out
 
 
+# Of probe's JSON, what the record leaves out (the rest: the verdict, the counts).
+PROBE_LEFT_OUT = ("schema", "target", "series", "progress", "warnings", "engine", "read_ms")
+
+
 def upload_numbers(seen: UploadSeen) -> dict[str, Any]:
     """The window episode's numbers, for the live tier's record and the docs' table."""
     probe = seen.probe or {}
@@ -748,9 +752,7 @@ def upload_numbers(seen: UploadSeen) -> dict[str, Any]:
         "client_received_upload": seen.received_upload,
         "gauges_stream": seen.gauges_stream,
         "load_stream": seen.load_stream,
-        "probe_upload": {
-            k: probe.get(k) for k in ("verdict", "in_flight", "signals") if k in probe
-        },
+        "probe_upload": {k: v for k, v in probe.items() if k not in PROBE_LEFT_OUT},
         "stream": seen.stream.kind,
         "upload_done_s": _r(seen.upload_done),
         "last_byte_s": _r(seen.last_byte),
