@@ -255,11 +255,12 @@ def _requests(path: Path, zero: float, sigterm: float) -> list[Request]:
 
 
 def _reads(path: Path, zero: float) -> list[Read]:
-    """The /metrics and /v1/loads reads the engine logged (only a hook reads them)."""
+    """The /metrics and /v1/loads reads the engine logged (only a hook reads them); vLLM's
+    /load, read in the same round as /metrics, is no read of its own."""
     reads = []
     for line in path.read_text().splitlines():
         e = json.loads(line)
-        if e["ev"] == "read":
+        if e["ev"] == "read" and e.get("page") != "load":
             end = None if e["t1"] is None else e["t1"] - zero
             reads.append(Read(e["t0"] - zero, end, e["total"]))
     return reads
