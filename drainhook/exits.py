@@ -18,6 +18,7 @@ WAIT = {
 PROBE = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
 
 INSTALL_FAILED = 1  # `install` could not copy the build
+INJECT_REFUSED = 1  # `inject`: a document was refused (written unchanged, said on stderr)
 USAGE = 2  # flags, environment, annotations, files they name; in every command
 # `plan --observe`: no histogram is a usage error (USAGE); these two are its own.
 OBSERVE_UNREADABLE = 3  # the body could not be read, or its histogram cannot be right

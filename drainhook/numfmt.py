@@ -2,15 +2,25 @@
 
 A whole number is written without a fraction (`30`, not `30.0`); any other
 is written exactly, as Python's shortest round-trip form (`0.5`, `1234567.5`),
-never rounded (`:g` would print 1234567.5 as `1.23457e+06`).
+never rounded (`:g` would print 1234567.5 as `1.23457e+06`). A value that is
+not finite is written as Python spells it (`nan`, `inf`); a missing one as `-`.
 """
 
 from __future__ import annotations
 
+import math
+
 
 def number(value: float) -> str:
     """A number as a flag value or in a sentence: `30`, `0.5`, `1234567.5`."""
+    if not math.isfinite(value):
+        return repr(float(value))
     return str(int(value)) if value == int(value) else repr(value)
+
+
+def shown(value: float | None) -> str:
+    """A number in a log line or a table: `number`, or `-` when there is none."""
+    return "-" if value is None else number(value)
 
 
 def seconds(value: float) -> str:
@@ -18,6 +28,8 @@ def seconds(value: float) -> str:
     return number(value) + "s"
 
 
-def json_number(value: float) -> int | float:
-    """A number for JSON: an int when whole."""
+def json_number(value: float | None) -> int | float | None:
+    """A number for JSON: an int when whole (3, not 3.0), else as it is; None stays."""
+    if value is None or not math.isfinite(value):
+        return value
     return int(value) if value == int(value) else value

@@ -190,7 +190,9 @@ def test_version_names_each_build() -> None:
 
 
 @needs_binary
-@pytest.mark.parametrize("command", [[], ["wait"], ["probe"], ["plan"], ["install"], ["demo"]])
+@pytest.mark.parametrize(
+    "command", [[], ["wait"], ["probe"], ["plan"], ["install"], ["demo"], ["inject"]]
+)
 def test_help_texts_are_the_same_as_the_packages(command: list[str]) -> None:
     env = {"COLUMNS": "100"}
     from_python = run([sys.executable, "-m", "drainhook", *command, "--help"], env)
@@ -199,6 +201,19 @@ def test_help_texts_are_the_same_as_the_packages(command: list[str]) -> None:
     assert from_binary.returncode == 0, from_binary.stderr
     assert from_binary.stdout == from_python.stdout
     assert len(from_binary.stdout.splitlines()) >= 5  # the docstring and options are there
+
+
+@needs_binary
+def test_inject_runs_in_the_directory_build() -> None:
+    """inject's YAML library is in the bundle (imported only by that command) and
+    writes what the package writes."""
+    manifest = ROOT / "tests" / "manifests" / "llm-d-decode.yaml"
+    from_python = run([sys.executable, "-m", "drainhook", "inject", str(manifest)], {})
+    from_binary = run([BINARY, "inject", str(manifest)], {})
+    assert from_binary.returncode == from_python.returncode == 0, from_binary.stderr
+    assert from_binary.stdout == from_python.stdout
+    assert from_binary.stderr == from_python.stderr
+    assert "/proc/1/fd/1" in from_binary.stdout
 
 
 @needs_binary

@@ -172,7 +172,7 @@ def test_ipv6_loopback_is_loopback(hook: Hook) -> None:
 
 
 # Which value wins (flags > environment > annotations > defaults) is table-tested in
-# process (tests/test_configure.py); here, that the hook's process reads them at all.
+# process (tests/test_settings.py); here, that the hook's process reads them at all.
 
 
 def test_the_process_reads_its_flags_from_the_environment(hook: Hook, idle: Loopback) -> None:

@@ -86,6 +86,8 @@ def test_messages_parse_to_sockets_until_done() -> None:
         Socket(socket.AF_INET6, 1, 40001, PORT, 12, TcpInfo(0, 100, 9, 5)),
     ]
     assert c.parse(data) == (found, False)  # no DONE yet: the dump goes on
+    assert c.parse(data + DONE, port=40001) == (found, True)
+    assert c.parse(data + DONE, port=9) == ([], True)  # neither from nor to the port
 
 
 def test_a_message_cut_short_is_left_for_the_next_buffer() -> None:
@@ -196,7 +198,7 @@ BUSY = with_signals(Reading(Verdict.BUSY, "vllm", 2.0, (), None, 1.0), Signals(2
 def test_an_upload_makes_an_idle_read_busy() -> None:
     dumps: list[float] = []
 
-    def dumper(timeout: float) -> list[Socket]:
+    def dumper(timeout: float, _port: int) -> list[Socket]:
         dumps.append(timeout)
         return [sock(PORT, 40000, TcpInfo(100, 0, 1, 1))]
 
@@ -211,7 +213,7 @@ def test_an_upload_makes_an_idle_read_busy() -> None:
 def test_a_busy_read_is_not_followed_by_a_dump_unless_every() -> None:
     calls: list[int] = []
 
-    def dumper(_t: float) -> list[Socket]:
+    def dumper(_t: float, _port: int) -> list[Socket]:
         calls.append(1)
         return []
 
@@ -224,7 +226,7 @@ def test_a_busy_read_is_not_followed_by_a_dump_unless_every() -> None:
 def test_where_sock_diag_is_unavailable_the_signal_is_missing_and_asked_no_more() -> None:
     calls: list[int] = []
 
-    def dumper(_t: float) -> list[Socket]:
+    def dumper(_t: float, _port: int) -> list[Socket]:
         calls.append(1)
         raise Unavailable("sock_diag refused (EPERM)")
 
@@ -241,7 +243,7 @@ def test_where_sock_diag_is_unavailable_the_signal_is_missing_and_asked_no_more(
 
 def test_doubt_is_never_dumped_on() -> None:
     doubt = Reading.failed(Verdict.UNKNOWN, "read timed out", 1.0)
-    got = ConnectionsReader(Fixed([doubt]), PORT, dumper=lambda _t: [], own=set).read(1.0)
+    got = ConnectionsReader(Fixed([doubt]), PORT, dumper=lambda _t, _p: [], own=set).read(1.0)
     assert got is doubt
 
 

@@ -77,3 +77,21 @@ def test_each_verdict_of_probe_exits_as_the_contract_says() -> None:
 )
 def test_each_error_kind_exits_with_its_code(kind: type[DrainhookError], code: int) -> None:
     assert kind("x").exit_code == code
+
+
+def test_inject_exits_as_the_contract_says() -> None:
+    """CONTRACT §4: `inject` exits 1 if any document was refused, else 0; 2 usage."""
+    from drainhook.cli.main import wait
+    from drainhook.planning.inject import Options, Refused, inject_texts
+
+    WAIT = tuple(wait.params)
+
+    assert Refused("x").exit_code == exits.INJECT_REFUSED == 1
+    knative = "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: k}\n" + (
+        "spec:\n  template:\n    spec:\n      containers: [{image: vllm/vllm-openai:v0.18.0}]\n"
+    )
+    assert inject_texts([("k.yaml", knative)], Options(wait_params=WAIT)).code == 1
+    assert inject_texts([("k.yaml", "kind: ConfigMap\n")], Options(wait_params=WAIT)).code == 0
+    with pytest.raises(UsageError) as caught:
+        inject_texts([("k.yaml", "a: [\n")], Options(wait_params=WAIT))
+    assert caught.value.exit_code == CONTRACT_WAIT["usage error"]

@@ -116,3 +116,15 @@ def test_counted_name_maps_both_separators(engine: str, name: str) -> None:
 )
 def test_counted_name_rejects_look_alikes(raw: str) -> None:
     assert counted_name(raw) is None
+
+
+def test_engines_doc_lists_the_endpoints_that_carry_no_work() -> None:
+    """docs/engines.md's list of the SGLang endpoints left out of the server's own
+    count (CONTRACT §2a) is the gauge table's, written once in the code."""
+    from drainhook.engines.gauges import SGLANG_NOT_WORK
+
+    rows = _table_rows(part(ENGINES_DOC, "server-not-work"))
+    assert [row[0].strip("`") for row in rows] == sorted(SGLANG_NOT_WORK)
+    gauge = BY_NAME["sglang"].server
+    assert gauge is not None and gauge.not_work is SGLANG_NOT_WORK
+    assert sample_kind("sglang_http_requests_active") == (BY_NAME["sglang"], gauge.name, "server")

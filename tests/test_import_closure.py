@@ -17,8 +17,9 @@ from tests.conftest import base_env
 
 # What `plan`, `plan --observe`, `inject` and `demo` need, and `wait` must never
 # load: the advisory package and the simulator, whole (tests/test_layout.py keeps
-# every module of hook/, reading/ and engines/ from importing them).
-NOT_THE_HOOK = ("drainhook.planning", "drainhook.sim")
+# every module of hook/, reading/ and engines/ from importing them), and inject's
+# YAML libraries.
+NOT_THE_HOOK = ("drainhook.planning", "drainhook.sim", "ruamel", "yaml")
 
 _MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
@@ -79,3 +80,16 @@ def test_the_check_sees_a_planning_tool_when_one_is_loaded() -> None:
         "drainhook.planning.observe",
         "drainhook.planning.histogram",
     } <= outside_the_hook(loaded)
+
+
+def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
+    """`inject` loads its modules and ruamel.yaml: the closure test would see them
+    on the hook's path."""
+    loaded = modules_after(
+        "from drainhook.cli.main import run\n"
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    run(['inject', '/nonexistent'])\n"
+    )
+    found = outside_the_hook(loaded)
+    assert {"drainhook.planning.inject", "drainhook.planning.manifests", "ruamel.yaml"} <= found

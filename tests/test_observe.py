@@ -38,6 +38,9 @@ from tests.docparts import part
 from tests.loopback import Loopback, hang, sequence, serve
 from tests.test_examples import load_model
 
+# vLLM's /load switch, which plan names for every vLLM (drainhook.plan.engine_flags).
+LOAD_TRACKING = "--enable-server-load-tracking"
+
 SAMPLES = ROOT / "tests" / "samples" / "latency"
 OPERATIONS = ROOT / "docs" / "operations.md"
 
@@ -312,14 +315,14 @@ def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice_only_where_it_
     assert short.code == 0, short.stderr
     applied = json.loads(short.stdout)["applied"]
     assert applied["grace"] == 41  # ceil(3 + 30 + 8)
-    assert applied["engine_args"] == ["--shutdown-timeout", "7"]
+    assert applied["engine_args"] == ["--shutdown-timeout", "7", LOAD_TRACKING]
     codes = {w["code"] for w in applied["warnings"]}
     assert {"vllm-shutdown-timeout", "settle-short"} <= codes
     # Without G from evidence (the plan as given, G 30): advised, for work left at D.
     given = json.loads(
         hook("plan", "--engine", "vllm", "--exit-reserve", "8", "--output", "json").stdout
     )
-    assert given["applied"]["engine_args"] == ["--shutdown-timeout", "7"]
+    assert given["applied"]["engine_args"] == ["--shutdown-timeout", "7", LOAD_TRACKING]
 
 
 def test_yaml_without_a_recommendation_keeps_the_given_g(hook: Hook) -> None:

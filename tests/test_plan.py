@@ -30,6 +30,9 @@ from tests.test_examples import (
     parse_hook,
 )
 
+# vLLM's /load switch, which plan names for every vLLM (drainhook.plan.engine_flags).
+LOAD_TRACKING = "--enable-server-load-tracking"
+
 
 def make(role: str = "unified", **flags: object) -> planning.Plan:
     return planning.make_plan(planning.wait_config(**{"grace": 30.0, **flags}), role)
@@ -232,29 +235,33 @@ def test_vllm_shutdown_timeout_only_where_a_request_can_be_running_at_sigterm(
     assert ("vllm-shutdown-timeout" in codes) is advised
     assert planning.shutdown_timeout(p) == (4 if advised else None)
     applied = typing.cast(dict[str, typing.Any], planning.applied_json(planning.Applied(p, ())))
-    assert applied["engine_args"] == (["--shutdown-timeout", "4"] if advised else [])
+    timeout = ["--shutdown-timeout", "4"] if advised else []
+    assert applied["engine_args"] == [*timeout, "--enable-server-load-tracking"]
 
 
 @pytest.mark.parametrize(
     ("flags", "engine_args"),
     [
-        ({"engine": "vllm"}, ["--shutdown-timeout", "4"]),
-        ({"engine": "vllm", "exit_reserve": 10.0}, ["--shutdown-timeout", "9"]),
-        ({"engine": "vllm", "exit_reserve": 1.5}, []),  # no whole second for it
-        ({"engine": "sglang"}, []),
+        ({"engine": "vllm"}, ["--shutdown-timeout", "4", LOAD_TRACKING]),
+        ({"engine": "vllm", "exit_reserve": 10.0}, ["--shutdown-timeout", "9", LOAD_TRACKING]),
+        ({"engine": "vllm", "exit_reserve": 1.5}, [LOAD_TRACKING]),  # no whole second for N
+        ({"engine": "sglang"}, ["--enable-metrics"]),
         ({}, []),  # auto: which engine's flag is unknown
     ],
 )
 def test_json_names_the_engine_args_its_advice_gives(
     flags: dict[str, typing.Any], engine_args: list[str]
 ) -> None:
-    """The structured form of the --shutdown-timeout advice, for tooling (the
-    rehearsal reads it): R - 1, whenever the advice can give one."""
+    """The engine flags the advice names, structured for tooling (the rehearsal reads
+    --shutdown-timeout there, inject writes them all): R - 1 whenever the advice can
+    give one, what the hook's reads need (SGLang's /metrics, vLLM's /load)."""
     p = make(**flags)
     applied = typing.cast(dict[str, typing.Any], planning.to_json(p)["applied"])
     assert applied["engine_args"] == engine_args
+    assert engine_args == [a for f in planning.engine_flags(p) for a in f.args]
     n = planning.shutdown_timeout(p)
-    assert engine_args == ([] if n is None else ["--shutdown-timeout", str(n)])
+    timeout = engine_args[:2] if engine_args[:1] == ["--shutdown-timeout"] else []
+    assert timeout == ([] if n is None else ["--shutdown-timeout", str(n)])
 
 
 def test_each_rule_owns_one_code_and_fires_alone() -> None:

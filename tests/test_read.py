@@ -22,7 +22,8 @@ import pytest
 
 from drainhook.engines.exposition import ACCEPT
 from drainhook.engines.verdict import Reading, Scan, Verdict
-from drainhook.reading import read
+from drainhook.reading import body as gathering
+from drainhook.reading import deadline, failures
 from drainhook.reading.read import Reader, classify, status_verdict
 from drainhook.reading.target import parse_url
 from tests.conftest import READ_LATE, late, run_delay
@@ -48,7 +49,7 @@ UNKNOWN, UNREACHABLE = Verdict.UNKNOWN, Verdict.UNREACHABLE
 # What a read may take beyond its timeout on a loaded 2-core machine.
 
 # ---------------------------------------------------------------------------
-# (a) Every exception httpcore exports is either a row of read._ERRORS or one
+# (a) Every exception httpcore exports is either a row of failures.ERRORS or one
 # the read cannot raise.
 
 GENERIC = {httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError}
@@ -92,8 +93,8 @@ def test_every_exported_exception_is_decided() -> None:
 
 
 def test_the_rows_are_the_expected_ones_and_no_generic_base() -> None:
-    assert {kind.__name__ for kind, _, _ in read._ERRORS} == set(EXPECTED)
-    assert not [kind for kind, _, _ in read._ERRORS if kind in GENERIC]
+    assert {kind.__name__ for kind, _, _ in failures.ERRORS} == set(EXPECTED)
+    assert not [kind for kind, _, _ in failures.ERRORS if kind in GENERIC]
 
 
 @pytest.mark.parametrize("kind", CONCRETE, ids=lambda c: c.__name__)
@@ -102,7 +103,7 @@ def test_each_exception_has_its_verdict(kind: type[Exception]) -> None:
     if kind.__name__ in NOT_RAISED:
         assert (verdict, reason) == (UNKNOWN, f"unexpected {kind.__name__}")
         return
-    row = next(r for r in read._ERRORS if r[0] is kind)
+    row = next(r for r in failures.ERRORS if r[0] is kind)
     assert (verdict, reason) == (row[1], f"{row[2]}: boom")
     assert verdict is EXPECTED[kind.__name__]
 
@@ -142,7 +143,7 @@ def test_a_bug_below_the_reader_is_unknown(monkeypatch: pytest.MonkeyPatch) -> N
         raise RuntimeError("a bug below the reader")
 
     heard = Heard()
-    monkeypatch.setattr(read._Stream, "read", read_fails)
+    monkeypatch.setattr(deadline.ClippedStream, "read", read_fails)
     with Loopback(record(heard, response_bytes(BUSY))) as srv:
         reading, _ = timed_read(srv.url, 10.0)
         assert heard.wait(1)  # the request went out over the real connection
@@ -330,7 +331,7 @@ def gzip_bomb() -> bytes:
 
 
 class CountingZlib:
-    """drainhook.reading.read's zlib, counting the bytes every decompressor produces."""
+    """drainhook.reading.body's zlib, counting the bytes every decompressor produces."""
 
     def __init__(self) -> None:
         self.inflated = 0
@@ -357,7 +358,7 @@ class CountingZlib:
 def test_a_gzip_bomb_stops_at_the_cap(gzip_bomb: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     cap = 1 << 20
     counting = CountingZlib()
-    monkeypatch.setattr(read, "zlib", counting)
+    monkeypatch.setattr(gathering, "zlib", counting)
     with Loopback(serve(gzip_bomb, headers={"Content-Encoding": "gzip"})) as srv:
         reading, took = timed_read(srv.url, 2.0, max_body=cap)
     assert reading.verdict is UNKNOWN

@@ -111,7 +111,7 @@ def test_grace_5_says_why_it_returns_at_once(hook: Hook) -> None:
     plan = planning.make_plan(planning.wait_config(grace=5.0))
     expected = [w for w in plan.warnings if w.code in ("grace-range", "settle-past-deadline")]
     assert [(w.code, w.message, w.reason) for w in expected] == [
-        (f["code"], f["warning"], f["why"]) for f in timeline_lines(run)
+        (f["code"], f["warning"], f["reason"]) for f in timeline_lines(run)
     ]  # the same rules and wording, one line each
     assert run.lines[-1] == run.summary and len(run.lines) == 3
 

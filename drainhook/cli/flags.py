@@ -2,7 +2,7 @@
 DRAINHOOK_<FLAG> variable each also reads (CONTRACT §4). Declarations only,
 in groups each command declares: `target_options` (where and how to read),
 `source_options` (what to count, discovery: wait and probe), `timeline_options`
-(wait and plan) and `log_options` (wait). drainhook.cli.configure turns what they
+(wait and plan) and `log_options` (wait). drainhook.cli.settings turns what they
 parse into a config.
 
 The variables are read from the environment the parse was given

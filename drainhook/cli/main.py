@@ -1,6 +1,6 @@
 """The commands (CONTRACT §4-5): flags and environment in, one frozen config,
 an exit code out. Each command declares its flag groups (drainhook.cli.flags);
-drainhook.cli.configure turns what they parse into the config: every flag also
+drainhook.cli.settings turns what they parse into the config: every flag also
 reads DRAINHOOK_<FLAG>, and explicit flags (command line or environment) win
 over `--annotations`. `build_wait_config` does that for `wait` in-process.
 """
@@ -16,7 +16,6 @@ import click
 from click.core import ParameterSource
 
 from drainhook import __version__, build_info, exits
-from drainhook.cli.configure import reach_of, wait_config_of
 from drainhook.cli.flags import (
     DURATION,
     ENVIRON,
@@ -26,6 +25,7 @@ from drainhook.cli.flags import (
     target_options,
     timeline_options,
 )
+from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.errors import DrainhookError, UsageError
 from drainhook.hook.clock import start_time
 from drainhook.hook.config import WaitConfig
@@ -55,7 +55,8 @@ def wait(ctx: click.Context, /, **params: typing.Any) -> int:
 
     Exit: 0 drained, 3 deadline, 4 unreachable, 5 stalled, 143/130 SIGTERM/SIGINT, 2 usage.
     At the deadline or stalled, with vLLM requests in flight, the summary adds
-    after_sigterm=hang-until-kill: vLLM sends no abort, they hang until the kill at G.
+    after_sigterm=hang-until-kill: most often they hang until the kill at G; the other
+    endings (an error event, an abort) cut them too.
     """
     t0 = start_time()
     return run_wait(wait_config_of(ctx, params), t0)
@@ -201,6 +202,55 @@ def install(directory: Path) -> int:
     from drainhook.cli.install import run_install
 
     return run_install(directory)
+
+
+@cli.command(short_help="Wire the hook into manifests: YAML in, YAML with the hook out.")
+@click.argument("paths", nargs=-1, metavar="[PATH ...]")
+@click.option(
+    "--via",
+    type=click.Choice(["image", "image-volume", "init"]),
+    default="image",
+    show_default=True,
+    help="How the binary reaches the engine: in its image; an image volume of "
+    "drainhook's image (Kubernetes >= 1.35); an initContainer that installs it.",
+)
+@click.option("--image", metavar="REF", help="drainhook's image, for image-volume and init.")
+@click.option(
+    "--binary",
+    metavar="PATH",
+    default="/usr/local/bin/drainhook",
+    show_default=True,
+    help="With --via image: where the engine's image holds the hook.",
+)
+@click.option("--container", metavar="NAME", help="The engine container (default: recognised).")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "vllm", "sglang"]),
+    default="auto",
+    show_default=True,
+    help="The engine, where its command, args and image do not show it.",
+)
+def inject(
+    paths: tuple[str, ...], via: str, image: str | None, binary: str, container: str | None,
+    engine: str,
+) -> int:  # fmt: skip
+    """Wire the hook into manifests: files, directories, `-` or nothing for stdin.
+
+    Writes every document to stdout, in order: each Deployment, StatefulSet,
+    DaemonSet, LeaderWorkerSet, KServe LLMInferenceService and raw-mode
+    InferenceService gets, in its engine containers, the preStop `wait` that
+    `plan` advises (--grace equal to terminationGracePeriodSeconds, written where
+    it was left to the default), --log-file /proc/1/fd/1, and the engine flags
+    the advice names. A preStop sleep is replaced; a hook already there is
+    updated. A document it must refuse (Knative, hostNetwork, another preStop,
+    a flag it cannot write) is written unchanged, with one line on stderr.
+
+    Exit: 0, 1 a document refused, 2 usage or unreadable input.
+    """
+    from drainhook.planning.inject import Options, run_inject
+
+    params = tuple(wait.params)
+    return run_inject(paths, Options(via, image, binary, container, engine, params))
 
 
 @cli.command()

@@ -201,6 +201,11 @@ class Reading:
         """Whether the read gave a count (idle or busy)."""
         return self.verdict is Verdict.IDLE or self.verdict is Verdict.BUSY
 
+    def per_target(self) -> tuple[tuple[str, Reading], ...]:
+        """Each target's own reading by its display URL; a one-target read is its
+        own only part, named ""."""
+        return self.parts or (("", self),)
+
     @property
     def scheduler(self) -> float | None:
         """The scheduler's own count: the work that can stall (CONTRACT §2b); the

@@ -17,7 +17,8 @@ from drainhook.engines.verdict import Reading, Verdict
 from drainhook.hook import signals, termination
 from drainhook.hook.config import WaitConfig
 from drainhook.hook.drain import Interrupted, Outcome, Result, drain
-from drainhook.hook.log import Log, probe_both, probe_json, probe_text
+from drainhook.hook.log import Log
+from drainhook.hook.probe import probe_both, probe_json, probe_text
 from drainhook.hook.stall import StallWatch
 from drainhook.hook.timeline import instants, timeline_warnings
 from drainhook.reading import TargetReader

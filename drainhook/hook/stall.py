@@ -123,10 +123,9 @@ class StallWatch:
         """The read at t (seconds from the hook's start): a Stall, or None."""
         if reading.verdict not in (Verdict.IDLE, Verdict.BUSY):
             return None
-        parts = reading.parts or (("", reading),)
         frozen: list[Frozen] = []
         blocked = False  # a target reports work and is not stalled
-        for name, part in parts:
+        for name, part in reading.per_target():
             if part.verdict is Verdict.UNREACHABLE:  # exited (counted as 0), or stood in for
                 self._tracks.pop(name, None)
                 continue

@@ -10,7 +10,8 @@ and `make_plan`; the warnings as a table of rules (`RULES`: timeline's
 `TIMELINE_RULES`, about the run's own instants, which `wait` logs at its
 start, then `ADVICE_RULES`, advice for the Pod spec and the engine's flags);
 `apply_advice`, the one place that decides the values `--output yaml`
-carries; the three renderings.
+carries; `engine_flags`, the engine's own flags that advice names (`plan`'s
+JSON and `inject` read both); the three renderings.
 """
 
 from __future__ import annotations
@@ -477,8 +478,9 @@ def applied_json(applied: Applied) -> dict[str, object]:
         "grace": json_number(c.grace),
         "exit_reserve": json_number(c.exit_reserve),
         "command": list(applied.plan.command),
-        # The engine's own flags the advice names (vLLM's --shutdown-timeout), as
-        # arguments to add to the engine's command line: for tooling, not the hook.
+        # The engine's own flags the advice names (engine_flags: vLLM's
+        # --shutdown-timeout and /load, SGLang's /metrics), as arguments to add to
+        # the engine's command line: for tooling (the rehearsal, inject), not the hook.
         "engine_args": _engine_args(applied.plan),
         "changes": [
             {
@@ -494,9 +496,63 @@ def applied_json(applied: Applied) -> dict[str, object]:
     }
 
 
-def _engine_args(plan: Plan) -> list[str]:
+# -- the engine's own flags ---------------------------------------------------------
+
+# SGLang serves /metrics only with --enable-metrics: without it every read is
+# unreachable (404) and the hook returns right after the settle.
+# vLLM's `GET /load` (the count its HTTP server holds, issue 25's server signal)
+# answers only with --enable-server-load-tracking (default off); it is in every
+# vLLM this project supports (0.9 and newer, read in vLLM's code).
+VLLM_LOAD_TRACKING_SINCE = "0.9"
+
+
+@dataclass(frozen=True)
+class EngineFlag:
+    """One flag of the engine's own command line that the advice names.
+
+    `value` None: a switch. `ceiling`: the value is the most the timeline leaves
+    (vLLM's --shutdown-timeout): a larger one given is brought down to it, a smaller
+    one kept. `needed`: the hook cannot read the engine without it. `since`: the
+    engine version that has it (older ones refuse the flag and do not start)."""
+
+    flag: str
+    value: str | None
+    why: str
+    since: str | None = None
+    ceiling: bool = False
+    needed: bool = False
+
+    @property
+    def args(self) -> list[str]:
+        return [self.flag] if self.value is None else [self.flag, self.value]
+
+
+def engine_flags(plan: Plan) -> tuple[EngineFlag, ...]:
+    """The engine's own flags this plan's advice names, in one place: `plan`'s JSON
+    (`applied.engine_args`) and `inject`, which writes them into the engine's
+    command line, both read them here. Nothing for `auto` (whose flag is unknown)."""
+    if plan.engine == "sglang":
+        return (
+            EngineFlag(
+                "--enable-metrics", None, "SGLang serves /metrics only with it", needed=True
+            ),
+        )
+    if plan.engine != "vllm":
+        return ()
+    flags = []
     n = shutdown_timeout(plan)
-    return [] if n is None else ["--shutdown-timeout", str(n)]
+    if n is not None:
+        why = "R - 1: the exit (N + 0.5 s) fits before G when SIGTERM comes at D"
+        flags.append(
+            EngineFlag("--shutdown-timeout", str(n), why, VLLM_SHUTDOWN_TIMEOUT_SINCE, ceiling=True)
+        )
+    why = "GET /load: what the HTTP server holds, which the scheduler's gauges miss"
+    flags.append(EngineFlag("--enable-server-load-tracking", None, why, VLLM_LOAD_TRACKING_SINCE))
+    return tuple(flags)
+
+
+def _engine_args(plan: Plan) -> list[str]:
+    return [arg for flag in engine_flags(plan) for arg in flag.args]
 
 
 def to_text(plan: Plan) -> str:

@@ -53,7 +53,7 @@ _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 # inet_diag_req_v2: family, protocol, ext, pad, states; then inet_diag_sockid
 # (sport, dport big-endian; src, dst 16 bytes each; if; cookie[2]).
 _REQ = struct.Struct("=BBBxI")
-_SOCKID = struct.Struct(">HH16s16sII4x")  # cookie[1] kept as padding: unused
+_PORTS = struct.Struct(">HH")  # the sockid's first two fields
 _SOCKID_LEN = 48
 # inet_diag_msg: family, state, timer, retrans, sockid, expires, rqueue, wqueue, uid, inode.
 _MSG_HEAD = struct.Struct("=BBBB")
@@ -119,12 +119,15 @@ def tcp_info(raw: bytes) -> TcpInfo | None:
     )
 
 
-def _socket(payload: bytes) -> Socket | None:
-    """One SOCK_DIAG_BY_FAMILY message's socket (None: too short to be one)."""
+def _socket(payload: bytes, port: int | None = None) -> Socket | None:
+    """One SOCK_DIAG_BY_FAMILY message's socket (None: too short to be one, or,
+    with `port`, one that neither comes from nor goes to it)."""
     if len(payload) < _MSG_LEN:
         return None
     family, state, _timer, _retrans = _MSG_HEAD.unpack_from(payload, 0)
-    sport, dport, _src, _dst, _if, _cookie = _SOCKID.unpack_from(payload, _MSG_HEAD.size)
+    sport, dport = _PORTS.unpack_from(payload, _MSG_HEAD.size)
+    if port is not None and port not in (sport, dport):
+        return None
     inode = _MSG_TAIL.unpack_from(payload, _MSG_HEAD.size + _SOCKID_LEN)[4]
     info = None
     at = _MSG_LEN
@@ -138,9 +141,10 @@ def _socket(payload: bytes) -> Socket | None:
     return Socket(family, state, sport, dport, inode, info)
 
 
-def parse(data: bytes) -> tuple[list[Socket], bool]:
-    """The sockets of one or more netlink messages, and whether the dump is done
-    (NLMSG_DONE seen). An NLMSG_ERROR raises Unavailable with its errno."""
+def parse(data: bytes, port: int | None = None) -> tuple[list[Socket], bool]:
+    """The sockets of one or more netlink messages (with `port`, only those from
+    or to it), and whether the dump is done (NLMSG_DONE seen). An NLMSG_ERROR
+    raises Unavailable with its errno."""
     found: list[Socket] = []
     at = 0
     while at + _NLMSGHDR.size <= len(data):
@@ -154,7 +158,7 @@ def parse(data: bytes) -> tuple[list[Socket], bool]:
             code = -struct.unpack_from("=i", payload, 0)[0] if len(payload) >= 4 else 0
             if code:
                 raise Unavailable(f"sock_diag refused ({_errno_name(code)})")
-        elif kind == SOCK_DIAG_BY_FAMILY and (one := _socket(payload)) is not None:
+        elif kind == SOCK_DIAG_BY_FAMILY and (one := _socket(payload, port)) is not None:
             found.append(one)
         at += (length + 3) & ~3
     return found, False
@@ -193,10 +197,13 @@ def in_flight(sockets: Iterable[Socket], port: int, own: Collection[int] = ()) -
 
 
 def dump(
-    timeout: float, families: Iterable[int] = (socket.AF_INET, socket.AF_INET6)
+    timeout: float,
+    families: Iterable[int] = (socket.AF_INET, socket.AF_INET6),
+    port: int | None = None,
 ) -> list[Socket]:
-    """Every established TCP socket of this network namespace, with its tcp_info,
-    within `timeout` seconds; Unavailable where sock_diag cannot be read."""
+    """Every established TCP socket of this network namespace (with `port`, those
+    from or to it), with its tcp_info, within `timeout` seconds; Unavailable
+    where sock_diag cannot be read."""
     until = time.monotonic() + timeout
     try:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
@@ -205,7 +212,7 @@ def dump(
     found: list[Socket] = []
     try:
         for seq, family in enumerate(families, 1):
-            found += _dump_one(sock, family, seq, until)
+            found += _dump_one(sock, family, seq, until, port)
             if len(found) > MAX_SOCKETS:
                 raise Unavailable(f"more than {MAX_SOCKETS} sockets")
     finally:
@@ -213,7 +220,9 @@ def dump(
     return found
 
 
-def _dump_one(sock: socket.socket, family: int, seq: int, until: float) -> Iterator[Socket]:
+def _dump_one(
+    sock: socket.socket, family: int, seq: int, until: float, port: int | None
+) -> Iterator[Socket]:
     try:
         sock.settimeout(max(until - time.monotonic(), 1e-3))
         sock.sendall(request(family, seq))
@@ -221,7 +230,7 @@ def _dump_one(sock: socket.socket, family: int, seq: int, until: float) -> Itera
         while True:
             sock.settimeout(max(until - time.monotonic(), 1e-3))
             pending += sock.recv(_RECV_SIZE)
-            sockets, done = parse(pending)
+            sockets, done = parse(pending, port)
             yield from sockets
             if done:
                 return
@@ -281,14 +290,14 @@ class ConnectionsReader:
         port: int,
         *,
         every: bool = False,
-        dumper: Callable[[float], list[Socket]] = dump,
+        dumper: Callable[[float, int], list[Socket]] | None = None,
         own: Callable[[], set[int]] = own_inodes,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inner = inner
         self._port = port
         self._every = every
-        self._dump = dumper
+        self._dump = dumper or (lambda timeout, port: dump(timeout, port=port))
         self._own = own
         self._clock = clock
         self._off: str | None = None  # why the signal is missing, once it is
@@ -311,7 +320,7 @@ class ConnectionsReader:
             try:
                 if left <= 0:
                     raise Unavailable("no time left in the read")
-                count = in_flight(self._dump(left), self._port, self._own())
+                count = in_flight(self._dump(left, self._port), self._port, self._own())
             except Unavailable as exc:
                 why = str(exc)
                 if why != "no time left in the read":

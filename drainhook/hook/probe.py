@@ -1,0 +1,160 @@
+"""`probe`'s output (CONTRACT §4): one read shown for people (a key/value block,
+every counted series, the progress counters, each target's read) or as the
+stable `probe --json` object (schema 1: fields may be added, never renamed)."""
+
+from __future__ import annotations
+
+import json
+
+from drainhook.engines.verdict import Reading, Series
+from drainhook.hook.log import text_value
+from drainhook.hook.stall import counter_totals
+from drainhook.numfmt import json_number, shown
+from drainhook.reading.discovery.search import SearchRecord
+
+SCHEMA = 1
+
+
+def series_text(s: Series) -> str:
+    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
+    return f"{s.name}{{{labels}}}" if labels else s.name
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _counts(totals: dict[str, float]) -> dict[str, int | float | None]:
+    return {name: json_number(value) for name, value in totals.items()}
+
+
+def progress_of(reading: Reading) -> tuple[Series, ...]:
+    """Every progress counter a reading carries (each target's, with several)."""
+    return tuple(
+        c for _, r in reading.per_target() if r.progress is not None for c in r.progress.counters
+    )
+
+
+def external_of(reading: Reading) -> float | None:
+    """The work reported as waiting outside the engine, over the targets; None when
+    no target's could be read."""
+    found = [r.progress.external for _, r in reading.per_target() if r.progress is not None]
+    return sum(found) if found else None
+
+
+def probe_json(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
+    """The stable `probe --json` object (schema 1). Beyond the contract's fields:
+    `source` (what was counted: metrics, loads, mixed; null when nothing was),
+    `warnings`, `progress` (each progress counter's name and value, summed over
+    its series and targets: CONTRACT §2b), `waiting_outside` (the work the
+    engine reports as waiting outside itself), `targets` (each target's own
+    read, with several) and `discovered` (the engine listeners a search found,
+    when one ran)."""
+    counted = reading.counted
+    discovered = {}
+    if search is not None:
+        discovered["discovered"] = [
+            _part_json(t.url, t.reading) for t in search.discovery.found if t.reading is not None
+        ]
+    return json.dumps(
+        {
+            "schema": SCHEMA,
+            "target": target,
+            "engine": reading.engine,
+            "verdict": reading.verdict.value,
+            "reason": None if counted else reading.reason,
+            "in_flight": json_number(reading.in_flight) if counted else None,
+            "series": [
+                {"name": s.name, "labels": dict(s.labels), "value": s.value} for s in reading.series
+            ],
+            "read_ms": round(reading.read_ms, 3),
+            "source": reading.source if counted else None,
+            "warnings": list(reading.warnings),
+            "progress": _counts(counter_totals(progress_of(reading))),
+            "waiting_outside": json_number(external_of(reading)),
+            **({"targets": [_part_json(n, r) for n, r in reading.parts]} if reading.parts else {}),
+            **discovered,
+        }
+    )
+
+
+def _part_json(name: str, reading: Reading) -> dict[str, object]:
+    counted = reading.counted
+    return {
+        "target": name,
+        "engine": reading.engine,
+        "verdict": reading.verdict.value,
+        "reason": None if counted else reading.reason,
+        "in_flight": json_number(reading.in_flight) if counted else None,
+        "source": reading.source if counted else None,
+        "read_ms": round(reading.read_ms, 3),
+    }
+
+
+def probe_text(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
+    """`probe` for people: a key/value block, then every counted series, each
+    target's read (with several), the engine listeners found (when a search ran)."""
+    rows = [
+        ("target", target),
+        ("engine", reading.engine or "-"),
+        ("verdict", reading.verdict.value),
+        ("reason", reading.reason or "-"),
+        ("in_flight", shown(reading.in_flight)),
+        ("source", (reading.source if reading.counted else None) or "-"),
+        ("read_ms", f"{reading.read_ms:.1f}"),
+        ("series", str(len(reading.series))),
+    ]
+    lines = [f"{k:<10} {v}" for k, v in rows]
+    width = max((len(series_text(s)) for s in reading.series), default=0)
+    lines += [f"  {series_text(s):<{width}}  {shown(s.value)}" for s in reading.series]
+    counters = progress_of(reading)
+    outside = external_of(reading)
+    lines.append(f"progress   {len(counters)}  waiting_outside={shown(outside)}")
+    width = max((len(series_text(s)) for s in counters), default=0)
+    lines += [f"  {series_text(s):<{width}}  {shown(s.value)}" for s in counters]
+    if reading.parts:
+        lines.append(f"targets    {len(reading.parts)}")
+        for name, part in reading.parts:
+            lines.append(
+                f"  {name}  {part.verdict.value}  in_flight={shown(part.in_flight)}"
+                f"  read_ms={part.read_ms:.1f}  reason={text_value(part.reason)}"
+            )
+    if search is not None:
+        found = [t for t in search.discovery.found if t.reading is not None]
+        lines.append(f"discovered {len(found)}")
+        for t in found:
+            r = t.reading
+            assert r is not None
+            lines.append(
+                f"  {t.url}  {r.engine}  {r.verdict.value}  in_flight={shown(r.in_flight)}"
+                f"  source={(r.source if r.counted else None) or '-'}"
+            )
+        if not found:
+            lines.append(f"  none: {search.discovery.describe()}")
+    lines += [f"warning    {w}" for w in reading.warnings]
+    return "\n".join(lines)
+
+
+def probe_both(readings: tuple[Reading, Reading], targets: tuple[str, str], as_json: bool) -> str:
+    """`probe --source both`: /metrics and /v1/loads read one after the other, side by side.
+
+    JSON: the /metrics object of `probe --json`, plus `loads`, the same object for
+    /v1/loads. Text: one row per source, then each source's own block.
+    """
+    metrics, loads = readings
+    if as_json:
+        whole = json.loads(probe_json(metrics, targets[0]))
+        whole["loads"] = json.loads(probe_json(loads, targets[1]))
+        return json.dumps(whole)
+    rows = [("source", "verdict", "in_flight", "read_ms", "reason")]
+    for name, r in zip(("metrics", "loads"), readings, strict=True):
+        rows.append(
+            (name, r.verdict.value, shown(r.in_flight), f"{r.read_ms:.1f}", r.reason or "-")
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    table = [
+        "  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+        for row in rows
+    ]
+    blocks = [probe_text(r, t) for r, t in zip(readings, targets, strict=True)]
+    return "\n\n".join(["\n".join(table), *blocks])

@@ -1,0 +1,201 @@
+"""YAML manifests for `drainhook inject`: read as text, split into documents,
+parsed and written back with ruamel.yaml's round trip, which keeps comments,
+key order, quoting and block-scalar styles.
+
+Each document is parsed alone, from its own text, so a document `inject` leaves
+as it is (no workload, no engine, refused) is written back byte for byte, and
+only a changed one is re-serialised, with the indentation its file uses.
+
+Imported only by `inject` (drainhook.cli.main imports it lazily): the hook's path
+never loads a YAML library.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+import sys
+import typing
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+
+from drainhook.errors import UsageError
+
+SUFFIXES = (".yaml", ".yml")
+# A document starts at a line `---` (optionally followed by a comment or content)
+# at column 0; `...` ends one. Neither can sit inside a block scalar of a
+# top-level key, whose lines are indented.
+_MARKER = re.compile(r"^(---|\.\.\.)(?:[ \t].*)?$")
+
+
+@dataclass(frozen=True)
+class Indent:
+    """A file's block indentation, as ruamel.yaml's `indent()` takes it."""
+
+    mapping: int = 2
+    sequence: int = 4
+    offset: int = 2
+
+
+@dataclass
+class Document:
+    """One YAML document of an input: its own text, where it came from, and its
+    value once parsed (None for an empty document)."""
+
+    source: str  # the path as given, or "-" for stdin
+    index: int  # its place in the source, from 0
+    text: str  # exactly as read: the `---` line that opens it, when there is one
+    marker: str  # that line ('' for a first document without one)
+    data: typing.Any
+    indent: Indent
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}#{self.index}"
+
+
+def inputs(paths: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """(name, text) of each input: files as given, the YAML files of a directory
+    (recursively, sorted), `-` or nothing for stdin."""
+    for given in paths or ["-"]:
+        if given == "-":
+            yield "-", sys.stdin.read()
+            continue
+        path = Path(given)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+            for file in files:
+                yield str(file), _read(file)
+        else:
+            yield given, _read(path)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+
+
+def split(text: str) -> list[tuple[str, str]]:
+    """The documents of a YAML stream as (marker line, body), in order; a document
+    holding only comments or nothing is kept (it is written back as it was)."""
+    docs: list[tuple[str, list[str]]] = [("", [])]
+    for line in text.splitlines(keepends=True):
+        if _MARKER.match(line.rstrip("\r\n")):
+            if line.startswith("..."):
+                docs[-1][1].append(line)
+                docs.append(("", []))
+            else:
+                docs.append((line, []))
+        else:
+            docs[-1][1].append(line)
+    out = [(marker, "".join(body)) for marker, body in docs]
+    # The empty remainder before the first `---` or after a closing `...` is none.
+    return [d for d in out if d[0] or d[1]] or [("", "")]
+
+
+def guess_indent(text: str) -> Indent:
+    """The indentation of a file's block mappings and sequences, from the first
+    nested mapping and the first block sequence; the defaults where it shows none."""
+    mapping = sequence_offset = None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    for above, below in itertools.pairwise(lines):
+        if not above.rstrip().endswith(":") or above.lstrip().startswith("- "):
+            continue
+        top = len(above) - len(above.lstrip())
+        deeper = len(below) - len(below.lstrip())
+        if below.lstrip().startswith("- "):
+            if sequence_offset is None and deeper >= top:
+                sequence_offset = deeper - top
+        elif mapping is None and deeper > top:
+            mapping = deeper - top
+        if mapping is not None and sequence_offset is not None:
+            break
+    m = mapping or 2
+    offset = 2 if sequence_offset is None else sequence_offset
+    return Indent(m, offset + 2, offset)
+
+
+def _yaml(indent: Indent) -> YAML:
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096  # never fold a long line the input did not fold
+    y.indent(mapping=indent.mapping, sequence=indent.sequence, offset=indent.offset)
+    return y
+
+
+def parse(source: str, text: str) -> list[Document]:
+    """Every document of one input, parsed; a YAML error is a usage error naming it."""
+    indent = guess_indent(text)
+    docs = []
+    for n, (marker, body) in enumerate(split(text)):
+        try:
+            data = _yaml(indent).load(body)
+        except YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UsageError(f"{source}#{n}: not YAML: {problem}") from None
+        docs.append(Document(source, n, marker + body, marker, data, indent))
+    return docs
+
+
+def dump(doc: Document) -> str:
+    """A changed document's text: its `---` line, then the data serialised."""
+    out = io.StringIO()
+    _yaml(doc.indent).dump(doc.data, out)
+    return doc.marker + out.getvalue()
+
+
+def join(texts: Sequence[str]) -> str:
+    """Documents of several inputs as one stream: a `---` between two where the
+    second does not open with one already."""
+    out: list[str] = []
+    for text in texts:
+        if out:
+            if not out[-1].endswith("\n"):
+                out.append("\n")
+            if not text.startswith("---"):
+                out.append("---\n")
+        out.append(text)
+    return "".join(out)
+
+
+def load_string(text: str) -> list[typing.Any]:
+    """Every document of a YAML stream, parsed (for tests and comparisons)."""
+    return [d for d in YAML(typ="rt").load_all(text)]
+
+
+# -- building values that serialise as the rest of a manifest ----------------------
+
+
+def mapping(*pairs: tuple[str, typing.Any]) -> CommentedMap:
+    m = CommentedMap()
+    for k, v in pairs:
+        m[k] = v
+    return m
+
+
+def sequence(items: Sequence[typing.Any]) -> CommentedSeq:
+    s = CommentedSeq()
+    s.extend(items)
+    return s
+
+
+def insert_before(m: CommentedMap, key: str, value: typing.Any, before: Sequence[str]) -> None:
+    """Set m[key]: in place when it is there, else before the first of `before`
+    that m holds, else at the end."""
+    if key in m:
+        m[key] = value
+        return
+    keys = list(m)
+    for b in before:
+        if b in keys:
+            m.insert(keys.index(b), key, value)
+            return
+    m[key] = value

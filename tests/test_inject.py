@@ -1,0 +1,734 @@
+"""`drainhook inject` (CONTRACT §4) on real-shaped manifests: an llm-d guide's
+Deployment with its sleep, KServe's LLMInferenceService, a LeaderWorkerSet, an
+SGLang StatefulSet, a Knative Service, a Deployment without an engine, and the
+directory of them all (tests/manifests/).
+
+Every output is checked against Kubernetes' own schemas (kubernetes-validate,
+strict: an unknown field fails) for 1.33 and 1.35. The CRDs (LeaderWorkerSet,
+KServe's kinds, Knative) have no schema there: their pod templates, the only
+part inject writes, are checked as core PodTemplates. A written hook is parsed
+by drainhook's own CLI, and its numbers are the ones `plan` gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from drainhook.cli.main import wait
+from drainhook.planning import inject as injecting
+from drainhook.planning import manifests
+from drainhook.planning import plan as planning
+from drainhook.planning.inject import Options, inject_texts
+from tests.conftest import ROOT, base_env
+from tests.test_examples import (
+    _no_drainhook_env,  # noqa: F401 (autouse: no DRAINHOOK_* leaks in)
+    parse_hook,
+)
+
+WAIT = tuple(wait.params)  # `wait`'s own options, as the command line hands them in
+
+MANIFESTS = ROOT / "tests" / "manifests"
+PLAIN = ROOT / "examples" / "plain"
+VERSIONS = ("1.33.0", "1.35.0")
+LOG = ["--log-file", "/proc/1/fd/1"]
+# One stderr line: "drainhook inject: SOURCE#N KIND/NAME: LEVEL: TEXT".
+LINE = re.compile(r"^drainhook inject: (\S+)#(\d+) (\S+)/(\S+): (\w+): (.+)$")
+LEVELS = {"refused", "injected", "replaced", "changed", "warning"}
+VIA_IMAGE = Options("image-volume", "registry.example/drainhook:0.1.0", wait_params=WAIT)
+VIA_INIT = Options("init", "registry.example/drainhook:0.1.0", wait_params=WAIT)
+
+
+def run(
+    *inputs: tuple[str, str], options: Options | None = None
+) -> tuple[list[typing.Any], injecting.Injected]:
+    """inject over (name, text) inputs: the parsed documents out, and the result;
+    every output document validated."""
+    result = inject_texts(list(inputs), options or Options(wait_params=WAIT))
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+    for doc in docs:
+        validate(doc)
+    for line in result.lines:
+        m = LINE.match(line)
+        assert m and m.group(5) in LEVELS, line
+    return docs, result
+
+
+def file(path: Path) -> tuple[str, str]:
+    return str(path.relative_to(ROOT)), path.read_text()
+
+
+def validate(doc: dict[str, typing.Any]) -> None:
+    """doc against Kubernetes' schemas (strict), for each version; a CRD's pod
+    templates as core PodTemplates (what its own schema embeds)."""
+    for version in VERSIONS:
+        for obj in schema_objects(doc):
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                raise AssertionError(f"{version}: {str(exc).splitlines()[0]}") from None
+
+
+def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
+    api, kind = doc.get("apiVersion", ""), doc.get("kind")
+    group = api.split("/")[0]
+    if "." not in group or (group.endswith(".k8s.io") and group != "leaderworkerset.x-k8s.io"):
+        return [doc]  # a core or apps kind: its own schema
+    spec = doc.get("spec") or {}
+    templates: list[dict[str, typing.Any]] = []
+    if kind == "LeaderWorkerSet":
+        lwt = spec["leaderWorkerTemplate"]
+        templates += [lwt[k] for k in ("leaderTemplate", "workerTemplate") if k in lwt]
+    elif kind == "LLMInferenceService":
+        for part in (spec, spec.get("prefill") or {}):
+            templates += [{"spec": part[k]} for k in ("template", "worker") if k in part]
+    elif kind == "InferenceService":
+        predictor = dict(spec["predictor"])
+        templates.append({"spec": predictor})
+    elif kind == "Service" and group == "serving.knative.dev":
+        return []  # left unchanged: Knative's RevisionTemplateSpec is not a PodTemplateSpec
+    else:
+        raise AssertionError(f"no schema for {api} {kind}")
+    return [
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": t}
+        for t in templates
+    ]
+
+
+def containers(spec: dict[str, typing.Any]) -> dict[str, dict[str, typing.Any]]:
+    return {c["name"]: c for c in spec.get("containers", [])}
+
+
+def prestop(container: dict[str, typing.Any]) -> list[str]:
+    return [str(w) for w in container["lifecycle"]["preStop"]["exec"]["command"]]
+
+
+def levels(result: injecting.Injected) -> list[str]:
+    return [LINE.match(line).group(5) for line in result.lines]  # type: ignore[union-attr]
+
+
+# -- one per platform: before and after -------------------------------------------
+
+
+def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_down() -> None:
+    """llm-d's decode Deployment after its graceful-shutdown component: preStop
+    /bin/sleep 15, G 75, --shutdown-timeout 45 (vLLM then holds every replica about
+    45 s after SIGTERM, idle or not). After: the hook at G 75 on the engine's port,
+    --shutdown-timeout R - 1 = 4, /load on; the routing proxy untouched."""
+    path = MANIFESTS / "llm-d-decode.yaml"
+    before = yaml.safe_load(path.read_text())
+    (doc,), result = run(file(path))
+    assert result.code == 0
+    spec = doc["spec"]["template"]["spec"]
+    engine = containers(spec)["vllm"]
+    assert spec["terminationGracePeriodSeconds"] == 75
+    assert prestop(engine) == [
+        "/usr/local/bin/drainhook", "wait", "--grace", "75", "--engine", "vllm",
+        "--port", "8200", *LOG,
+    ]  # fmt: skip
+    args = engine["args"]
+    assert args[args.index("--shutdown-timeout") + 1] == "4"
+    assert args.count("--shutdown-timeout") == 1
+    assert args[-1] == "--enable-server-load-tracking"
+    assert engine["command"] == ["vllm", "serve"]
+    # The native sidecar (the routing proxy) is as it was.
+    assert spec["initContainers"] == before["spec"]["template"]["spec"]["initContainers"]
+    assert levels(result) == ["injected", "replaced", "changed", "changed"]
+    assert "preStop sleep 15" in result.lines[1]
+    assert "--shutdown-timeout 45 -> 4" in result.lines[2]
+    # The hook is one drainhook's own CLI takes, with plan's numbers.
+    _, params, _ = parse_hook(prestop(engine))
+    assert params["grace"] == 75 and tuple(params["port"]) == (8200,)
+
+
+def test_kserve_llm_inference_service_decode_and_prefill() -> None:
+    """KServe's LLMInferenceService, P/D: the decode `template` with its own args
+    gets the hook and the flags; the prefill template that leaves command and args
+    to the preset gets the hook, a warning for the flags it cannot write (args
+    written there would replace the preset's), and the --linger advice."""
+    (pd, multi), result = run(file(MANIFESTS / "kserve-llmisvc.yaml"))
+    assert result.code == 0
+    decode = pd["spec"]["template"]
+    prefill = pd["spec"]["prefill"]["template"]
+    hook = ["/usr/local/bin/drainhook", "wait", "--grace", "60", "--engine", "vllm", *LOG]
+    assert decode["terminationGracePeriodSeconds"] == prefill["terminationGracePeriodSeconds"] == 60
+    assert prestop(containers(decode)["main"]) == hook == prestop(containers(prefill)["main"])
+    assert containers(decode)["main"]["args"][-3:] == [
+        "--shutdown-timeout", "4", "--enable-server-load-tracking",
+    ]  # fmt: skip
+    assert "args" not in containers(prefill)["main"]  # the preset's stay the preset's
+    lines = [ln for ln in result.lines if "#0 " in ln]
+    warned = [ln for ln in lines if ": warning: " in ln]
+    assert len(warned) == 3 and all("spec.prefill.template: container main:" in w for w in warned)
+    assert "vllm-prefill-linger" in warned[0]
+    # Multi-node: the CR had no command, so none is written; the worker waits on the
+    # leader (LWS underneath), its deadline after the leader's kill.
+    leader, worker = multi["spec"]["template"], multi["spec"]["worker"]
+    assert prestop(containers(leader)["main"]) == hook
+    assert worker["terminationGracePeriodSeconds"] == 70
+    main = containers(worker)["main"]
+    assert prestop(main) == [
+        "/usr/local/bin/drainhook", "wait", "--grace", "70", "--exit-zero", *LOG,
+    ]  # fmt: skip
+    assert main["env"] == [
+        {"name": "DRAINHOOK_HOST", "value": "$(LWS_LEADER_ADDRESS)"},
+        {"name": "DRAINHOOK_ALLOW_REMOTE", "value": "1"},
+    ]
+
+
+def test_kserve_llm_inference_service_without_a_template_gets_one_holding_main() -> None:
+    text = (
+        "apiVersion: serving.kserve.io/v1alpha1\nkind: LLMInferenceService\n"
+        "metadata:\n  name: tiny\nspec:\n  model:\n    uri: hf://Qwen/Qwen3-0.6B\n"
+    )
+    (doc,), result = run(("tiny.yaml", text), options=VIA_IMAGE)
+    assert result.code == 0
+    template = doc["spec"]["template"]
+    assert [c["name"] for c in template["containers"]] == ["main"]
+    assert template["volumes"][0]["image"]["reference"] == VIA_IMAGE.image
+    assert prestop(template["containers"][0])[0] == "/opt/drainhook/drainhook"
+
+
+def test_leader_worker_set_leader_drains_worker_waits_on_it() -> None:
+    (doc,), result = run(file(MANIFESTS / "lws-vllm.yaml"))
+    assert result.code == 0
+    lwt = doc["spec"]["leaderWorkerTemplate"]
+    leader = lwt["leaderTemplate"]["spec"]
+    worker = lwt["workerTemplate"]["spec"]
+    assert prestop(containers(leader)["vllm-leader"]) == [
+        "/usr/local/bin/drainhook", "wait", "--grace", "60", "--engine", "vllm", *LOG,
+    ]  # fmt: skip
+    # The shell script's last command is vLLM's: the flags go at its end.
+    script = containers(leader)["vllm-leader"]["command"][2]
+    assert script.endswith(
+        "--pipeline-parallel-size 2 --shutdown-timeout 4 --enable-server-load-tracking"
+    )
+    # The worker: G = the leader's 60 + 5 + its R 5, so its D (65) is after the
+    # leader's kill (60).
+    assert worker["terminationGracePeriodSeconds"] == 70
+    w = containers(worker)["vllm-worker"]
+    assert prestop(w) == ["/usr/local/bin/drainhook", "wait", "--grace", "70", "--exit-zero", *LOG]
+    assert [e["name"] for e in w["env"]] == ["DRAINHOOK_HOST", "DRAINHOOK_ALLOW_REMOTE"]
+    assert (
+        w["command"]
+        == yaml.safe_load((MANIFESTS / "lws-vllm.yaml").read_text())["spec"][
+            "leaderWorkerTemplate"
+        ]["workerTemplate"]["spec"]["containers"][0]["command"]
+    )
+
+
+def test_sglang_statefulset_gets_metrics_and_the_default_grace_written() -> None:
+    (doc,), result = run(file(MANIFESTS / "sglang-statefulset.yaml"))
+    assert result.code == 0
+    spec = doc["spec"]["template"]["spec"]
+    assert spec["terminationGracePeriodSeconds"] == 30
+    engine = containers(spec)["sglang"]
+    assert engine["command"][-1] == "--enable-metrics"
+    assert engine["command"].count("--enable-metrics") == 1
+    assert prestop(engine) == [
+        "/usr/local/bin/drainhook", "wait", "--grace", "30", "--engine", "sglang", *LOG,
+    ]  # fmt: skip
+    assert levels(result) == ["injected", "changed", "changed"]
+
+
+def test_sglang_prefill_grace_rises_as_plan_says() -> None:
+    """An SGLang prefill server: plan's sglang-pd-exit rule raises R to 20 and G to
+    45; inject writes both, and its hook is plan's own fragment, word for word."""
+    (doc, _decode), _ = run(file(PLAIN / "sglang-pd.yaml"))
+    assert doc["metadata"]["name"] == "sglang-prefill"
+    spec = doc["spec"]["template"]["spec"]
+    assert spec["terminationGracePeriodSeconds"] == 45
+    fragment = yaml.safe_load(
+        planning.to_yaml(planning.make_plan(planning.wait_config(engine="sglang"), "prefill"))
+    )
+    assert fragment["terminationGracePeriodSeconds"] == 45
+    want = fragment["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert prestop(containers(spec)["sglang"]) == [*want, *LOG]
+
+
+# -- what passes through, what is refused -------------------------------------------
+
+
+def test_a_deployment_without_an_engine_passes_through_byte_for_byte() -> None:
+    name, text = file(MANIFESTS / "no-engine.yaml")
+    docs, result = run((name, text))
+    assert result.stdout == text
+    assert result.lines == () and result.code == 0
+    assert len(docs) == 2
+
+
+def test_knative_service_is_refused_and_written_unchanged() -> None:
+    name, text = file(MANIFESTS / "knative-service.yaml")
+    _, result = run((name, text))
+    assert result.stdout == text and result.code == 1
+    (line,) = result.lines
+    m = LINE.match(line)
+    assert m is not None
+    assert m.groups()[:5] == (
+        "tests/manifests/knative-service.yaml",
+        "0",
+        "Service",
+        "vllm",
+        "refused",
+    )
+    assert "Knative" in m.group(6)
+
+
+def _deployment(container: str, pod: str = "") -> str:
+    return (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n"
+        "  selector:\n    matchLabels: {app: d}\n  template:\n    metadata:\n"
+        f"      labels: {{app: d}}\n    spec:\n{pod}      containers:\n{container}"
+    )
+
+
+VLLM = "        - name: vllm\n          image: vllm/vllm-openai:v0.18.0\n"
+
+
+@pytest.mark.parametrize(
+    ("case", "text", "why"),
+    [
+        ("hostNetwork", _deployment(VLLM, "      hostNetwork: true\n"), "hostNetwork"),
+        (
+            "another preStop",
+            _deployment(VLLM + "          lifecycle:\n            preStop:\n              "
+                        "httpGet: {path: /drain, port: 8000}\n"),
+            "preStop runs httpGet",
+        ),
+        (
+            "an exec preStop of its own",
+            _deployment(VLLM + "          lifecycle:\n            preStop:\n              "
+                        "exec: {command: [/bin/sh, -c, 'curl -X POST localhost:8000/drain']}\n"),
+            "preStop runs",
+        ),
+        (
+            "sglang without args: --enable-metrics cannot be written",
+            _deployment("        - name: sglang\n          image: lmsysorg/sglang:v0.5.23\n"),
+            "--enable-metrics",
+        ),
+        (
+            "a script that does not end in the engine: --enable-metrics cannot be added",
+            _deployment("        - name: sglang\n          image: lmsysorg/sglang:v0.5.23\n"
+                        "          command: [sh, -c, 'python3 -m sglang.launch_server "
+                        "--model-path m & wait']\n"),
+            "--enable-metrics",
+        ),
+        (
+            "a hook with a flag wait does not take",
+            _deployment(VLLM + "          lifecycle:\n            preStop:\n              exec:\n"
+                        "                command: [/bin/drainhook, wait, --grase, '30']\n"),
+            "--grase",
+        ),
+        (
+            "an InferenceService in Serverless mode",
+            "apiVersion: serving.kserve.io/v1beta1\nkind: InferenceService\nmetadata:\n"
+            "  name: i\nspec:\n  predictor:\n    containers:\n"
+            "      - name: kserve-container\n        image: vllm/vllm-openai:v0.18.0\n",
+            "Knative",
+        ),
+    ],
+)  # fmt: skip
+def test_refused_documents_are_written_unchanged_with_one_line(
+    case: str, text: str, why: str
+) -> None:
+    good_name, good = file(PLAIN / "vllm-deployment.yaml")
+    docs, result = run(("bad.yaml", text), (good_name, good))
+    assert result.code == 1, case
+    assert result.stdout.startswith(text), case  # unchanged, byte for byte
+    refused = [ln for ln in result.lines if ": refused: " in ln]
+    assert len(refused) == 1 and LINE.match(refused[0]).group(1) == "bad.yaml", result.lines  # type: ignore[union-attr]
+    assert why in refused[0], refused[0]
+    # The other document is still wired.
+    assert "lifecycle" in docs[1]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_inference_service_in_raw_mode_is_wired() -> None:
+    text = (
+        "apiVersion: serving.kserve.io/v1beta1\nkind: InferenceService\nmetadata:\n  name: i\n"
+        "  annotations:\n    serving.kserve.io/deploymentMode: RawDeployment\nspec:\n"
+        "  predictor:\n    containers:\n      - name: kserve-container\n"
+        "        image: vllm/vllm-openai:v0.18.0\n        args: [Qwen/Qwen3-0.6B, --port, '8080']\n"
+    )
+    (doc,), result = run(("isvc.yaml", text))
+    assert result.code == 0
+    predictor = doc["spec"]["predictor"]
+    assert predictor["terminationGracePeriodSeconds"] == 30
+    c = predictor["containers"][0]
+    assert prestop(c) == [
+        "/usr/local/bin/drainhook", "wait", "--grace", "30", "--engine", "vllm",
+        "--port", "8080", *LOG,
+    ]  # fmt: skip
+
+
+# -- the hook already there, the sleep, idempotence --------------------------------
+
+EXISTING = VLLM + (
+    "          args: [m, --port, '8200', --shutdown-timeout, '2']\n"
+    "          lifecycle:\n            postStart:\n              exec: {command: [/bin/true]}\n"
+    "            preStop:\n              exec:\n                command: [/opt/x/drainhook, wait,"
+    " --grace, '90', --exit-reserve=8, --port, '8200', --exit-zero, --settle, '7']\n"
+)
+
+
+def test_an_existing_hook_is_updated_not_doubled() -> None:
+    """Its own flags kept (R 8, the port, --exit-zero, S 7), its --grace brought to
+    the template's (unset: 30 written), --engine and --log-file added, its binary
+    the one --via says; postStart untouched; a smaller --shutdown-timeout kept."""
+    (doc,), result = run(("d.yaml", _deployment(EXISTING)))
+    assert result.code == 0
+    spec = doc["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    assert spec["terminationGracePeriodSeconds"] == 30
+    assert prestop(c) == [
+        "/usr/local/bin/drainhook", "wait", "--grace", "30", "--settle", "7",
+        "--exit-reserve", "8", "--engine", "vllm", "--port", "8200", "--exit-zero", *LOG,
+    ]  # fmt: skip
+    assert c["lifecycle"]["postStart"] == {"exec": {"command": ["/bin/true"]}}
+    assert c["args"] == ["m", "--port", "8200", "--shutdown-timeout", "2",
+                         "--enable-server-load-tracking"]  # fmt: skip
+    _, params, _ = parse_hook(prestop(c))
+    assert params["exit_reserve"] == 8 and params["settle"] == 7
+
+
+@pytest.mark.parametrize(
+    "sleep",
+    [
+        "exec: {command: [/bin/sleep, '15']}",
+        "exec: {command: [sleep, '15']}",
+        "exec: {command: [/bin/sh, -c, 'sleep 15']}",
+        "sleep: {seconds: 15}",
+    ],
+)
+def test_every_form_of_a_sleep_hook_is_replaced(sleep: str) -> None:
+    text = _deployment(
+        VLLM + f"          lifecycle:\n            preStop:\n              {sleep}\n"
+    )
+    (doc,), result = run(("d.yaml", text))
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    assert c["lifecycle"] == {"preStop": {"exec": {"command": prestop(c)}}}
+    assert prestop(c)[:2] == ["/usr/local/bin/drainhook", "wait"]
+    assert next(ln for ln in result.lines if ": replaced: " in ln).endswith(
+        "preStop sleep 15 (a blind wait) by drainhook wait"
+    )
+
+
+def inputs() -> list[Path]:
+    return sorted([*MANIFESTS.glob("*.yaml"), *PLAIN.glob("*.yaml")])
+
+
+@pytest.mark.parametrize(
+    "options", [Options(wait_params=WAIT), VIA_IMAGE, VIA_INIT], ids=["image", "volume", "init"]
+)
+@pytest.mark.parametrize("path", inputs(), ids=[p.name for p in inputs()])
+def test_injecting_twice_is_injecting_once(path: Path, options: Options) -> None:
+    """The second run changes nothing: the same text, byte for byte (a document it
+    leaves alone is written as read), no message but the refusals and the warnings
+    (advice it cannot follow stands)."""
+    docs, once = run(file(path), options=options)
+    docs2, twice = run((file(path)[0], once.stdout), options=options)
+    assert docs2 == docs
+    assert twice.stdout == once.stdout
+    assert {LINE.match(ln).group(5) for ln in twice.lines} <= {"refused", "warning"}  # type: ignore[union-attr]
+    assert [ln for ln in twice.lines if ": refused: " in ln] == [
+        ln for ln in once.lines if ": refused: " in ln
+    ]
+    assert twice.code == once.code
+
+
+def test_switching_via_moves_the_binary_and_keeps_one_hook() -> None:
+    name, text = file(PLAIN / "vllm-deployment.yaml")
+    _, first = run((name, text), options=VIA_INIT)
+    (doc,), _ = run((name, first.stdout), options=VIA_IMAGE)
+    spec = doc["spec"]["template"]["spec"]
+    c = containers(spec)["vllm"]
+    assert prestop(c)[0] == "/opt/drainhook/drainhook"
+    assert len([m for m in c["volumeMounts"] if m["name"] == "drainhook"]) == 1
+
+
+# -- how the binary arrives ---------------------------------------------------------
+
+
+def test_via_image_volume_mounts_the_dockerfiles_build_directory() -> None:
+    """The Dockerfile's default image holds the directory build at /drainhook/drainhook/
+    (launcher `drainhook` inside): the volume mounts that directory (subPath), read-only,
+    and the hook runs the launcher in it."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "cp -a dist/drainhook dist/drainhook-report.json /out/drainhook/" in dockerfile
+    assert "COPY --from=build /out/drainhook/ /drainhook/" in dockerfile
+    (doc,), _ = run(file(PLAIN / "image-volume.yaml"), options=VIA_IMAGE)
+    spec = doc["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "drainhook"]
+    assert volume == {
+        "name": "drainhook",
+        "image": {"reference": VIA_IMAGE.image, "pullPolicy": "IfNotPresent"},
+    }
+    c = containers(spec)["vllm"]
+    assert c["volumeMounts"] == [
+        {"name": "drainhook", "mountPath": "/opt/drainhook", "subPath": "drainhook/drainhook",
+         "readOnly": True},
+    ]  # fmt: skip
+    # dist/drainhook/drainhook (the launcher) is at mountPath/drainhook.
+    assert prestop(c)[0] == "/opt/drainhook/" + "drainhook"
+
+
+def test_via_init_installs_into_an_empty_dir_the_engine_mounts() -> None:
+    (doc,), _ = run(file(PLAIN / "install-init-container.yaml"), options=VIA_INIT)
+    spec = doc["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["image"] == VIA_INIT.image
+    # The default image's launcher runs `install` itself (no /usr/local/bin there).
+    assert init["command"] == ["/drainhook/drainhook/drainhook", "install", "/hook"]
+    assert spec["volumes"] == [{"name": "hook", "emptyDir": {"sizeLimit": "64Mi"}}]
+    c = containers(spec)["vllm"]
+    assert {"name": "hook", "mountPath": "/hook", "readOnly": True} in c["volumeMounts"]
+    assert prestop(c)[0] == "/hook/drainhook/drainhook"  # what `install /hook` prints
+
+
+# -- which container ----------------------------------------------------------------
+
+PROXY_AND_ENGINE = (
+    "        - name: proxy\n          image: ghcr.io/llm-d/llm-d-routing-sidecar:v0.3.0\n"
+    "          args: [--port=8000, --vllm-port=8200]\n"
+    "        - name: engine\n          image: registry.example/custom:1\n"
+    "          command: [python3, -m, vllm.entrypoints.openai.api_server]\n"
+    "          args: [--model, m, --port, '8200']\n"
+)
+
+
+def test_the_engine_is_recognised_and_the_sidecar_left_alone() -> None:
+    (doc,), _ = run(("d.yaml", _deployment(PROXY_AND_ENGINE)))
+    proxy, engine = doc["spec"]["template"]["spec"]["containers"]
+    assert proxy == {
+        "name": "proxy", "image": "ghcr.io/llm-d/llm-d-routing-sidecar:v0.3.0",
+        "args": ["--port=8000", "--vllm-port=8200"],
+    }  # fmt: skip
+    assert "--port" in prestop(engine) and prestop(engine)[-3] == "8200"
+
+
+def test_container_names_the_engine() -> None:
+    text = _deployment("        - name: server\n          image: registry.example/llm:2\n"
+                       "          args: [--port, '9000']\n")  # fmt: skip
+    (doc,), result = run(("d.yaml", text))
+    assert result.stdout == text and result.lines == ()  # nothing recognised
+    (doc,), result = run(
+        ("d.yaml", text), options=Options(container="server", engine="sglang", wait_params=WAIT)
+    )
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    assert prestop(c)[4:8] == ["--engine", "sglang", "--port", "9000"]
+    assert c["args"] == ["--port", "9000", "--enable-metrics"]
+    _, result = run(("d.yaml", text), options=Options(container="server", wait_params=WAIT))
+    assert result.code == 1 and "--engine" in result.lines[0]
+
+
+def test_an_old_vllm_image_gets_no_flag_it_would_refuse() -> None:
+    """vLLM before 0.18 has no --shutdown-timeout: a vLLM started with it exits at once."""
+    text = _deployment(VLLM.replace("v0.18.0", "v0.17.1") + "          args: [m]\n")
+    (doc,), result = run(("d.yaml", text))
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"] == ["m", "--enable-server-load-tracking"]
+    (warning,) = [ln for ln in result.lines if ": warning: " in ln]
+    assert "--shutdown-timeout not written" in warning and "0.17" in warning
+
+
+# -- the YAML as written ------------------------------------------------------------
+
+
+def test_comments_key_order_and_quoting_are_kept() -> None:
+    name, text = file(MANIFESTS / "llm-d-decode.yaml")
+    _, result = run((name, text))
+    out = result.stdout
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            assert line in out.splitlines()
+    assert 'command: ["vllm", "serve"]' in out  # a flow sequence stays one
+    assert '\'{"kv_connector":"NixlConnector", "kv_role":"kv_both"}\'' in out
+    (doc,) = manifests.load_string(out)
+    assert list(doc["spec"]["template"]["spec"]) == [
+        "initContainers", "serviceAccountName", "terminationGracePeriodSeconds", "volumes",
+        "containers",
+    ]  # fmt: skip
+    assert list(doc["spec"]["template"]["spec"]["containers"][0]) == [
+        "name", "image", "command", "args", "env", "ports", "lifecycle", "resources",
+        "volumeMounts",
+    ]  # fmt: skip
+
+
+def test_another_indentation_is_kept() -> None:
+    """kubectl's style (sequences not indented under their key) stays so."""
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  selector:\n"
+        "    matchLabels: {app: d}\n  template:\n    metadata:\n      labels: {app: d}\n"
+        "    spec:\n      containers:\n      - name: vllm\n"
+        "        image: vllm/vllm-openai:v0.18.0\n        args:\n        - m\n"
+    )
+    _, result = run(("d.yaml", text))
+    assert "      containers:\n      - name: vllm\n" in result.stdout
+    assert "        args:\n        - m\n        - --shutdown-timeout\n" in result.stdout
+
+
+def test_the_directory_of_them_all() -> None:
+    """A directory: every YAML file under it, sorted, each document once, in order."""
+    files = sorted(MANIFESTS.glob("*.yaml"))
+    (docs, result) = run(*[file(p) for p in files])
+    expected = [d for p in files for d in yaml.safe_load_all(p.read_text()) if d is not None]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        (d["kind"], d["metadata"]["name"]) for d in expected
+    ]
+    assert result.code == 1  # the Knative Service
+    sources = {LINE.match(ln).group(1) for ln in result.lines}  # type: ignore[union-attr]
+    assert sources == {str(p.relative_to(ROOT)) for p in files} - {"tests/manifests/no-engine.yaml"}
+
+
+# -- the examples are inject's own output ---------------------------------------------
+
+
+def plain_command(path: Path) -> list[str]:
+    """The command a plain manifest's first line names: `drainhook inject ...`."""
+    head = path.read_text().splitlines()[0]
+    m = re.match(r"^# Made from examples/plain/(\S+) by: drainhook inject (.*)$", head)
+    assert m and m.group(1) == path.name, head
+    return m.group(2).split()
+
+
+PLAINS = sorted(PLAIN.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", PLAINS, ids=[p.name for p in PLAINS])
+def test_each_example_is_inject_of_its_plain_manifest(path: Path) -> None:
+    """examples/X.yaml is what the command on examples/plain/X.yaml's first line
+    writes (parsed; the example may say more in comments): they cannot drift."""
+    words = plain_command(path)
+    assert words[-1] == f"examples/plain/{path.name}"
+    flags = dict(zip(words[:-1:2], words[1:-1:2], strict=True))
+    options = Options(flags.get("--via", "image"), flags.get("--image"), wait_params=WAIT)
+    docs, result = run(file(path), options=options)
+    assert result.code == 0, result.lines
+    example = ROOT / "examples" / path.name
+    assert docs == [d for d in yaml.safe_load_all(example.read_text()) if d is not None], (
+        f"examples/{path.name} is not inject's output: run `drainhook inject "
+        f"{' '.join(words)} > examples/{path.name}`"
+    )
+
+
+def test_the_schema_check_can_fail() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "vllm-deployment.yaml").read_text())
+    bad = copy.deepcopy(doc)
+    bad["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exce"] = {}
+    with pytest.raises(AssertionError, match="exce"):
+        validate(bad)
+    lws = yaml.safe_load((ROOT / "examples" / "lws-vllm.yaml").read_text())
+    lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"][
+        "terminationGracePeriodSeconds"
+    ] = "70"
+    with pytest.raises(AssertionError, match="70"):
+        validate(lws)
+
+
+# -- the command line ----------------------------------------------------------------
+
+
+def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "drainhook", "inject", *args],
+        input=stdin,
+        env=base_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
+    ok = cli("tests/manifests/llm-d-decode.yaml")
+    assert ok.returncode == 0
+    assert [LINE.match(ln).group(5) for ln in ok.stderr.splitlines()] == [  # type: ignore[union-attr]
+        "injected", "replaced", "changed", "changed",
+    ]  # fmt: skip
+    refused = cli("tests/manifests")
+    assert refused.returncode == 1
+    (line,) = [ln for ln in refused.stderr.splitlines() if ": refused: " in ln]
+    assert LINE.match(line).group(1) == "tests/manifests/knative-service.yaml"  # type: ignore[union-attr]
+    assert (
+        refused.stdout.count("\n---\n")
+        == len([d for p in MANIFESTS.glob("*.yaml") for d in yaml.safe_load_all(p.read_text())]) - 1
+    )
+    # stdin: `-` and nothing at all
+    text = (MANIFESTS / "sglang-statefulset.yaml").read_text()
+    assert (
+        cli("-", stdin=text).stdout
+        == cli(stdin=text).stdout
+        == cli("tests/manifests/sglang-statefulset.yaml").stdout
+    )
+    # Usage: 2, with one line and nothing on stdout.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1\n")
+    for args in (["--via", "init", "tests/manifests"], [str(tmp_path / "none.yaml")], [str(bad)],
+                 ["--via", "image", "--image", "x", "tests/manifests"]):  # fmt: skip
+        run_ = cli(*args)
+        assert run_.returncode == 2, (args, run_.stderr)
+        assert run_.stdout == ""
+        assert len(run_.stderr.splitlines()) == 1 and run_.stderr.startswith("drainhook"), args
+
+
+def test_every_document_comes_back_in_order_markers_and_comments_too() -> None:
+    """A stream's `---` lines (with comments), a comments-only document, an empty
+    one and `...` come back as they were; only the changed document is rewritten."""
+    engine = _deployment(VLLM + "          args: [m]\n")
+    text = (
+        "# only a comment\n"
+        "--- # the first object\n"
+        "kind: ConfigMap\napiVersion: v1\nmetadata: {name: c}\n"
+        "...\n"
+        "---\n" + engine + "---\n"
+        "---\n# the last\n"
+    )
+    docs, result = run(("s.yaml", text))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment"]
+    out = result.stdout
+    assert out.startswith("# only a comment\n--- # the first object\nkind: ConfigMap\n")
+    assert "metadata: {name: c}\n...\n---\n" in out
+    assert out.endswith("---\n---\n# the last\n")
+    assert [LINE.match(ln).group(2) for ln in result.lines] == ["2"] * len(result.lines)  # type: ignore[union-attr]
+
+
+def test_a_comment_after_the_replaced_sleep_stays_after_the_new_command() -> None:
+    text = (
+        _deployment(
+            VLLM + "          args: [m]\n          lifecycle:\n            preStop:\n"
+            '              exec:\n                command: ["/bin/sleep", "15"]  # blind\n'
+        )
+        + "# the end\n"
+    )
+    _, result = run(("d.yaml", text))
+    lines = result.stdout.splitlines()
+    assert lines[-2].endswith("- /proc/1/fd/1               # blind")
+    assert lines[-1] == "# the end"
+
+
+def test_several_inputs_are_one_stream() -> None:
+    a = file(MANIFESTS / "no-engine.yaml")
+    b = file(PLAIN / "vllm-deployment.yaml")
+    _, result = run(a, b)
+    assert result.stdout.startswith(a[1] + "---\n# Made from examples/plain/vllm-deployment")
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet"])
+def test_each_apps_kind_is_wired(kind: str) -> None:
+    text = _deployment(VLLM + "          args: [m]\n").replace("kind: Deployment", f"kind: {kind}")
+    (doc,), result = run(("w.yaml", text))
+    assert doc["kind"] == kind and result.code == 0
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    assert prestop(c) == [
+        "/usr/local/bin/drainhook", "wait", "--grace", "30", "--engine", "vllm", *LOG,
+    ]  # fmt: skip
+    assert LINE.match(result.lines[0]).group(3, 5) == (kind, "injected")  # type: ignore[union-attr]
