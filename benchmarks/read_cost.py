@@ -27,9 +27,9 @@ from typing import Any
 
 import _bench  # noqa: F401 (puts the repository root on sys.path)
 
-from tests.conftest import base_env
 from tests.live.engine import LiveVllm
 from tests.live.streams import Streams, gauges
+from tests.support.process import base_env
 
 CASES = {"none": None, "every 1 s": "4", "every 0.25 s": "1"}
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import _bench  # noqa: F401 (puts the repository root on sys.path)
 
-from tests.conftest import base_env, measure, run_delay
 from tests.live.engine import LiveVllm
 from tests.live.streams import Streams, gauges
+from tests.support.process import base_env, measure, run_delay
 
 
 def one(engine: LiveVllm, root: Path) -> dict[str, Any]:

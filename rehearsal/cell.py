@@ -177,7 +177,7 @@ def run_cell(
                     proc.wait()
                 if proc is not None and proc.stdout:
                     proc.stdout.close()
-        requests = _requests(work / "load.jsonl", signals.delete)
+        requests = _requests(work / "load.jsonl", signals.delete, signals.sigterm)
         reads = _reads(work / "engine.jsonl", signals.delete)
         hook_file = work / "hook.log"
         hook_log = hook_file.read_text(errors="replace") if hook_file.exists() else ""
@@ -234,7 +234,10 @@ def _ended(path: Path) -> int:
         return 0
 
 
-def _requests(path: Path, zero: float) -> list[Request]:
+def _requests(path: Path, zero: float, sigterm: float) -> list[Request]:
+    """The load generator's records. An HTTP error on a connection the engine had
+    accepted before SIGTERM (a request still in its server, uploading or rendering,
+    when the engine core went) is a cut, not a refusal at the door."""
     if not path.exists():
         return []
     out = []
@@ -242,16 +245,22 @@ def _requests(path: Path, zero: float) -> list[Request]:
         r = json.loads(line)
         first = None if r["first"] is None else r["first"] - zero
         last = None if r.get("last") is None else r["last"] - zero
-        out.append(Request(r["id"], r["sent"] - zero, first, r["end"] - zero, r["outcome"], last))
+        outcome = r["outcome"]
+        connected = r.get("connected")
+        taken = connected is not None and connected < sigterm
+        if outcome == "refused" and taken and str(r.get("detail", "")).startswith("HTTP"):
+            outcome = "cut"
+        out.append(Request(r["id"], r["sent"] - zero, first, r["end"] - zero, outcome, last))
     return sorted(out, key=lambda r: r.id)
 
 
 def _reads(path: Path, zero: float) -> list[Read]:
-    """The /metrics and /v1/loads reads the engine logged (only a hook reads them)."""
+    """The /metrics and /v1/loads reads the engine logged (only a hook reads them); vLLM's
+    /load, read in the same round as /metrics, is no read of its own."""
     reads = []
     for line in path.read_text().splitlines():
         e = json.loads(line)
-        if e["ev"] == "read":
+        if e["ev"] == "read" and e.get("page") != "load":
             end = None if e["t1"] is None else e["t1"] - zero
             reads.append(Read(e["t0"] - zero, end, e["total"]))
     return reads

@@ -59,7 +59,7 @@ class EventLog:
             self._out.flush()
 
 
-def drawn(seed: int, low: float, high: float, scale: Scale) -> Duration:
+def drawn(seed: int | str, low: float, high: float, scale: Scale) -> Duration:
     """Each request's duration, uniform in [low, high] real seconds, by its `user` id."""
 
     def duration(request: Mapping[str, Any]) -> float:
@@ -79,6 +79,16 @@ def durations(args: argparse.Namespace) -> Duration:
     if kind != "uniform":
         raise SystemExit(f"unknown distribution {kind!r}")
     return drawn(args.seed, float(low), float(high), Scale(args.scale))
+
+
+def renders(args: argparse.Namespace) -> Duration | None:
+    """`--render`: each request's render (real seconds), uniform:LOW:HIGH by `user` id."""
+    if not args.render:
+        return None
+    kind, low, high = args.render.split(":")
+    if kind != "uniform":
+        raise SystemExit(f"unknown distribution {kind!r}")
+    return drawn(args.seed + ":render", float(low), float(high), Scale(args.scale))
 
 
 def config(args: argparse.Namespace) -> EngineConfig:
@@ -106,6 +116,10 @@ def config(args: argparse.Namespace) -> EngineConfig:
         prefill_seconds=f(args.prefill),
         kv_wait_seconds=f(args.kv_wait),
         freeze_after=None if args.freeze_after is None else f(args.freeze_after),
+        render_serial=args.render_serial,
+        step_gauges=args.step_gauges,
+        load_tracking=args.load_tracking,
+        refresh_iterations=args.refresh_iterations,
     )
 
 
@@ -130,6 +144,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--metrics-hang", action="store_true", help="/metrics never answers")
     p.add_argument("--prefill", type=float, default=0.0, help="each request's prefill, real s")
     p.add_argument("--kv-wait", type=float, default=0.0, help="each request's KV pull, real s")
+    p.add_argument("--render", default="", help="each request's render: uniform:LOW:HIGH, real s")
+    p.add_argument(
+        "--render-serial", action="store_true", help="vLLM: one render at a time per API server"
+    )
+    p.add_argument("--step-gauges", action="store_true", help="vLLM: gauges set after each step")
+    p.add_argument(
+        "--load-tracking", action="store_true", help="vLLM --enable-server-load-tracking"
+    )
+    p.add_argument(
+        "--refresh-iterations",
+        type=int,
+        default=0,
+        help="SGLang: gauges set at each prefill and every N decode steps (0: live)",
+    )
     p.add_argument(
         "--freeze-after", type=float, help="freeze this long after the first request, real s"
     )
@@ -147,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     duration = durations(args)
     out = open(args.log, "a", encoding="utf-8") if args.log else None  # noqa: SIM115
     log = EventLog(out)
-    engine = Engine(config(args), duration=duration, log=log)
+    engine = Engine(config(args), duration=duration, render=renders(args), log=log)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: engine.sigterm())
     with SimServer(engine) as server:
         log("ready", port=server.port, pid=os.getpid())

@@ -45,6 +45,7 @@ def request(port: int, request_id: str, timeout: float) -> dict[str, Any]:
         "tokens": got.tokens,
         "finish_reason": got.finish_reason,
         "detail": got.detail,
+        "connected": got.connected,
     }
 
 

@@ -373,10 +373,13 @@ def write(path: Path, run: Run, picture: str) -> None:
         "## Results",
         "",
         "completed: the final `data: [DONE]` arrived after a normal finish; cut: the stream "
-        "ended early, the connection was reset, or it was aborted after tokens; of them "
+        "ended early, the connection was reset, or it was aborted after tokens, or an HTTP "
+        "error came on a connection the engine had accepted before SIGTERM (a request still "
+        "in its server, uploading or rendering, when its engine core went); of them "
         "stalled: streams still open, with no byte since the engine core died, when the "
         "kubelet killed the engine (vLLM's stall: counted as cut); refused: connection "
-        "refused, a non-2xx answer (vLLM's HTTP 500 while it drains), or an empty completion "
+        "refused, a non-2xx answer to a request that came after SIGTERM (vLLM's HTTP 500 "
+        "while it drains), or an empty completion "
         "with finish_reason `abort`. The recipe's vLLM `--shutdown-timeout` in brackets; G per "
         "recipe. SIGTERM at and held (delete to the engine's exit) in real seconds. Hook exit: "
         "the hook's status, if it returned before G. vLLM recipes (kserve, llm-d, "
@@ -467,6 +470,16 @@ def write(path: Path, run: Run, picture: str) -> None:
         "several-API-server path is read in vLLM's code, not measured: inferred. A request "
         "that reaches vLLM in the 0.25 s between the engine core's death and the listener's "
         "close is taken to stall like those in flight (not measured).",
+        "- Where the gauges are blind (`invisible`, `invisible-sglang`; read in vLLM 0.32's "
+        "and SGLang 0.5.23's code, docs/engines.md): vLLM renders each request after its body "
+        "is parsed and before its scheduler sees it (media processing one request at a time, "
+        "on one worker), answers HTTP 500 to one whose render ends after the engine core "
+        "went, and sets its gauges after each engine step; its `/load` reads 0 (server-load "
+        "tracking is off by default). SGLang leaves a request being prefilled out of both "
+        "gauges and `/v1/loads`, refreshes its running count at each prefill and every 40 "
+        "decode iterations, counts every request in `sglang:http_requests_active` from "
+        "before its body to after its last byte, and its SIGTERM drain waits for every "
+        "request its server holds.",
         "- Each request's duration is drawn from the scenario's distribution by its id, so "
         "every recipe of a scenario serves the same requests; the load generator records "
         "each one's outcome as it ends.",

@@ -58,6 +58,11 @@ class EngineSpec:
     prefill: float = 0.0  # each request's prefill (no token before it)
     kv_wait: float = 0.0  # each request waits on a KV pull (deferred) this long first
     freeze_after: float | None = None  # the engine freezes this long after the first request
+    render: str = ""  # each request's time in the server before the scheduler: uniform:LOW:HIGH
+    render_serial: bool = False  # vLLM: one render at a time per API server (mm executor)
+    step_gauges: bool = False  # vLLM: gauges set after each engine step
+    load_tracking: bool = False  # vLLM --enable-server-load-tracking
+    refresh_iterations: int = 0  # SGLang: gauges set at each prefill and every N decode steps
 
     def args(self) -> list[str]:
         out = [
@@ -83,6 +88,16 @@ class EngineSpec:
         out += ["--prefill", f"{self.prefill:g}", "--kv-wait", f"{self.kv_wait:g}"]
         if self.freeze_after is not None:
             out += ["--freeze-after", f"{self.freeze_after:g}"]
+        if self.render:
+            out += ["--render", self.render]
+        if self.render_serial:
+            out.append("--render-serial")
+        if self.step_gauges:
+            out.append("--step-gauges")
+        if self.load_tracking:
+            out.append("--load-tracking")
+        if self.refresh_iterations:
+            out += ["--refresh-iterations", str(self.refresh_iterations)]
         return [*out, "--metrics-hang"] if self.metrics_hang else out
 
 
@@ -239,5 +254,34 @@ STALL_SCENARIOS: tuple[Scenario, ...] = (
     ),
 )
 SCENARIOS += STALL_SCENARIOS
+
+# Where the gauges are blind (CONTRACT §2a): requests the engine's HTTP server holds
+# before its scheduler sees them. Multimodal traffic on vLLM (media fetch and
+# processing, 1-5 s each, after the body is parsed, before the scheduler; the gauges
+# set after each step; --enable-server-load-tracking off, vLLM's default), and
+# SGLang's long prefills (a request being prefilled is in neither gauge, and its
+# running count is refreshed only every 40 decode iterations).
+MULTIMODAL = Load(rate=1.0, low=0.5, high=1.5)  # 7 requests, the last sent 2 s after the delete
+PREFILLS = Load(rate=1.0, low=4.0, high=6.0)  # each: a 3 s prefill, then tokens
+INVISIBLE_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "invisible",
+        "Multimodal, in the server before the scheduler",
+        "vLLM, 1 req/s of 0.5-1.5 s streams (short answers: captions), each first 1-5 s of "
+        "media processing in the API server, one at a time (its multimodal executor has one "
+        "worker), where no gauge counts it or its queue; gauges set after each engine step.",
+        engine=EngineSpec(render="uniform:1:5", render_serial=True, step_gauges=True),
+        load=MULTIMODAL,
+    ),
+    Scenario(
+        "invisible-sglang",
+        "SGLang, long prefills",
+        "SGLang, 1 req/s of 4-6 s requests, each a 3 s prefill in neither gauge, then "
+        "tokens; its running count refreshed every 40 decode iterations.",
+        engine=EngineSpec(kind="sglang", dp=1, max_running=8, prefill=3.0, refresh_iterations=40),
+        load=PREFILLS,
+    ),
+)
+SCENARIOS += INVISIBLE_SCENARIOS
 
 BY_KEY = {s.key: s for s in SCENARIOS}

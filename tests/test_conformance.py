@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from rehearsal.timeline import TOKEN_TICK
+from tests.conftest import SPAWN_LATE, late
 from tests.support import conformance
 from tests.support.process import ROOT, base_env
 
@@ -28,7 +29,7 @@ class SimEngine:
 
     scale = SCALE
 
-    def __init__(self, shutdown_timeout: float) -> None:
+    def __init__(self, shutdown_timeout: float, *flags: str) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -45,6 +46,7 @@ class SimEngine:
             str(SCALE),
             "--shutdown-timeout",
             str(shutdown_timeout),
+            *flags,
         ]
         self.proc = subprocess.Popen(
             argv,
@@ -122,3 +124,44 @@ READ = [
 @pytest.mark.parametrize(("read", "kind"), READ, ids=[kind for _, kind in READ])
 def test_each_read_is_classified_as_the_table_names_it(read: conformance.Ended, kind: str) -> None:
     assert conformance.classify(read, KILL, 1.0) == kind
+
+
+# The window episode (conformance.run_upload) on the simulated vLLM: one API server
+# with and without server-load tracking, and two API servers with it.
+UPLOADS = {
+    "default": ((), False, 1),
+    "load-tracking": (("--load-tracking",), True, 1),
+    "api-servers-2": (("--load-tracking", "--api-servers", "2"), True, 2),
+}
+
+
+def play_upload(name: str) -> conformance.UploadSeen:
+    flags = UPLOADS[name][0]
+    engine = SimEngine(0.0, *flags)
+    try:
+        return conformance.run_upload(engine, [sys.executable, "-m", "drainhook"], base_env())
+    finally:
+        engine.kill()
+
+
+@pytest.mark.parametrize("name", list(UPLOADS))
+def test_simulated_vllm_shows_the_upload_window_as_the_live_one(name: str) -> None:
+    """Mid-upload: gauges 0, /load 0, the connection with bytes in and none out; mid-
+    stream: gauges 1, /load as tracking says; the request completes."""
+    _, tracking, servers = UPLOADS[name]
+    seen = play_upload(name)
+    differences = conformance.upload_differences(seen, tracking, servers)
+    assert differences == [], conformance.upload_numbers(seen)
+
+
+@pytest.mark.parametrize("name", ["default", "api-servers-2"])
+def test_the_hook_holds_an_upload_until_its_stream_ends(name: str) -> None:
+    """The hook, started 0.2 s into a 4 s upload, returns drained only after the
+    stream's last byte, within 2I + 0.3 s of it (I = 0.5 s, episode time): the
+    connection signal sees what no gauge does (CONTRACT §2a)."""
+    seen = play_upload(name)
+    numbers = conformance.upload_numbers(seen)
+    assert seen.hook_code == 0 and '"outcome": "drained"' in seen.hook_stderr, numbers
+    assert seen.last_byte is not None and seen.hook_returned is not None
+    release = seen.hook_returned - seen.last_byte
+    assert 0 < release <= late(2 * 0.5 + 0.3, SPAWN_LATE, seen.starved), numbers

@@ -139,3 +139,29 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
     (copy / where).write_text(code)
     found = [e for e in edges(copy) if e.source.endswith(".x")]
     assert any(expected in b for b in breaches(found, copy)), found
+
+
+LONGEST = 80  # lines of one function or method in the package (docstring included)
+
+
+def long_functions(package: Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > LONGEST:
+                    out.append(f"{module_name(path, package)}.{node.name}: {lines} lines")
+    return out
+
+
+def test_no_function_in_the_package_is_longer_than_80_lines() -> None:
+    assert long_functions() == []
+
+
+def test_the_length_rule_sees_a_long_function(tmp_path: Path) -> None:
+    copy = tmp_path / "drainhook"
+    copy.mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(LONGEST))
+    (copy / "x.py").write_text(f"def f():\n{body}")
+    assert long_functions(copy) == [f"drainhook.x.f: {LONGEST + 1} lines"]

@@ -218,6 +218,36 @@ def test_slipped_requests_are_those_sent_after_the_idle_read_the_hook_released_o
     assert cell(sigterm_at_s=3.01, hook_exit=3, read_log=reads, requests=requests).slipped() == []
 
 
+def test_an_http_error_on_a_connection_taken_before_sigterm_is_a_cut(tmp_path: Any) -> None:
+    """A request still in the server (uploading, rendering) when the engine core went gets
+    HTTP 500 on a connection accepted before SIGTERM: cut. The same after SIGTERM, or a
+    refused connection, is a refusal at the door."""
+    base = {"first": None, "last": None, "tokens": 0, "finish_reason": None, "end": 9.0}
+    records = [
+        {"id": "in-the-server", "sent": 1.0, "connected": 1.0, "outcome": "refused",
+         "detail": "HTTP 500"},
+        {"id": "at-the-door", "sent": 5.5, "connected": 5.5, "outcome": "refused",
+         "detail": "HTTP 500"},
+        {"id": "no-listener", "sent": 5.6, "connected": None, "outcome": "refused",
+         "detail": "connection refused"},
+    ]  # fmt: skip
+    path = tmp_path / "load.jsonl"
+    path.write_text("".join(json.dumps({**base, **r}) + "\n" for r in records))
+    got = {r.id: r.outcome for r in cell_module._requests(path, 0.0, 5.0)}
+    assert got == {"in-the-server": "cut", "at-the-door": "refused", "no-listener": "refused"}
+
+
+def test_the_invisible_scenarios_hide_their_requests_from_the_gauges() -> None:
+    vllm, sglang = scenarios.BY_KEY["invisible"], scenarios.BY_KEY["invisible-sglang"]
+    args = vllm.engine.args()
+    assert args[args.index("--render") + 1] == "uniform:1:5"
+    assert {"--render-serial", "--step-gauges"} <= set(args)
+    assert "--load-tracking" not in args  # vLLM's default: /load reads 0
+    args = sglang.engine.args()
+    assert args[args.index("--refresh-iterations") + 1] == "40"
+    assert float(args[args.index("--prefill") + 1]) == 3.0
+
+
 def test_sglang_deletes_fall_half_way_between_watchdog_looks() -> None:
     sglang, vllm = scenarios.BY_KEY["sglang-lag"], scenarios.BY_KEY["idle"]
     f = Scale(0.5)  # looks every 2.5 s, from origin 100.0

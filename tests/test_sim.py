@@ -30,6 +30,7 @@ from drainhook.engines.loads import scan_loads
 from drainhook.engines.verdict import Verdict
 from drainhook.sim import Engine, EngineConfig, Outcome, SimServer, complete
 from tests.conftest import WAKE_LATE, late
+from tests.support.loopback import get
 from tests.support.process import base_env
 
 TOKEN = 0.02  # s per streamed event
@@ -40,16 +41,6 @@ CORE, LISTENER, VLLM_EXIT = 0.02, 0.25, 0.4
 
 def tokens(seconds: float) -> int:
     return round(seconds / TOKEN)
-
-
-def get(port: int, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 class Streams:

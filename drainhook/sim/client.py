@@ -7,12 +7,15 @@
   `--shutdown-timeout` answers a new request with HTTP 500 while it drains),
   or it was an empty completion with finish_reason "abort".
 
-`first` and `last` are when the first and the last event came: a stream that
+`connected` is when its connection was accepted: a refusal on a connection
+accepted before SIGTERM is a request the engine had taken (the rehearsal
+counts it cut). `first` and `last` are when the first and the last event came: a stream that
 stalled shows a gap from `last` to when it ended.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
@@ -31,6 +34,7 @@ class Outcome:
     first: float | None = None  # time.monotonic() of the first event
     detail: str = ""
     last: float | None = None  # time.monotonic() of the last event
+    connected: float | None = None  # time.monotonic() its connection was accepted
 
 
 def complete(port: int, body: Mapping[str, Any], timeout: float = 30.0) -> Outcome:
@@ -41,14 +45,15 @@ def complete(port: int, body: Mapping[str, Any], timeout: float = 30.0) -> Outco
             conn.connect()
         except ConnectionRefusedError:
             return Outcome(REFUSED, detail="connection refused")
+        connected = time.monotonic()
         conn.request(
             "POST", "/v1/completions", json.dumps(dict(body)), {"Content-Type": "application/json"}
         )
         response = conn.getresponse()
         if not 200 <= response.status < 300:
             response.read()
-            return Outcome(REFUSED, detail=f"HTTP {response.status}")
-        return _read_stream(response)
+            return Outcome(REFUSED, detail=f"HTTP {response.status}", connected=connected)
+        return dataclasses.replace(_read_stream(response), connected=connected)
     except (OSError, http.client.HTTPException, ValueError, LookupError, TypeError) as exc:
         return Outcome(CUT, detail=f"{type(exc).__name__}: {exc}")
     finally:

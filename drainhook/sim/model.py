@@ -39,6 +39,30 @@ server is calibrated to the live vLLM 0.32 (CPU build, measured; CONTRACT
   shows idle only `idle_lag` after going idle; `GET /v1/loads` is always live.
   Read in SGLang's code only: it has no CPU build to run here.
 
+Where the gauges are blind (CONTRACT §2a; read in vLLM 0.32's and SGLang
+0.5.23's code): a request is in the HTTP server before its scheduler sees it.
+
+- The body's upload: the server holds the connection, nothing counts it but
+  SGLang's `http_requests_active` (up before the body is read) and the
+  connection itself (bytes received, none sent).
+- `render` (vLLM: chat template, tokenization, media fetch and multimodal
+  processing, one at a time per API server with `render_serial`: its
+  multimodal executor has one worker, `renderers/base.py`; SGLang: the
+  tokenizer manager's): after the body is parsed,
+  before the request reaches the scheduler and before any response byte.
+  vLLM's `/load` counts it (with `load_tracking`), the gauges do not. A
+  request whose render ends after the engine core is gone gets HTTP 500
+  (`ENGINE_DEAD_ERROR`, as the live vLLM answered an upload that ended
+  after SIGTERM).
+- `step_gauges` (vLLM): the gauges are set after each engine step
+  (`make_stats` in `update_from_output`), one step per `token_seconds`.
+- SGLang: a request being prefilled is in neither `waiting_queue` nor
+  `running_batch` (nor `/v1/loads`); with `refresh_iterations` N the gauges
+  are set when a prefill batch is scheduled and every N decode iterations
+  (SGLang's `decode_log_interval`, 40), and at once when the engine is idle.
+
+What the server itself counts is in `front.py` (`ServerCounts`).
+
 Progress (CONTRACT §2b), the way vLLM counts it: every streamed token adds
 one generated token and one step that emitted output, a request's first
 token adds its prompt's tokens (once per completed prefill); SGLang's
@@ -66,6 +90,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drainhook.sim import pages
+from drainhook.sim.front import ServerCounts
 from drainhook.sim.pages import Shown
 
 EventLog = Callable[..., None]  # log(event, **fields)
@@ -94,6 +119,12 @@ class Fate(enum.Enum):
 SHUTDOWN_ERROR = (
     b'{"error":{"message":"cannot schedule new futures after shutdown",'
     b'"type":"InternalServerError","param":null,"code":500}}'
+)
+# A request whose handler reaches the engine after its core is gone (vLLM 0.32, live:
+# an upload that ended after SIGTERM got HTTP 500).
+ENGINE_DEAD_ERROR = (
+    b'{"error":{"message":"EngineCore encountered an issue. See stack trace (above) for '
+    b'the root cause.","type":"InternalServerError","param":null,"code":500}}'
 )
 # Several API servers that lost their engine connection (read in the code, not observed).
 ENGINE_LOST_ERROR = b'{"error":{"message":"engine connection lost","code":500}}'
@@ -124,6 +155,12 @@ class EngineConfig:
     kv_wait_seconds: float = 0.0  # each request waits this long on a KV pull (deferred) first
     freeze_after: float | None = None  # freeze this long after the first request arrives
     prompt_tokens: int = 512  # tokens of each request's prompt
+    render_seconds: float = 0.0  # each request's render (Engine.render draws it per request)
+    render_serial: bool = False  # vLLM: renders one at a time per API server (its mm executor)
+    step_gauges: bool = False  # vLLM: the gauges as of the last engine step
+    load_tracking: bool = False  # vLLM --enable-server-load-tracking: /load counts
+    refresh_iterations: int = 0  # SGLang: gauges set at each prefill and every N decode steps
+    http_active: bool = True  # SGLang: sglang:http_requests_active on /metrics (0.5.23)
 
 
 def tokens_duration(token_seconds: float, default_tokens: int = 16) -> Duration:
@@ -145,6 +182,7 @@ class _Rank:
     tokens: int = 0  # generated tokens (vllm:generation_tokens_total)
     steps: int = 0  # steps that emitted output (vllm:iteration_tokens_total_count)
     prompt: int = 0  # prompt tokens of completed prefills (vllm:prompt_tokens_total)
+    prefilling: int = 0  # of running: in prefill (SGLang's gauges leave them out)
 
 
 @dataclass
@@ -153,6 +191,7 @@ class Engine:
 
     config: EngineConfig = field(default_factory=EngineConfig)
     duration: Duration | None = None  # default: max_tokens x token_seconds
+    render: Duration | None = None  # each request's render; default: render_seconds
     log: EventLog = _quiet
     started: float = field(default_factory=time.monotonic)
     sigterm_at: float | None = None
@@ -171,17 +210,38 @@ class Engine:
     # What /metrics shows from the freeze on, or once vLLM's engine core is gone.
     _frozen_at: list[Shown] | None = None
     _first_arrival: float | None = None
+    server: ServerCounts = field(default_factory=ServerCounts)
+    _render_locks: list[threading.Lock] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._ranks = [_Rank() for _ in range(self.config.dp)]
         self._published = [(0, 0)] * self.config.dp
+        self.server = ServerCounts(self.config.api_servers)
+        self._render_locks = [threading.Lock() for _ in range(max(1, self.config.api_servers))]
         if self.duration is None:
             self.duration = tokens_duration(self.config.token_seconds)
+        if self.render is None:
+            render = self.config.render_seconds
+            self.render = lambda _request: render
+
+    @property
+    def snapshot(self) -> bool:
+        """Whether /metrics shows a published snapshot rather than live counts."""
+        c = self.config
+        if c.kind == "sglang":
+            return c.idle_lag > 0 or c.refresh_iterations > 0
+        return c.step_gauges
 
     def start(self) -> None:
-        """Start what runs beside the handlers (SGLang's lagging gauge publisher)."""
-        if self.config.kind == "sglang" and self.config.idle_lag > 0:
+        """Start what runs beside the handlers: the thread that publishes the gauges,
+        where they are not live (SGLang's lag or refresh, vLLM's steps)."""
+        c = self.config
+        if c.kind == "sglang" and c.refresh_iterations > 0:
+            threading.Thread(target=self._decode_steps, daemon=True).start()
+        elif c.kind == "sglang" and c.idle_lag > 0:
             threading.Thread(target=self._publisher, daemon=True).start()
+        elif c.kind == "vllm" and c.step_gauges:
+            threading.Thread(target=self._engine_steps, daemon=True).start()
 
     def on_stop_listening(self, stop: Callable[[], None]) -> None:
         """Register how to close the listener (the HTTP server does)."""
@@ -192,6 +252,35 @@ class Engine:
     def request_seconds(self, request: Mapping[str, Any]) -> float:
         assert self.duration is not None
         return self.duration(request)
+
+    def answering(self) -> Answer:
+        """How the engine answers a new completion now (SIGTERM may have changed it)."""
+        return self.answer
+
+    def render_seconds(self, request: Mapping[str, Any]) -> float:
+        assert self.render is not None
+        return self.render(request)
+
+    def rendered(self, request: Mapping[str, Any], process: int = 0) -> bool:
+        """Render the request on API server `process` (in the server, before the
+        scheduler; with `render_serial`, after the renders queued there before it);
+        whether the engine core is still there to take it."""
+        seconds = self.render_seconds(request)
+        if seconds <= 0:
+            return not self.killed.is_set()
+        if not self.config.render_serial:
+            self.exited.wait(seconds)
+            return not self.killed.is_set()
+        lock = self._render_locks[process % len(self._render_locks)]
+        while not lock.acquire(timeout=0.02):
+            if self.killed.is_set():
+                return False
+        try:
+            if not self.killed.is_set():
+                self.exited.wait(seconds)
+        finally:
+            lock.release()
+        return not self.killed.is_set()
 
     def admit(self) -> int | None:
         """Queue a request on its DP rank and block until it runs; None: the engine
@@ -219,8 +308,21 @@ class Engine:
             if self.killed.is_set():
                 self._cond.notify_all()
                 return None
+            if self.config.kind == "sglang" and self.config.refresh_iterations > 0:
+                # A prefill batch is scheduled: the gauges are set, without the request
+                # being prefilled (in neither waiting_queue nor running_batch).
+                self._published = self.visible()
             r.running += 1
+            if self.config.kind == "sglang" and self.config.prefill_seconds > 0:
+                r.prefilling += 1
             return rank
+
+    def prefilled(self, rank: int) -> None:
+        """The request's prefill on rank is done (SGLang: it joins the running batch)."""
+        if self.config.kind != "sglang" or self.config.prefill_seconds <= 0:
+            return
+        with self._cond:
+            self._ranks[rank].prefilling -= 1
 
     def emitted(self, rank: int, first: bool) -> None:
         """One token streamed on rank (its request's first: its prefill is done)."""
@@ -240,6 +342,12 @@ class Engine:
         """(running, waiting) per DP rank, live."""
         with self._cond:
             return [(r.running, r.waiting) for r in self._ranks]
+
+    def visible(self) -> list[tuple[int, int]]:
+        """(running, waiting) per DP rank as the scheduler's own stats see them: SGLang's
+        leave out a request being prefilled."""
+        with self._cond:
+            return [(r.running - r.prefilling, r.waiting) for r in self._ranks]
 
     def in_flight(self) -> int:
         return sum(run + wait for run, wait in self.counts())
@@ -302,9 +410,9 @@ class Engine:
         frozen (a frozen engine's, or vLLM's last once its engine core is gone)."""
         if self._frozen_at is not None:
             return [(s.running, s.waiting) for s in self._frozen_at]
-        if self.config.kind == "sglang" and self.config.idle_lag > 0:
+        if self.snapshot:
             return list(self._published)
-        return self.counts()
+        return self.visible()
 
     def shown(self) -> list[Shown]:
         """Each rank as /metrics shows it: the gauges, the deferred, the counters."""
@@ -332,14 +440,15 @@ class Engine:
         if c.kind == "vllm":
             text = pages.vllm_metrics(counts, c.model, shown)
         else:
-            text = pages.sglang_metrics(counts, c.role, c.model, shown)
+            active = self.server.active() if c.http_active else None
+            text = pages.sglang_metrics(counts, c.role, c.model, shown, active)
         return text.encode(), sum(s.running + s.waiting for s in shown)
 
     def loads(self) -> tuple[bytes, int] | None:
         """SGLang's /v1/loads body (live) and its total; None for vLLM (no such route)."""
         if self.config.kind != "sglang":
             return None
-        live = self.counts()
+        live = self.visible()
         body = pages.sglang_loads(live, self.config.role)
         return body.encode(), sum(run + wait for run, wait in live)
 
@@ -348,7 +457,7 @@ class Engine:
         idle_since: float | None = None
         while not self.exited.is_set():
             now = time.monotonic()
-            counts = self.counts()
+            counts = self.visible()
             if any(run + wait for run, wait in counts):
                 idle_since = None
                 self._published = counts
@@ -357,6 +466,27 @@ class Engine:
                 if now - idle_since >= lag:
                     self._published = counts
             time.sleep(self.config.publish_seconds)
+
+    def _engine_steps(self) -> None:
+        """vLLM: the gauges are set after each engine step (one a token tick)."""
+        while not self.exited.is_set():
+            if self._frozen_at is None and not self.frozen.is_set():
+                self._published = self.counts()
+            time.sleep(self.config.token_seconds)
+
+    def _decode_steps(self) -> None:
+        """SGLang: a decode iteration every token tick while a request decodes; the
+        gauges are set every `refresh_iterations` of them, and at once when idle."""
+        steps = 0
+        while not self.exited.is_set():
+            shown = self.visible()
+            if any(run for run, _ in shown):
+                steps += 1
+                if steps % self.config.refresh_iterations == 0:
+                    self._published = shown
+            elif self.in_flight() == 0:
+                self._published = shown
+            time.sleep(self.config.token_seconds)
 
     # --- SIGTERM --------------------------------------------------------------------
 
@@ -426,7 +556,9 @@ class Engine:
         ahead = math.floor((self.sigterm_at - origin) / period) + 1
         _sleep_until(origin + ahead * period)
         self.log("noticed")
-        while (left := self.in_flight()) > 0:
+        # Its tokenizer manager drains every request it holds (`rid_to_state`), in
+        # the scheduler or not yet.
+        while (left := max(self.in_flight(), self.server.completions())) > 0:
             self.log("draining", in_flight=left)
             time.sleep(period)
         self.log("drained", in_flight=0)

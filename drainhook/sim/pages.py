@@ -6,6 +6,8 @@ Pure functions of `[(running, waiting), ...]` (one pair per DP rank):
   label; the counted gauges, the waiting-by-reason breakdown and KV-cache use).
 - `sglang_metrics`: SGLang's `/metrics` (one series per `dp_rank`; the
   counted queues of a unified, prefill or decode server).
+- `http_requests_active`: SGLang's own count of its HTTP server's requests;
+  `vllm_load`: vLLM's `GET /load` body (front.py has what they count).
 - `sglang_loads`: SGLang's `GET /v1/loads` body (docs/engines.md has the
   shape, drainhook/engines/loads.py the fields it counts).
 
@@ -19,7 +21,7 @@ from its first increment on, as a labelled counter is).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 Counts = Sequence[tuple[int, int]]
@@ -77,8 +79,15 @@ def vllm_metrics(counts: Counts, model: str, shown: Sequence[Shown] = ()) -> str
     return "\n".join(lines) + "\n"
 
 
-def sglang_metrics(counts: Counts, role: str, model: str, shown: Sequence[Shown] = ()) -> str:
-    """SGLang with len(counts) DP ranks; role is unified, prefill or decode."""
+def sglang_metrics(
+    counts: Counts,
+    role: str,
+    model: str,
+    shown: Sequence[Shown] = (),
+    active: Mapping[tuple[str, str], int] | None = None,
+) -> str:
+    """SGLang with len(counts) DP ranks; role is unified, prefill or decode. With
+    `active` ((endpoint, method) -> requests), `sglang:http_requests_active` too."""
     running = [c[0] for c in counts]
     waiting = [c[1] for c in counts]
     zeros = [0] * len(counts)
@@ -113,7 +122,24 @@ def sglang_metrics(counts: Counts, role: str, model: str, shown: Sequence[Shown]
     for rank, tokens in written:
         labels = f'dp_rank="{rank}",engine_type="{role}",mode="decode",model_name="{model}"'
         lines.append(f"{name}{{{labels}}} {float(tokens)}")
+    if active is not None:
+        lines += http_requests_active(active)
     return "\n".join(lines) + "\n"
+
+
+def http_requests_active(active: Mapping[tuple[str, str], int]) -> list[str]:
+    """SGLang 0.5.23's gauge of its HTTP server's requests, as prometheus_client writes it
+    (a series per (endpoint, method) once used; none before)."""
+    name = "sglang:http_requests_active"
+    lines = [f"# HELP {name} Number of currently active HTTP requests", f"# TYPE {name} gauge"]
+    for (endpoint, method), value in sorted(active.items()):
+        lines.append(f'{name}{{endpoint="{endpoint}",method="{method}"}} {float(value)}')
+    return lines
+
+
+def vllm_load(server_load: int) -> str:
+    """vLLM's `GET /load` body."""
+    return json.dumps({"server_load": server_load})
 
 
 def sglang_loads(counts: Counts, role: str) -> str:

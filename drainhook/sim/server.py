@@ -6,7 +6,13 @@
   A stream whose engine core is gone stalls: no more bytes, its connection held
   until the client closes it or the process ends.
 - `GET /metrics` (vLLM- or SGLang-shaped), `GET /v1/loads` (SGLang only, live
-  counts), `GET /health` (200 while the listener lasts).
+  counts), `GET /load` (vLLM only: `{"server_load": N}`, 0 unless
+  `load_tracking`), `GET /health` (200 while the listener lasts).
+
+A completion's windows, in order (model.py): the body's upload, the render
+(vLLM's /load counts it from here), the response's head, the scheduler.
+Every request, of every path, is counted from before its body is read to
+after its last byte (front.py: SGLang's `http_requests_active`).
 
 Every request in progress is tracked (`Engine.serving`): vLLM's API server does
 not exit while one is.
@@ -21,10 +27,13 @@ import json
 import math
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from drainhook.sim import pages
 from drainhook.sim.model import (
+    ENGINE_DEAD_ERROR,
     ENGINE_LOST_ERROR,
     SHUTDOWN_ERROR,
     Answer,
@@ -44,138 +53,192 @@ def _event(model: str, index: int, text: str, finish: str | None) -> bytes:
     return f"data: {json.dumps(event)}\n\n".encode()
 
 
-def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
-    config = engine.config
-    tick = max(0.005, config.token_seconds)
+class _Handler(BaseHTTPRequestHandler):
+    """One connection's requests; `engine` is set by `_handler` on a subclass."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"
+    engine: Engine
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
+    def log_message(self, format: str, *args: object) -> None:
+        pass
 
-        def do_GET(self) -> None:
-            with engine.serving(self.connection):
-                self._get()
+    # --- routing: one method per path -------------------------------------------------
 
-        def _get(self) -> None:
-            path = self.path.split("?")[0]
-            if path == "/health":
-                self._plain(200, b"")
-            elif path == "/metrics":
-                self._page("metrics")
-            elif path == "/v1/loads" and config.kind == "sglang":
-                self._page("loads")
-            else:
-                self._plain(404, b"not found\n")
+    def do_GET(self) -> None:
+        config = self.engine.config
+        routes = {"/health": self._health, "/metrics": self._metrics}
+        if config.kind == "sglang":
+            routes["/v1/loads"] = self._loads
+        else:
+            routes["/load"] = self._load
+        self._route("GET", routes)
 
-        def _page(self, page: str) -> None:
-            start = time.monotonic()
-            if page == "metrics" and config.metrics_hang:
-                engine.log("read", t0=start, t1=None, total=None, page=page)
-                engine.hold(self.connection)  # until its client gives up or the process ends
-                self.close_connection = True
-                return
-            answer = engine.metrics() if page == "metrics" else engine.loads()
-            assert answer is not None
-            body, total = answer
-            kind = "text/plain; version=0.0.4; charset=utf-8" if page == "metrics" else JSON
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            engine.log("read", t0=start, t1=time.monotonic(), total=total, page=page)
+    def do_POST(self) -> None:
+        self._route("POST", {"/v1/completions": self._completion})
 
-        def do_POST(self) -> None:
-            with engine.serving(self.connection):
-                self._post()
-
-        def _post(self) -> None:
-            if self.path.split("?")[0] != "/v1/completions":
-                self._plain(404, b"not found\n")
-                return
-            length = int(self.headers.get("Content-Length", "0") or 0)
+    def _route(self, method: str, routes: dict[str, Callable[[], None]]) -> None:
+        """Serve one request, counted from before its body is read to after its last
+        byte (SGLang's http_requests_active; vLLM's API server waits for it at exit)."""
+        path = self.path.split("?")[0]
+        server = self.engine.server
+        with self.engine.serving(self.connection):
+            server.begin(path, method)
             try:
-                request: Any = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                request = {}
-            if not isinstance(request, dict):
-                request = {}
-            if engine.answer is Answer.ERROR:
-                body = SHUTDOWN_ERROR if config.api_servers == 1 else ENGINE_LOST_ERROR
-                self._plain(500, body, JSON)
+                routes.get(path, self._not_found)()
+            finally:
+                server.end(path, method)
+
+    def _not_found(self) -> None:
+        self._plain(404, b"not found\n")
+
+    # --- the read-only pages -----------------------------------------------------------
+
+    def _health(self) -> None:
+        self._plain(200, b"")
+
+    def _metrics(self) -> None:
+        start = time.monotonic()
+        if self.engine.config.metrics_hang:
+            self.engine.log("read", t0=start, t1=None, total=None, page="metrics")
+            self.engine.hold(self.connection)  # until its client gives up or the process ends
+            self.close_connection = True
+            return
+        body, total = self.engine.metrics()
+        self._page(body, "text/plain; version=0.0.4; charset=utf-8")
+        self.engine.log("read", t0=start, t1=time.monotonic(), total=total, page="metrics")
+
+    def _loads(self) -> None:
+        start = time.monotonic()
+        answer = self.engine.loads()
+        assert answer is not None
+        body, total = answer
+        self._page(body, JSON)
+        self.engine.log("read", t0=start, t1=time.monotonic(), total=total, page="loads")
+
+    def _load(self) -> None:
+        """vLLM's `/load`: one API server process's count; 0 unless tracking is on."""
+        start = time.monotonic()
+        load = self.engine.server.load()
+        shown = load if self.engine.config.load_tracking else 0
+        self._page(pages.vllm_load(shown).encode(), JSON)
+        self.engine.log("read", t0=start, t1=time.monotonic(), total=shown, page="load")
+
+    def _page(self, body: bytes, kind: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    # --- a completion ------------------------------------------------------------------
+
+    def _completion(self) -> None:
+        engine = self.engine
+        request = self._body()  # the upload: in the server, in no gauge
+        if engine.answer is Answer.ERROR:  # vLLM draining: its renderer is shut down
+            self._plain(
+                500, SHUTDOWN_ERROR if engine.config.api_servers == 1 else ENGINE_LOST_ERROR
+            )
+            return
+        process = engine.server.load_begin()  # vLLM's handler starts: /load counts it
+        try:
+            if not engine.rendered(
+                request, process
+            ):  # the render: /load sees it, the gauges do not
+                self._plain(500, ENGINE_DEAD_ERROR)
+                return
+            if engine.answering() is Answer.ERROR and engine.config.api_servers > 1:
+                self._plain(500, ENGINE_LOST_ERROR)
                 return
             self._stream_head()
             with engine.stream(self.connection):
                 self._stream(engine.request_seconds(request))
             self.close_connection = True
+        finally:
+            engine.server.load_end(process)
 
-        def _stream(self, duration: float) -> None:
-            rank = engine.admit()
-            if rank is None:  # the engine stopped while it waited, or before
-                self._stopped()
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length", "0") or 0)
+        try:
+            request: Any = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            request = {}
+        return request if isinstance(request, dict) else {}
+
+    def _stream(self, duration: float) -> None:
+        engine, config = self.engine, self.engine.config
+        tick = max(0.005, config.token_seconds)
+        rank = engine.admit()
+        if rank is None:  # the engine stopped while it waited, or before
+            self._stopped()
+            return
+        sent, alive = 0, True
+        try:
+            end = time.monotonic() + duration
+            first = time.monotonic() + min(config.prefill_seconds, duration)
+            while (left := end - time.monotonic()) > 0:
+                # A long prefill emits nothing; a frozen engine nothing more.
+                pause = max(first - time.monotonic(), tick)
+                if engine.frozen.is_set():
+                    pause, end = 3600.0, math.inf
+                if engine.killed.wait(min(pause, left)):
+                    break
+                if engine.frozen.is_set():
+                    continue
+                # A stream whose connection was cut stays in the engine, unseen.
+                alive = alive and self._send(_event(config.model, sent, f" t{sent}", None))
+                if sent == 0:
+                    engine.prefilled(rank)
+                engine.emitted(rank, first=sent == 0)
+                sent += 1
+            else:
+                if alive:
+                    self._finish(sent, "length")
                 return
-            sent, alive = 0, True
-            try:
-                end = time.monotonic() + duration
-                first = time.monotonic() + min(config.prefill_seconds, duration)
-                while (left := end - time.monotonic()) > 0:
-                    # A long prefill emits nothing; a frozen engine nothing more.
-                    pause = max(first - time.monotonic(), tick)
-                    if engine.frozen.is_set():
-                        pause, end = 3600.0, math.inf
-                    if engine.killed.wait(min(pause, left)):
-                        break
-                    if engine.frozen.is_set():
-                        continue
-                    # A stream whose connection was cut stays in the engine, unseen.
-                    alive = alive and self._send(_event(config.model, sent, f" t{sent}", None))
-                    engine.emitted(rank, first=sent == 0)
-                    sent += 1
-                else:
-                    if alive:
-                        self._finish(sent, "length")
-                    return
-            finally:
-                engine.finish(rank)
-            if alive:
-                self._stopped()
+        finally:
+            if sent == 0:
+                engine.prefilled(rank)
+            engine.finish(rank)
+        if alive:
+            self._stopped()
 
-        def _stopped(self) -> None:
-            """The engine stopped this request: a stall holds the connection open."""
-            if engine.fate is Fate.STALL:
-                engine.hold(self.connection)
+    def _stopped(self) -> None:
+        """The engine stopped this request: a stall holds the connection open."""
+        if self.engine.fate is Fate.STALL:
+            self.engine.hold(self.connection)
 
-        def _stream_head(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self._send(b"")
+    def _stream_head(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self._send(b"")
 
-        def _finish(self, index: int, reason: str) -> None:
-            if self._send(_event(config.model, index, "", reason)):
-                self._send(b"data: [DONE]\n\n")
+    def _finish(self, index: int, reason: str) -> None:
+        if self._send(_event(self.engine.config.model, index, "", reason)):
+            self._send(b"data: [DONE]\n\n")
 
-        def _send(self, data: bytes) -> bool:
-            try:
-                self.wfile.write(data)
-                self.wfile.flush()
-            except OSError:
-                return False
-            return True
+    def _send(self, data: bytes) -> bool:
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            return False
+        return True
 
-        def _plain(self, status: int, body: bytes, kind: str = "text/plain") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-            self.close_connection = True
+    def _plain(self, status: int, body: bytes, kind: str | None = None) -> None:
+        kind = kind or (JSON if body.startswith(b"{") else "text/plain")
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
 
-    return Handler
+
+def _handler(engine: Engine) -> type[_Handler]:
+    return type("Handler", (_Handler,), {"engine": engine})
 
 
 class _Listener(ThreadingHTTPServer):

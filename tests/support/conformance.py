@@ -31,6 +31,7 @@ scaled (the simulated one) is measured in its own seconds and divided back.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -514,3 +515,255 @@ EPISODES: dict[str, Episode] = {
         ),
     )
 }
+
+
+# ---- the window episode: a slow upload while the hook starts ---------------------------
+#
+# A client uploads a completion request's body over UPLOAD_S, then reads its stream;
+# the hook starts HOOK_AT into the upload. What the engine shows, measured on vLLM
+# 0.32 (CPU build, one API server, with and without --enable-server-load-tracking,
+# and with --api-server-count 2): while the body uploads, the gauges read 0 and
+# `/load` reads 0 (its count starts after the body is parsed), and the client's
+# connection has sent its bytes and received none (what the hook's connection
+# signal sees from the server's side); while it streams, the gauges read 1 and
+# `/load` 1 with tracking on (0 with it off; with two API servers, one GET
+# reaches one process: 1 or 0); the request completes. The simulated engine is
+# held to the same.
+
+UPLOAD_S = 4.0  # s the body's upload lasts, episode time
+HOOK_AT = 0.2  # s into the upload the hook starts
+UPLOAD_BYTES = 4096
+UPLOAD_STREAM_S = 2.0  # s the stream should last once the body is in
+
+
+@dataclass
+class UploadSeen:
+    """What the window episode showed; times are episode seconds from the upload's start."""
+
+    gauges_upload: float | None = None  # running + waiting on /metrics, mid-upload
+    load_upload: int | None = None  # /load mid-upload (None: no 200)
+    sent_upload: int = 0  # the client's bytes acked by the server, mid-upload
+    received_upload: int = 0  # response bytes the client had, mid-upload
+    gauges_stream: float | None = None
+    load_stream: list[int] = field(default_factory=list)  # /load read twice mid-stream
+    stream: Ended = field(default_factory=Ended)
+    upload_done: float | None = None
+    last_byte: float | None = None
+    hook_code: int | None = None
+    hook_returned: float | None = None
+    hook_stderr: str = ""
+    probe: dict[str, Any] | None = None  # `probe --json` mid-upload
+    starved: float = 0.0
+
+
+def _tcp_bytes(sock: socket.socket) -> tuple[int, int]:
+    """(bytes acked by the peer, bytes received) of a connected TCP socket (Linux
+    tcp_info: tcpi_bytes_acked and tcpi_bytes_received, offsets 120 and 128)."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    if len(raw) < 136:
+        return -1, -1
+    return int.from_bytes(raw[120:128], "little"), int.from_bytes(raw[128:136], "little")
+
+
+def load_of(port: int) -> int | None:
+    status, body = get(port, "/load")
+    if status != 200:
+        return None
+    try:
+        return int(json.loads(body)["server_load"])
+    except (ValueError, LookupError, TypeError):
+        return None
+
+
+def _slow_upload(
+    port: int, body: Mapping[str, Any], seconds: float, out: Ended, conn_out: list[socket.socket]
+) -> float:
+    """Send a completion request whose body takes `seconds` to upload, then read its
+    stream into `out` (conformance.send's reading); when the body's last byte went."""
+    payload = dict(body)
+    data = json.dumps(payload).encode()
+    pad = max(0, UPLOAD_BYTES - len(data))
+    payload["user"] = str(payload.get("user", "")) + "x" * pad  # a field every engine takes
+    data = json.dumps(payload).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.connect()
+    assert conn.sock is not None
+    conn_out.append(conn.sock)
+    conn.putrequest("POST", "/v1/completions")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(data)))
+    conn.endheaders()
+    pieces = 40
+    step = seconds / pieces
+    start = time.monotonic()
+    size = -(-len(data) // pieces)
+    for i in range(pieces):
+        _sleep_until(start + i * step)
+        conn.send(data[i * size : (i + 1) * size])
+    _sleep_until(start + seconds)
+    sent = time.monotonic()
+    response = conn.getresponse()
+    out.status = response.status
+    out.asked = int(body.get("max_tokens", 0))
+    try:
+        if response.status != 200:
+            out.kind = f"refused:{response.status}"
+            out.detail = response.read().decode(errors="replace")[:200]
+            return sent
+        usage: int | None = None
+        events = 0
+        while line := response.readline():
+            out.last_byte = time.monotonic()
+            if not line.startswith(b"data: "):
+                continue
+            chunk = line[len(b"data: ") :].strip()
+            if chunk == b"[DONE]":
+                out.done = True
+                continue
+            event = json.loads(chunk)
+            if event.get("usage"):
+                usage = int(event["usage"].get("completion_tokens", 0))
+            for choice in event.get("choices") or []:
+                out.finish = choice.get("finish_reason") or out.finish
+                events += 1 if choice.get("text") or choice.get("finish_reason") is None else 0
+        out.tokens = usage if usage is not None else events
+    finally:
+        out.ended = time.monotonic()
+        conn.close()
+    return sent
+
+
+def run_upload(
+    engine: EngineUnderTest,
+    hook: list[str],
+    env: Mapping[str, str],
+    probe: bool = True,
+) -> UploadSeen:
+    """Play the window episode: `hook` is drainhook's argv prefix, run as `wait` with
+    S 0.5, I 0.5, G 30 (scaled) from HOOK_AT into the upload."""
+    import subprocess
+
+    f = engine.scale
+    seen = UploadSeen()
+    socks: list[socket.socket] = []
+    done: list[float] = []
+    body = engine.body(engine.tokens(UPLOAD_STREAM_S), "upload")
+    t0 = time.monotonic()
+    client = threading.Thread(
+        target=lambda: done.append(
+            _slow_upload(engine.port, body, f * UPLOAD_S, seen.stream, socks)
+        ),
+        daemon=True,
+    )
+    client.start()
+    _sleep_until(t0 + f * HOOK_AT)
+    timing = {"--settle": 0.5, "--interval": 0.5, "--grace": 30, "--exit-reserve": 5}
+    args = [*hook, "wait", "--url", f"http://127.0.0.1:{engine.port}/metrics"]
+    for flag, value in timing.items():
+        args += [flag, f"{f * value:.6g}"]
+    args += ["--read-timeout", f"{f:.6g}", "--log-format", "json", "--termination-log", ""]
+    before = run_delay()
+    proc = subprocess.Popen(
+        args, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    ended: list[tuple[str, float]] = []
+
+    def reap() -> None:
+        try:
+            _, err = proc.communicate(timeout=f * 40 + 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        ended.append((err, time.monotonic()))
+
+    reaper = threading.Thread(target=reap, daemon=True)
+    reaper.start()
+    # Mid-upload: what each signal shows.
+    _sleep_until(t0 + f * UPLOAD_S * 0.4)
+    status, text = get(engine.port, "/metrics")
+    seen.gauges_upload = in_flight(text) if status == 200 else None
+    seen.load_upload = load_of(engine.port)
+    if socks:
+        seen.sent_upload, seen.received_upload = _tcp_bytes(socks[0])
+    if probe:
+        ran = subprocess.run(
+            [*hook, "probe", "--json", "--url", f"http://127.0.0.1:{engine.port}/metrics"],
+            env=dict(env), capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        with contextlib.suppress(ValueError):
+            seen.probe = json.loads(ran.stdout)
+    # Mid-stream.
+    deadline = t0 + f * (UPLOAD_S + 30)
+    while seen.stream.last_byte is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(f * UPLOAD_STREAM_S * 0.3)
+    status, text = get(engine.port, "/metrics")
+    seen.gauges_stream = in_flight(text) if status == 200 else None
+    seen.load_stream = [v for v in (load_of(engine.port), load_of(engine.port)) if v is not None]
+    client.join(timeout=f * 60 + 30)
+    reaper.join(timeout=f * 40 + 60)
+    seen.starved = (run_delay() - before) / f
+    seen.hook_code = proc.returncode
+    if ended:
+        seen.hook_stderr, returned = ended[0]
+        seen.hook_returned = (returned - t0) / f
+    seen.upload_done = (done[0] - t0) / f if done else None
+    s = seen.stream
+    seen.last_byte = None if s.last_byte is None else (s.last_byte - t0) / f
+    if s.kind == "pending":
+        s.kind = "complete" if s.done and s.finish not in (None, "abort") else "truncated"
+    return seen
+
+
+def upload_differences(seen: UploadSeen, tracking: bool, api_servers: int = 1) -> list[str]:
+    """What the window episode showed of the engine that the table above does not say."""
+    out: list[str] = []
+    if seen.gauges_upload != 0:
+        out.append(f"the gauges read {seen.gauges_upload} mid-upload, expected 0")
+    if seen.load_upload != 0:
+        out.append(f"/load read {seen.load_upload} mid-upload, expected 0")
+    if seen.sent_upload <= 0 or seen.received_upload != 0:
+        out.append(
+            f"mid-upload the client had sent {seen.sent_upload} and received "
+            f"{seen.received_upload} bytes, expected some and none"
+        )
+    if seen.gauges_stream != 1:
+        out.append(f"the gauges read {seen.gauges_stream} mid-stream, expected 1")
+    want = {0, 1} if tracking and api_servers > 1 else {1} if tracking else {0}
+    if not seen.load_stream or not set(seen.load_stream) <= want:
+        out.append(f"/load read {seen.load_stream} mid-stream, expected values in {sorted(want)}")
+    if seen.stream.kind != "complete" or seen.stream.tokens != seen.stream.asked:
+        out.append(f"the request ended {_detail(seen.stream)}, expected complete")
+    return out
+
+
+# Of probe's JSON, what the record leaves out (the rest: the verdict, the counts).
+PROBE_LEFT_OUT = ("schema", "target", "series", "progress", "warnings", "engine", "read_ms")
+
+
+def upload_numbers(seen: UploadSeen) -> dict[str, Any]:
+    """The window episode's numbers, for the live tier's record and the docs' table."""
+    probe = seen.probe or {}
+    return {
+        "gauges_upload": seen.gauges_upload,
+        "load_upload": seen.load_upload,
+        "client_sent_upload": seen.sent_upload,
+        "client_received_upload": seen.received_upload,
+        "gauges_stream": seen.gauges_stream,
+        "load_stream": seen.load_stream,
+        "probe_upload": {k: v for k, v in probe.items() if k not in PROBE_LEFT_OUT},
+        "stream": seen.stream.kind,
+        "upload_done_s": _r(seen.upload_done),
+        "last_byte_s": _r(seen.last_byte),
+        "hook_exit": seen.hook_code,
+        "hook_returned_s": _r(seen.hook_returned),
+        "release_after_last_byte_s": None
+        if seen.hook_returned is None or seen.last_byte is None
+        else round(seen.hook_returned - seen.last_byte, 3),
+        "starved_s": round(seen.starved, 3),
+    }
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)

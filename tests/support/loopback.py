@@ -18,6 +18,7 @@ handed to the behaviour, so that a behaviour sees only the reads it scripts;
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import socket
 import ssl
@@ -471,3 +472,14 @@ def echo(status: int = 200, reason: str = "OK") -> Behaviour:
         conn.sendall(response_bytes(head.encode("latin-1"), status, reason, {"X-Echo": flat}))
 
     return behaviour
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    """A plain GET of 127.0.0.1:port/path: the status and the whole body."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
