@@ -2,22 +2,28 @@
 #
 # The directory build carries its own C library and loader behind a static
 # launcher, so it needs nothing from the image it is copied into but a Linux
-# kernel (3.2 or newer with a Debian 12 builder): glibc 2.31, 2.34, 2.36 and
-# newer, musl, or no libc at all (distroless/static, FROM scratch). The build
-# stage can be any Debian or Ubuntu image, with or without its own Python.
+# kernel of its architecture (with a Debian 12 builder: 3.2 or newer on x86-64,
+# 3.7 on arm64): glibc 2.31, 2.34, 2.36 and newer, musl, or no libc at all
+# (distroless/static, FROM scratch). The build stage can be any Debian or
+# Ubuntu image, with or without its own Python.
 #
 #   docker build -t drainhook:0.1.0 .                         # FROM scratch, for COPY --from
 #   docker build --target installer -t drainhook-installer .  # runnable, for an initContainer
+#   docker buildx build --platform linux/amd64,linux/arm64 -t drainhook:0.1.0 .
+#
+# Each platform's build stage builds natively for that platform (under
+# emulation on a machine of the other kind), so the image of either platform
+# holds the build for it: the same paths, the report naming its architecture.
 #
 # In an engine image's Dockerfile:
 #
 #   COPY --from=drainhook:0.1.0 /drainhook/drainhook/ /opt/drainhook/
 #   # preStop: ["/opt/drainhook/drainhook", "wait", "--grace", "30"]
 #
-# CI builds this file with buildah from base images made by debootstrap
-# (scripts/build-image); a pip behind a TLS-inspecting proxy can be given its CA
-# bundle by mounting it at /run/drainhook-ca.crt (buildah bud -v, docker build
-# --secret is not needed).
+# CI builds this file with buildah for both platforms from base images made by
+# debootstrap, into a manifest list (scripts/build-image); a pip behind a
+# TLS-inspecting proxy can be given its CA bundle by mounting it at
+# /run/drainhook-ca.crt (buildah bud -v, docker build --secret is not needed).
 
 ARG BUILD_IMAGE=python:3.11-slim-bookworm
 

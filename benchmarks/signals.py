@@ -8,9 +8,11 @@ timed on the monotonic clock around the call the hook makes:
 - `GET /load`: one read of vLLM's `{"server_load": 0}` (Reader.read_with and
   parse_server_load, as ServerLoadReader does);
 - `sock_diag`: one dump of the established TCP sockets (IPv4 and IPv6) with
-  their tcp_info, the hook's own sockets listed, and the count for the port
-  (connections.dump + own_inodes + in_flight), with 0, 64 and 512 idle
-  keep-alive connections open to the port besides;
+  their tcp_info and the count for the port (connections.dump + in_flight, as
+  ConnectionsReader makes it), with 0, 64 and 512 idle keep-alive connections
+  open to the port besides (each end in this process); and apart, what listing
+  the process's own sockets costs (own_inodes: /proc/self/fd, read only when a
+  request is seen);
 - the idle round of a vLLM target as `wait` reads it (/metrics, /load, one
   dump), against /metrics alone.
 
@@ -73,10 +75,13 @@ def main() -> None:
         only_metrics = target_reader(plain, target)
         whole = target_reader(full, target)
 
-        def dump() -> int:
-            return connections.in_flight(
-                connections.dump(1.0, port=srv.port), srv.port, connections.own_inodes()
-            )
+        def dump() -> int:  # as ConnectionsReader: its own sockets listed only on a find
+            found = connections.dump(1.0, port=srv.port)
+            count = connections.in_flight(found, srv.port)
+            return connections.in_flight(found, srv.port, connections.own_inodes()) if count else 0
+
+        def own() -> int:
+            return len(connections.own_inodes())
 
         cases: dict[str, tuple[Callable[[], object], Callable[[object], bool]]] = {
             "/metrics": (lambda: metrics.read(1.0), idle),
@@ -85,6 +90,7 @@ def main() -> None:
                 lambda r: getattr(r, "value", None) == 0.0,
             ),
             "sock_diag dump": (dump, lambda n: n == 0),
+            "own sockets listed": (own, lambda n: isinstance(n, int) and n > 0),
             "round: /metrics only": (lambda: only_metrics.read(1.0), idle),
             "round: /metrics + /load + dump": (
                 lambda: whole.read(1.0),

@@ -2,11 +2,13 @@
 but a kernel (docs/packaging.md).
 
 Reads every ELF file of dist/drainhook/ (the launcher, the bootloader and
-_internal/) and writes dist/drainhook-report.json: size on disk, the launcher
-(static: no loader, no library), the libraries scripts/bundle_libc.py copied
-in with their Debian packages and versions, the bundled glibc and the oldest
-kernel it runs on (its ABI note), the newest glibc symbol version any file
-needs, and the libraries needed from the image (none, or the build fails).
+_internal/) and writes dist/drainhook-report.json: size on disk, the
+architecture (every file's ELF machine, which must agree: scripts/arches.py),
+the launcher (static: no loader, no library), the libraries
+scripts/bundle_libc.py copied in with their Debian packages and versions, the
+bundled glibc and the oldest kernel it runs on (its ABI note), the newest glibc
+symbol version any file needs, and the libraries needed from the image (none,
+or the build fails).
 
     python scripts/binary_report.py dist            # writes dist/drainhook-report.json
 
@@ -30,6 +32,9 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 from elftools.elf.sections import NoteSection
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import arches  # scripts/arches.py
+
 REPORT_NAME = "drainhook-report.json"
 BUNDLED_NAME = "bundled-libraries.json"  # written by scripts/bundle_libc.py
 DIRECTORY = "drainhook"
@@ -48,6 +53,7 @@ class Elf:
     """The dynamic-linking facts of one ELF file."""
 
     name: str
+    machine: str  # e_machine, as pyelftools names it: EM_X86_64, EM_AARCH64
     interpreter: str | None
     soname: str | None
     needed: tuple[str, ...]
@@ -102,7 +108,8 @@ def read_elf(data: bytes, name: str) -> Elf:
                 if note["n_type"] == "NT_GNU_ABI_TAG":
                     d = note["n_desc"]
                     abi = (d["abi_major"], d["abi_minor"], d["abi_tiny"])
-    return Elf(name, interpreter, soname, tuple(needed), tuple(sorted(versions)), abi)
+    machine = str(elf.header["e_machine"])
+    return Elf(name, machine, interpreter, soname, tuple(needed), tuple(sorted(versions)), abi)
 
 
 @dataclass
@@ -132,6 +139,12 @@ class Artifact:
             needed.add(launcher.interpreter)
         return sorted(needed)
 
+    def arch(self) -> str | None:
+        """The architecture (scripts/arches.py's machine name) every ELF file is
+        built for; None when they disagree or one is of no known architecture."""
+        found = {arches.by_elf_machine(elf.machine) for elf in self.elves}
+        return next(iter(found)).machine if len(found) == 1 and None not in found else None  # type: ignore[union-attr]
+
     def kernel_floor(self) -> str | None:
         """The oldest Linux the bundled glibc runs on (libc.so.6's ABI note)."""
         libc = [e for e in self.elves if e.name == f"{CONTENTS}/libc.so.6"]
@@ -144,10 +157,14 @@ class Artifact:
         libc = next((lib for lib in bundled if lib["name"] == "libc.so.6"), None)
         from_image = self.from_image()
         floor = self.kernel_floor()
+        arch = self.arch()
         return {
             "path": str(self.path),
+            "arch": arch,
+            "platform": arches.ARCHES[arch].platform if arch else None,
             "bytes": self.bytes,
             "elf_files": len(self.elves),
+            "elf_machines": sorted({elf.machine for elf in self.elves}),
             "launcher": {
                 "static": launcher.static,
                 "bytes": (self.path / LAUNCHER).stat().st_size,
@@ -159,8 +176,8 @@ class Artifact:
             "bundled": bundled,
             "from_image": from_image,
             "needs": (
-                f"nothing from the image but a Linux kernel >= {floor}"
-                if not from_image and launcher.static
+                f"nothing from the image but a Linux kernel >= {floor} ({arch})"
+                if not from_image and launcher.static and arch
                 else "the image must provide: " + ", ".join(from_image)
             ),
         }
@@ -195,7 +212,7 @@ def report(dist: Path) -> dict[str, object]:
         )
         artifacts["directory"] = directory_build(dist / DIRECTORY).summary(bundled)
     return {
-        "schema": 2,
+        "schema": 3,
         "builder": {
             "python": platform.python_version(),
             "glibc": builder_glibc(),
@@ -211,7 +228,8 @@ def _table(data: dict[str, object]) -> str:
     art = artifacts["directory"]
     libs = ", ".join(f"{lib['name']} {lib['version'] or '?'}" for lib in art["bundled"])
     return (
-        f"directory  {art['bytes'] / 1e6:.1f} MB, launcher {art['launcher']['bytes']} bytes"
+        f"directory  {art['arch']}, {art['bytes'] / 1e6:.1f} MB,"
+        f" launcher {art['launcher']['bytes']} bytes"
         f" ({'static' if art['launcher']['static'] else 'DYNAMIC'}), glibc {art['glibc']}\n"
         f"bundled:   {libs}\n"
         f"needs:     {art['needs']}"
@@ -231,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     artifacts = data["artifacts"]
     assert isinstance(artifacts, dict)
     art = artifacts["directory"]
+    if art["arch"] is None:
+        print(f"the build's files are not all of one architecture: {art['elf_machines']}",
+              file=sys.stderr)  # fmt: skip
+        return 1
     if art["from_image"] or not art["launcher"]["static"]:
         print(f"the build needs something from the image: {art['needs']}", file=sys.stderr)
         return 1

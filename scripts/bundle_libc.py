@@ -35,12 +35,18 @@ from pathlib import Path
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import arches  # scripts/arches.py: what differs between architectures
+
+# This machine's architecture: a build for another one runs this script in a
+# root of that architecture (scripts/build-binary --arch), where it is the host.
+ARCH = arches.host()
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER_SOURCE = ROOT / "packaging" / "launcher.c"
 CONTENTS = "_internal"  # the spec's contents_directory
 BOOTLOADER = "bootloader"  # the spec's EXE name: PyInstaller's bootloader
 LAUNCHER = "drainhook"
-LOADER = "ld-linux-x86-64.so.2"
+LOADER = ARCH.loader
 # PyInstaller 6's process level of a onedir process that restarts itself
 # (bootloader/src/pyi_main.h, PYI_PROCESS_LEVEL_PARENT_NEEDS_RESTART).
 PYI_RESTART_LEVEL = "-1"
@@ -48,14 +54,7 @@ PYI_RESTART_LEVEL = "-1"
 # pthread_exit unwind through it.
 DLOPENED = ("libgcc_s.so.1",)
 ELF_MAGIC = b"\x7fELF"
-LIBRARY_DIRS = [
-    f"/lib/{platform.machine()}-linux-gnu",
-    f"/usr/lib/{platform.machine()}-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-]
+LIBRARY_DIRS = ARCH.library_dirs
 NOTICE = "NOTICE"
 LOCALES = [Path("/usr/lib/locale/C.utf8"), Path("/usr/lib/locale/C.UTF-8")]
 LGPL_TEXT = Path("/usr/share/common-licenses/LGPL-2.1")
@@ -121,10 +120,17 @@ def package_of(path: Path) -> dict[str, str | None]:
     return info
 
 
+def elf_machine(path: Path) -> str:
+    return str(ELFFile(io.BytesIO(path.read_bytes())).header["e_machine"])
+
+
 def bundle(build: Path) -> list[dict[str, object]]:
     """Copy the loader and the missing libraries into build/_internal/."""
     contents = build / CONTENTS
     bootloader = build / BOOTLOADER
+    if elf_machine(bootloader) != ARCH.elf_machine:
+        raise SystemExit(f"bundle_libc: the bootloader is {elf_machine(bootloader)}, "
+                         f"not this machine's {ARCH.elf_machine}")  # fmt: skip
     interpreter, _ = dynamic(bootloader)
     if interpreter is None or Path(interpreter).name != LOADER:
         raise SystemExit(f"bundle_libc: the bootloader's loader is {interpreter}, not {LOADER}")
@@ -259,6 +265,8 @@ def compile_launcher(build: Path) -> str:
     interpreter, needed = dynamic(build / LAUNCHER)
     if interpreter or needed:
         raise SystemExit(f"bundle_libc: the launcher is dynamic ({interpreter}, {needed})")
+    if elf_machine(build / LAUNCHER) != ARCH.elf_machine:
+        raise SystemExit(f"bundle_libc: the launcher is {elf_machine(build / LAUNCHER)}")
     return compiler[0]
 
 
@@ -277,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {"compiler": compiler, "libraries": copied}
     (build.parent / BUNDLED_JSON).write_text(json.dumps(record, indent=2) + "\n")
     names = ", ".join(str(lib["name"]) for lib in copied)
-    print(f"bundled: {names}; launcher built with {compiler} -static")
+    print(f"bundled ({ARCH.machine}): {names}; launcher built with {compiler} -static")
     return 0
 
 

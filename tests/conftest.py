@@ -78,9 +78,19 @@ def timeline_warning(line: str) -> bool:
     return line.startswith("drainhook warning=") and " code=" in line
 
 
+def signal_line(line: str) -> bool:
+    """A line saying that one of a target's signals is missing (CONTRACT §2a, said
+    once per reason): the test listeners answer vLLM's /load 404 (tests/loopback.py),
+    so a vLLM run gets one."""
+    if line.startswith("{"):
+        return line.startswith('{"event": "signal"')
+    return line.startswith("drainhook signal=")
+
+
 def hook_lines(lines: list[str]) -> list[str]:
-    """The lines of a run but its timeline warnings: reads, summary, other warnings."""
-    return [line for line in lines if not timeline_warning(line)]
+    """The lines of a run but its timeline warnings and missing-signal notes: reads,
+    summary, other warnings."""
+    return [line for line in lines if not timeline_warning(line) and not signal_line(line)]
 
 
 def fields(line: str) -> dict[str, str]:

@@ -19,6 +19,8 @@ import sys
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from drainhook.engines.verdict import Reading, Signals, Verdict, with_signals
 from drainhook.reading import connections as c
@@ -302,3 +304,25 @@ def test_the_hook_holds_an_upload_until_it_is_answered(pod_command: Pod) -> None
     verdicts = [fields(line)["verdict"] for line in out["stderr"].splitlines() if " read=" in line]
     assert verdicts[-2:] == ["idle", "idle"] and verdicts[0] == "busy", out["stderr"]
     assert set(verdicts[:-2]) == {"busy"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2048), st.integers(min_value=0, max_value=65535))
+def test_any_bytes_parse_or_say_unavailable(data: bytes, port: int) -> None:
+    """What the kernel sends is parsed defensively: garbage gives sockets, nothing,
+    or Unavailable (an error message), never another exception."""
+    try:
+        found, _done = c.parse(data, port)
+    except Unavailable:
+        return
+    assert c.in_flight(found, port) <= len(found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_real_message_cut_anywhere_is_never_misread(data: st.DataObject) -> None:
+    whole = message(PORT, 40001, tcp_info_bytes(100, 0, 1, 1)) * 2 + DONE
+    at = data.draw(st.integers(min_value=0, max_value=len(whole)))
+    found, done = c.parse(whole[:at])
+    assert len(found) <= 2 and all(s.sport == PORT for s in found)
+    assert done is (at == len(whole))

@@ -356,6 +356,14 @@ def test_probe_of_a_refused_target_reads_the_engines_found(pod: Pod) -> None:
             "in_flight": total,
             "source": "metrics",
             "read_ms": obj["discovered"][i]["read_ms"],
+            # each signal apart (CONTRACT §2a): no /load on the scripted
+            # listeners, no connection but the search's own
+            "signals": {
+                "scheduler": total,
+                "server": None,
+                "connections": 0,
+                "missing": {"server": "/load answered HTTP 404 (a vLLM without the /load route)"},
+            },
         }
         for i, (port, verdict, total) in enumerate([(8100, "busy", 2), (8101, "idle", 0)])
     ]

@@ -127,6 +127,8 @@ def test_every_plan_warning_is_documented() -> None:
     ):
         plan = planning.make_plan(planning.wait_config(**flags), role)
         seen |= {w.code for w in plan.warnings}
+    several = planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2)
+    seen |= {w.code for w in several.warnings}
     expected = {
         "grace-range",
         "grace-fraction",
@@ -138,6 +140,7 @@ def test_every_plan_warning_is_documented() -> None:
         "vllm-prefill-linger",
         "vllm-shutdown-timeout",
         "stall-after-deadline",
+        "vllm-api-servers",
     }
     assert seen == expected
     text = part(OPERATIONS, "plan-warnings")
@@ -159,6 +162,7 @@ def _firing() -> list[tuple[planning.Rule, planning.Plan]]:
             ("unified", {"stall_after": 30.0}),
         )
     ]
+    plans.append(planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2))
     return [(rule, next(p for p in plans if rule(p) is not None)) for rule in planning.RULES]
 
 

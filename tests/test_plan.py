@@ -274,6 +274,7 @@ def test_each_rule_owns_one_code_and_fires_alone() -> None:
         make(grace=17.0, exit_reserve=10.5), make(grace=8.0, settle=6.0),
         make("decode", engine="sglang"), make("prefill", engine="vllm"),
         make(stall_after=30.0),
+        planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2),
     ]  # fmt: skip
     for plan in cases:
         for rule in planning.RULES:
@@ -690,3 +691,23 @@ def test_yaml_needs_no_yaml_library() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "terminationGracePeriodSeconds: 30" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("engine", "servers", "warned"),
+    [("vllm", 4, True), ("auto", 2, True), ("vllm", 1, False), ("vllm", None, False),
+     ("sglang", 4, False)],
+)  # fmt: skip
+def test_several_vllm_api_servers_warn_that_load_sees_one(
+    engine: str, servers: int | None, warned: bool
+) -> None:
+    """CONTRACT §2a: one GET /load reaches one API-server process."""
+    p = planning.make_plan(planning.wait_config(engine=engine), api_servers=servers)
+    found = [w for w in p.warnings if w.code == "vllm-api-servers"]
+    assert bool(found) is warned
+    if warned:
+        assert f"with {servers} API servers" in found[0].message
+        assert f"the other {servers - 1} hold" in found[0].message
+        assert not found[0].fixes  # advice, never a value applied
+    applied = planning.apply_advice(p)
+    assert applied.plan.api_servers == servers  # kept through the applied advice

@@ -17,10 +17,11 @@ PROBE_EXIT = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}
 # CONTRACT §4's fields, `source` (what was counted: metrics or loads; null unless
 # idle or busy) and `warnings` (shapes that usually mean trouble; a list, often
 # empty); `targets` is added only when several targets are read, `discovered`
-# only when listener discovery ran.
+# only when listener discovery ran. `signals` (each signal's own count, CONTRACT
+# §2a; null unless idle or busy) and `held_by` (the signals that read work).
 JSON_KEYS = {
     "schema", "target", "engine", "verdict", "reason", "in_flight", "series", "read_ms", "source",
-    "warnings", "progress", "waiting_outside",
+    "warnings", "progress", "waiting_outside", "signals", "held_by",
 }  # fmt: skip
 COUNTED_PREFIXES = ("vllm:num_requests_", "sglang:num_")
 

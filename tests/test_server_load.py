@@ -162,3 +162,68 @@ def test_wait_holds_while_load_counts_a_request(hook: Hook) -> None:
     ]
     assert fields(run.summary)["reads"] == "5"
     assert seen.count("/load") == 5
+
+
+# ---- what probe and the log say of each signal (CONTRACT §2a, §4) -----------------------
+
+
+def test_probe_shows_each_signal_apart_and_which_held(hook: Hook) -> None:
+    """An SGLang whose gauges read 0 while its HTTP server holds a request: busy 1,
+    from the server signal; `probe --json` adds `signals` and `held_by`."""
+    seen: list[str] = []
+    body = sample("sglang-mp-dp2-server-only.txt")
+    with Loopback(by_path({"/metrics": [(200, body)]}, seen)) as srv:
+        run = hook("probe", "--url", srv.url, "--json")
+        text = hook("probe", "--url", srv.url)
+    assert run.code == 1, run.stderr
+    obj = json.loads(run.stdout)
+    assert (obj["verdict"], obj["in_flight"], obj["held_by"]) == ("busy", 1, ["server"])
+    assert obj["signals"]["scheduler"] == 0 and obj["signals"]["server"] == 1
+    assert obj["signals"]["connections"] == 0  # the probe's own connection is not counted
+    assert obj["signals"]["missing"] == {}
+    rows = dict(line.split(None, 1) for line in text.stdout.splitlines() if line[:1] != " ")
+    assert rows["signals"] == "scheduler=0 server=1 connections=0"
+    assert rows["held_by"] == "server"
+
+
+def test_the_read_lines_and_the_summary_say_which_signal_held(hook: Hook) -> None:
+    """Held to D by the server's count alone; a missing signal said once."""
+    seen: list[str] = []
+    replies = {"/metrics": [(200, IDLE)], "/load": [load(2)]}
+    with Loopback(by_path(replies, seen), own_load=False) as srv:
+        run = hook(
+            "wait", "--url", srv.url, "--settle", "0.1", "--interval", "0.1",
+            "--grace", "1.5", "--exit-reserve", "0.5", "--no-discover", timeout=15,
+        )  # fmt: skip
+    assert run.code == 3, run.stderr
+    reads = [fields(line) for line in run.lines if " read=" in line]
+    assert len(reads) >= 3
+    for r in reads:
+        assert (r["verdict"], r["in_flight"], r["held_by"]) == ("busy", "2", "server")
+        assert (r["scheduler"], r["server"]) == ("0", "2")
+        assert "connections" not in r  # busy already: no dump (the count is the largest)
+    summary = fields(run.summary)
+    assert (summary["outcome"], summary["held_by"]) == ("deadline", "server")
+
+
+def test_a_missing_signal_is_said_once(hook: Hook) -> None:
+    with Loopback(by_path({"/metrics": [(200, IDLE)]}, []), own_load=False) as srv:
+        run = hook(
+            "wait", "--url", srv.url, "--settle", "0.1", "--interval", "0.1", "--confirm", "4",
+            "--grace", "3", "--exit-reserve", "0.5", "--no-discover", "--log-format", "json",
+            timeout=15,
+        )  # fmt: skip
+    assert run.code == 0, run.stderr
+    events = [json.loads(line) for line in run.lines]
+    said = [e for e in events if e["event"] == "signal"]
+    assert said == [
+        {
+            "event": "signal",
+            "signal": "server",
+            "missing": "/load answered HTTP 404 (a vLLM without the /load route)",
+            "target": None,
+        }
+    ]
+    reads = [e for e in events if e["event"] == "read"]
+    assert len(reads) == 4
+    assert all(e["server"] is None and e["scheduler"] == 0 for e in reads)

@@ -228,3 +228,16 @@ def test_frozen_scheduler_work_stalls_beside_an_upload() -> None:
     assert found[:10] == [None] * 10
     stall = found[10]
     assert stall is not None and stall.work == 2.0 and stall.in_flight == 3.0
+
+
+def test_the_termination_message_names_the_signals_that_saw_the_work() -> None:
+    from drainhook.hook.drain import Outcome, Result
+    from drainhook.hook.termination import message
+
+    held = reading(0.0, 1.0, 2.0)
+    text = message(Result(Outcome.DEADLINE, 25.0, 20, held))
+    assert "2 requests still in flight at SIGTERM (seen by: server, connections)" in text
+    plain = reading(3.0)
+    assert "3 requests still in flight at SIGTERM;" in message(
+        Result(Outcome.DEADLINE, 25.0, 20, plain)
+    )

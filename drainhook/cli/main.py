@@ -128,6 +128,13 @@ class _PlanCommand(click.Command):
     help="Where the hook lives in the container (for the preStop command).",
 )
 @click.option(
+    "--api-servers",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="vLLM's API-server processes (its --api-server-count, which defaults to its "
+    "--data-parallel-size): /load reaches one of them per read.",
+)
+@click.option(
     "--observe",
     is_flag=True,
     help="Recommend G from the engine's end-to-end latency histogram, read from the "
@@ -159,6 +166,7 @@ def plan(
     role: str,
     output: str,
     binary: str,
+    api_servers: int | None,
     observe: bool,
     quantile: float,
     window: float | None,
@@ -182,7 +190,8 @@ def plan(
     given = [n for n in observe_only if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
     if given:
         raise UsageError(f"{', '.join('--' + n.replace('_', '-') for n in given)} need --observe")
-    click.echo(planning.render(planning.make_plan(config, role, binary), output), nl=False)
+    made = planning.make_plan(config, role, binary, api_servers=api_servers)
+    click.echo(planning.render(made, output), nl=False)
     return 0
 
 

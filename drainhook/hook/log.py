@@ -70,9 +70,26 @@ def text_value(value: Value) -> str:
     return json.dumps(text) if any(c in text for c in ' "=\\') else text
 
 
+def signal_fields(reading: Reading | None) -> tuple[tuple[str, Value], ...]:
+    """Each signal's own count (CONTRACT §2a: `scheduler`, `server`, `connections`;
+    none where the target does not answer it, or the read gave no count) and
+    `held_by`, the signals that read work on a busy read."""
+    signals = reading.signals if reading is not None and reading.counted else None
+    if signals is None:
+        return (("scheduler", None), ("server", None), ("connections", None), ("held_by", None))
+    holding = list(signals.holding()) if reading is not None and reading.in_flight else []
+    return (
+        ("scheduler", json_number(signals.scheduler)),
+        ("server", json_number(signals.server)),
+        ("connections", json_number(signals.connections)),
+        ("held_by", holding or None),
+    )
+
+
 def read_event(t: float, n: int, reading: Reading) -> Event:
     """A read's line: when, its number, verdict, count, time, what was counted,
-    the targets that answered (with several), why (when not counted)."""
+    each signal's count and which held the hook, the targets that answered (with
+    several), why (when not counted)."""
     parts = reading.parts
     answering = sum(1 for _, r in parts if r.verdict.value != "unreachable")
     return Event(
@@ -85,11 +102,26 @@ def read_event(t: float, n: int, reading: Reading) -> Event:
             ("read_ms", round(reading.read_ms, 2)),
             ("engine", reading.engine),
             ("source", reading.source if reading.counted else None),
+            *signal_fields(reading),
             ("targets", len(parts) if parts else None),
             ("answering", answering if parts else None),
             ("reason", reading.reason),
         ),
     )
+
+
+def missing_signals(reading: Reading) -> tuple[Event, ...]:
+    """A line for each signal a reading has missing (CONTRACT §2a: logged once,
+    the others decide): `drainhook signal=server missing="..."`, with the target
+    when there are several."""
+    found: list[Event] = []
+    for name, part in reading.per_target():
+        if part.signals is None:
+            continue
+        for signal, why in part.signals.missing:
+            fields: tuple[tuple[str, Value], ...] = (("signal", signal), ("missing", why))
+            found.append(Event("signal", (*fields, ("target", name or None))))
+    return tuple(found)
 
 
 def discovery_event(t: float, search: SearchRecord) -> Event:
@@ -136,6 +168,7 @@ def summary_event(result: Result, exit_code: int, target: str, deadline: float) 
             ("elapsed", round(result.elapsed, 3)),
             ("reads", result.reads),
             ("in_flight", json_number(last.in_flight if last else None)),
+            ("held_by", signal_fields(last)[-1][1]),
             ("reason", reason),
             ("exit", exit_code),
             ("deadline", round(deadline, 3)),
@@ -192,6 +225,11 @@ class Log:
             if warning not in self._warned:  # each warning once per hook
                 self._warned.add(warning)
                 self.warning(warning)
+        for event in missing_signals(reading):
+            said = event.text()
+            if said not in self._warned:  # each missing signal, for each reason, once
+                self._warned.add(said)
+                self.emit(event)
 
     def discovery(self, t: float, search: SearchRecord) -> None:
         self.emit(discovery_event(t, search))

@@ -42,14 +42,37 @@ def external_of(reading: Reading) -> float | None:
     return sum(found) if found else None
 
 
+def signals_json(reading: Reading) -> dict[str, object] | None:
+    """Each signal's own count (CONTRACT §2a) and why a missing one is missing;
+    None when the read gave no count."""
+    signals = reading.signals
+    if signals is None or not reading.counted:
+        return None
+    return {
+        "scheduler": json_number(signals.scheduler),
+        "server": json_number(signals.server),
+        "connections": json_number(signals.connections),
+        "missing": dict(signals.missing),
+    }
+
+
+def held_by(reading: Reading) -> list[str]:
+    """The signals that read work, on a busy read (what held a hook)."""
+    if reading.signals is None or not reading.counted or not reading.in_flight:
+        return []
+    return list(reading.signals.holding())
+
+
 def probe_json(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
     """The stable `probe --json` object (schema 1). Beyond the contract's fields:
     `source` (what was counted: metrics, loads, mixed; null when nothing was),
     `warnings`, `progress` (each progress counter's name and value, summed over
     its series and targets: CONTRACT §2b), `waiting_outside` (the work the
-    engine reports as waiting outside itself), `targets` (each target's own
-    read, with several) and `discovered` (the engine listeners a search found,
-    when one ran)."""
+    engine reports as waiting outside itself), `signals` (each signal's own
+    count, CONTRACT §2a: `scheduler`, `server`, `connections`, null where the
+    target does not answer it, and `missing`: why), `held_by` (the signals that
+    read work), `targets` (each target's own read, with several) and
+    `discovered` (the engine listeners a search found, when one ran)."""
     counted = reading.counted
     discovered = {}
     if search is not None:
@@ -72,6 +95,8 @@ def probe_json(reading: Reading, target: str, search: SearchRecord | None = None
             "warnings": list(reading.warnings),
             "progress": _counts(counter_totals(progress_of(reading))),
             "waiting_outside": json_number(external_of(reading)),
+            "signals": signals_json(reading),
+            "held_by": held_by(reading),
             **({"targets": [_part_json(n, r) for n, r in reading.parts]} if reading.parts else {}),
             **discovered,
         }
@@ -88,6 +113,7 @@ def _part_json(name: str, reading: Reading) -> dict[str, object]:
         "in_flight": json_number(reading.in_flight) if counted else None,
         "source": reading.source if counted else None,
         "read_ms": round(reading.read_ms, 3),
+        "signals": signals_json(reading),
     }
 
 
@@ -101,6 +127,8 @@ def probe_text(reading: Reading, target: str, search: SearchRecord | None = None
         ("reason", reading.reason or "-"),
         ("in_flight", shown(reading.in_flight)),
         ("source", (reading.source if reading.counted else None) or "-"),
+        ("signals", _signals_text(reading)),
+        ("held_by", ",".join(held_by(reading)) or "-"),
         ("read_ms", f"{reading.read_ms:.1f}"),
         ("series", str(len(reading.series))),
     ]
@@ -132,7 +160,21 @@ def probe_text(reading: Reading, target: str, search: SearchRecord | None = None
         if not found:
             lines.append(f"  none: {search.discovery.describe()}")
     lines += [f"warning    {w}" for w in reading.warnings]
+    if reading.signals is not None and reading.counted:
+        lines += [f"missing    {name}: {why}" for name, why in reading.signals.missing]
     return "\n".join(lines)
+
+
+def _signals_text(reading: Reading) -> str:
+    """`scheduler=N server=N connections=N`, `-` for a signal not answered."""
+    found = signals_json(reading)
+    if found is None:
+        return "-"
+    return " ".join(
+        f"{k}={shown(v) if isinstance(v, (int, float)) else '-'}"
+        for k, v in found.items()
+        if k != "missing"
+    )
 
 
 def probe_both(readings: tuple[Reading, Reading], targets: tuple[str, str], as_json: bool) -> str:

@@ -108,7 +108,12 @@ def _work(result: Result, when: str) -> str:
         n = last.in_flight
         if n == 0:
             return "nothing in flight at the last read"
-        return f"{number(n)} request{'' if n == 1 else 's'} {when}"
+        work = f"{number(n)} request{'' if n == 1 else 's'} {when}"
+        # Which signals saw them, when not the scheduler's alone (CONTRACT §2a).
+        holding = last.signals.holding() if last.signals is not None else ()
+        if holding and holding != ("scheduler",):
+            work += f" (seen by: {', '.join(holding)})"
+        return work
     return f"work in flight unknown (last read {last.verdict.value}: {last.reason or '-'})"
 
 

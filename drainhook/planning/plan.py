@@ -74,6 +74,9 @@ class Plan(Instants):
     binary: str = DEFAULT_BINARY
     known_engine: str | None = None  # the engine when known otherwise (plan --observe)
     grace_observed: bool = False  # G came from observed request times (plan --observe)
+    # vLLM's API-server processes (its --api-server-count; 0.32's default is its
+    # --data-parallel-size), when known: /load reaches one per read (CONTRACT §2a).
+    api_servers: int | None = None
 
     @property
     def warnings(self) -> tuple[PlanWarning, ...]:
@@ -129,6 +132,8 @@ def make_plan(
     role: str = "unified",
     binary: str = DEFAULT_BINARY,
     known_engine: str | None = None,
+    *,
+    api_servers: int | None = None,
 ) -> Plan:
     """The timeline `wait` runs for config, and what is wrong with it. known_engine:
     the engine when something other than --engine showed it (a latency histogram)."""
@@ -137,7 +142,7 @@ def make_plan(
     t = instants(config)
     return Plan(
         t.config, t.first_read, t.idle_return, t.idle_drains, t.reads_max,
-        role, binary, known_engine,
+        role, binary, known_engine, api_servers=api_servers,
     )  # fmt: skip
 
 
@@ -257,6 +262,22 @@ def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
     )
 
 
+def _vllm_api_servers(plan: Plan) -> PlanWarning | None:
+    """vllm-api-servers: vLLM with --api-servers N > 1 (its --api-server-count, or data parallel)"""
+    n = plan.api_servers
+    if plan.engine not in ("vllm", "auto") or n is None or n <= 1:
+        return None
+    return PlanWarning(
+        "vllm-api-servers",
+        f"vLLM with {n} API servers: GET /load reaches one of them per read (they share "
+        f"the port and the kernel hands each connection to one), so /load alone cannot "
+        f"see what the other {n - 1} hold",
+        "the scheduler's gauges cover every engine, and the connection signal sees every "
+        "API server's connections on the port: run the hook in a container of the Pod "
+        "(its network namespace), where the connections are read",
+    )
+
+
 # Advice for the Pod spec and the engine's own flags (a role, an engine option):
 # `plan` only; logging them on every drain would say nothing about that drain.
 # `stall-after-deadline` too: with a W given for a longer G (one flag set for
@@ -266,6 +287,7 @@ ADVICE_RULES: tuple[Rule, ...] = (
     _sglang_pd_exit,
     _vllm_prefill_linger,
     _vllm_shutdown_timeout,
+    _vllm_api_servers,
 )
 RULES: tuple[Rule, ...] = TIMELINE_RULES + ADVICE_RULES
 
@@ -386,7 +408,9 @@ def _with(plan: Plan, **values: float) -> Plan:
         grace=values.get("grace", c.grace),
         exit_reserve=values.get("exit_reserve", c.exit_reserve),
     )
-    return make_plan(config, plan.role, plan.binary, plan.known_engine)
+    return make_plan(
+        config, plan.role, plan.binary, plan.known_engine, api_servers=plan.api_servers
+    )
 
 
 def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[str, ...]:
