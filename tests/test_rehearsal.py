@@ -13,6 +13,7 @@ beyond loose bounds.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any

@@ -85,7 +85,7 @@ class SlowUpload:
 def until(check: Any, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, "timed out"  # exact: a poll's own give-up time
         time.sleep(0.005)
 
 
