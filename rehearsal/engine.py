@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from drainhook.sim import Engine, EngineConfig, SimServer
+from drainhook.sim import EngineConfig, SimEngine, SimServer
 from drainhook.sim.model import Duration, tokens_duration
 from rehearsal.timeline import (
     SGLANG_EXIT,
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     duration = durations(args)
     out = open(args.log, "a", encoding="utf-8") if args.log else None  # noqa: SIM115
     log = EventLog(out)
-    engine = Engine(config(args), duration=duration, render=renders(args), log=log)
+    engine = SimEngine(config(args), duration=duration, render=renders(args), log=log)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: engine.sigterm())
     with SimServer(engine) as server:
         log("ready", port=server.port, pid=os.getpid())

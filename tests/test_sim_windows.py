@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from drainhook.sim import Engine, EngineConfig, SimServer, complete
+from drainhook.sim import EngineConfig, SimEngine, SimServer, complete
 from drainhook.sim.client import COMPLETED
 from tests.support.loopback import get
 
@@ -92,7 +92,7 @@ def until(check: Any, timeout: float = 5.0) -> None:
 @contextmanager
 def engine(**fields: Any) -> Iterator[SimServer]:
     config = {"dp": 1, "max_running": 4, "token_seconds": TOKEN, **fields}
-    with SimServer(Engine(EngineConfig(**config))) as server:
+    with SimServer(SimEngine(EngineConfig(**config))) as server:
         yield server
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from drainhook.engines.exposition import scan
 from drainhook.engines.verdict import Verdict
-from drainhook.sim import Engine, EngineConfig, SimServer, complete
+from drainhook.sim import EngineConfig, SimEngine, SimServer, complete
 from rehearsal import scenarios
 from rehearsal.timeline import INTERVAL, KSERVE_GRACE, SETTLE
 from tests.conftest import POD_LATE, WAKE_LATE, late
@@ -62,7 +62,7 @@ GEN, STEPS, PROMPT = (
 
 
 def test_counters_advance_while_it_streams_and_freeze_with_it() -> None:
-    engine = Engine(EngineConfig(dp=1, token_seconds=TOKEN, freeze_after=0.3))
+    engine = SimEngine(EngineConfig(dp=1, token_seconds=TOKEN, freeze_after=0.3))
     with SimServer(engine) as server:
         t = stream(server, 100)  # 2 s of tokens: frozen long before its end
         time.sleep(0.15)
@@ -86,7 +86,7 @@ def test_counters_advance_while_it_streams_and_freeze_with_it() -> None:
 
 
 def test_a_long_prefill_is_flat_then_moves_and_a_kv_pull_is_deferred() -> None:
-    engine = Engine(EngineConfig(dp=1, token_seconds=TOKEN, prefill_seconds=0.3))
+    engine = SimEngine(EngineConfig(dp=1, token_seconds=TOKEN, prefill_seconds=0.3))
     with SimServer(engine) as server:
         t = stream(server, 20)
         time.sleep(0.1)
@@ -94,7 +94,7 @@ def test_a_long_prefill_is_flat_then_moves_and_a_kv_pull_is_deferred() -> None:
         t.join(5)
         _, after, _ = metrics(server.port)
         assert after[GEN] > 0 and after[PROMPT] == 512
-    engine = Engine(EngineConfig(dp=1, token_seconds=TOKEN, kv_wait_seconds=0.3))
+    engine = SimEngine(EngineConfig(dp=1, token_seconds=TOKEN, kv_wait_seconds=0.3))
     with SimServer(engine) as server:
         t = stream(server, 5)
         time.sleep(0.1)

@@ -12,17 +12,17 @@ rehearsal, tests) import it.
 - `demo.py`: `drainhook demo`.
 """
 
-from drainhook.sim.client import Outcome, complete
+from drainhook.sim.client import RequestOutcome, complete
 from drainhook.sim.demo import run_demo
-from drainhook.sim.model import Answer, Engine, EngineConfig, Fate
+from drainhook.sim.model import Answer, EngineConfig, Fate, SimEngine
 from drainhook.sim.server import SimServer
 
 __all__ = [
     "Answer",
-    "Engine",
     "EngineConfig",
     "Fate",
-    "Outcome",
+    "RequestOutcome",
+    "SimEngine",
     "SimServer",
     "complete",
     "run_demo",

@@ -27,7 +27,7 @@ COMPLETED, CUT, REFUSED = "completed", "cut", "refused"
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RequestOutcome:
     outcome: str  # completed | cut | refused
     tokens: int = 0  # events that carried text
     finish_reason: str | None = None
@@ -37,14 +37,14 @@ class Outcome:
     connected: float | None = None  # time.monotonic() its connection was accepted
 
 
-def complete(port: int, body: Mapping[str, Any], timeout: float = 30.0) -> Outcome:
+def complete(port: int, body: Mapping[str, Any], timeout: float = 30.0) -> RequestOutcome:
     """POST one streaming completion to 127.0.0.1:port and read it to its end."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         try:
             conn.connect()
         except ConnectionRefusedError:
-            return Outcome(REFUSED, detail="connection refused")
+            return RequestOutcome(REFUSED, detail="connection refused")
         connected = time.monotonic()
         conn.request(
             "POST", "/v1/completions", json.dumps(dict(body)), {"Content-Type": "application/json"}
@@ -52,15 +52,15 @@ def complete(port: int, body: Mapping[str, Any], timeout: float = 30.0) -> Outco
         response = conn.getresponse()
         if not 200 <= response.status < 300:
             response.read()
-            return Outcome(REFUSED, detail=f"HTTP {response.status}", connected=connected)
+            return RequestOutcome(REFUSED, detail=f"HTTP {response.status}", connected=connected)
         return dataclasses.replace(_read_stream(response), connected=connected)
     except (OSError, http.client.HTTPException, ValueError, LookupError, TypeError) as exc:
-        return Outcome(CUT, detail=f"{type(exc).__name__}: {exc}")
+        return RequestOutcome(CUT, detail=f"{type(exc).__name__}: {exc}")
     finally:
         conn.close()
 
 
-def _read_stream(response: http.client.HTTPResponse) -> Outcome:
+def _read_stream(response: http.client.HTTPResponse) -> RequestOutcome:
     tokens, finish, first, last = 0, None, None, None
     try:
         while line := response.readline():
@@ -71,14 +71,14 @@ def _read_stream(response: http.client.HTTPResponse) -> Outcome:
             data = line[len(b"data: ") :].strip()
             if data == b"[DONE]":
                 if finish != "abort":
-                    return Outcome(COMPLETED, tokens, finish, first, last=last)
+                    return RequestOutcome(COMPLETED, tokens, finish, first, last=last)
                 if tokens == 0:
                     why = "empty completion, finish_reason abort"
-                    return Outcome(REFUSED, 0, finish, first, why, last)
-                return Outcome(CUT, tokens, finish, first, "aborted after tokens", last)
+                    return RequestOutcome(REFUSED, 0, finish, first, why, last)
+                return RequestOutcome(CUT, tokens, finish, first, "aborted after tokens", last)
             choice = json.loads(data)["choices"][0]
             tokens += 1 if choice.get("text") else 0
             finish = choice.get("finish_reason") or finish
     except (OSError, http.client.HTTPException) as exc:
-        return Outcome(CUT, tokens, finish, first, f"{type(exc).__name__}: {exc}", last)
-    return Outcome(CUT, tokens, finish, first, "stream ended early", last)
+        return RequestOutcome(CUT, tokens, finish, first, f"{type(exc).__name__}: {exc}", last)
+    return RequestOutcome(CUT, tokens, finish, first, "stream ended early", last)

@@ -7,8 +7,8 @@ import time
 
 import click
 
-from drainhook.sim.client import COMPLETED, CUT, Outcome, complete
-from drainhook.sim.model import Engine, EngineConfig
+from drainhook.sim.client import COMPLETED, CUT, RequestOutcome, complete
+from drainhook.sim.model import EngineConfig, SimEngine
 from drainhook.sim.server import SimServer
 
 TOKENS = (20, 30, 45, 50, 60)  # streams of 50 ms tokens: 1.0 .. 3.0 s
@@ -23,11 +23,11 @@ def run_demo() -> int:
     def say(line: str) -> None:
         click.echo(line, err=True)
 
-    engine = Engine(EngineConfig(dp=2, max_running=2, token_seconds=0.05))
+    engine = SimEngine(EngineConfig(dp=2, max_running=2, token_seconds=0.05))
     with SimServer(engine) as server:
         url = server.url("/metrics")
         say(f"demo: simulated vLLM engine (2 DP engines, 2 slots each) at {url}")
-        outcomes: list[Outcome] = []
+        outcomes: list[RequestOutcome] = []
         body = {"model": engine.config.model, "prompt": "hi", "stream": True}
         clients = [
             threading.Thread(

@@ -5,7 +5,7 @@ it as a process). Times are seconds as run: the rehearsal scales them before
 they get here.
 
 The scheduler runs at most `max_running` requests per DP rank; the rest wait.
-On SIGTERM (`Engine.sigterm`) it does what the engines do. vLLM with one API
+On SIGTERM (`SimEngine.sigterm`) it does what the engines do. vLLM with one API
 server is calibrated to the live vLLM 0.32 (CPU build, measured; CONTRACT
 §7); the rest was read in the engines' code:
 
@@ -155,7 +155,7 @@ class EngineConfig:
     kv_wait_seconds: float = 0.0  # each request waits this long on a KV pull (deferred) first
     freeze_after: float | None = None  # freeze this long after the first request arrives
     prompt_tokens: int = 512  # tokens of each request's prompt
-    render_seconds: float = 0.0  # each request's render (Engine.render draws it per request)
+    render_seconds: float = 0.0  # each request's render (SimEngine.render draws it per request)
     render_serial: bool = False  # vLLM: renders one at a time per API server (its mm executor)
     step_gauges: bool = False  # vLLM: the gauges as of the last engine step
     load_tracking: bool = False  # vLLM --enable-server-load-tracking: /load counts
@@ -186,7 +186,7 @@ class _Rank:
 
 
 @dataclass
-class Engine:
+class SimEngine:
     """The engine's state, shared by its HTTP handlers and its SIGTERM thread."""
 
     config: EngineConfig = field(default_factory=EngineConfig)

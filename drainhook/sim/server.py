@@ -14,7 +14,7 @@ A completion's windows, in order (model.py): the body's upload, the render
 Every request, of every path, is counted from before its body is read to
 after its last byte (front.py: SGLang's `http_requests_active`).
 
-Every request in progress is tracked (`Engine.serving`): vLLM's API server does
+Every request in progress is tracked (`SimEngine.serving`): vLLM's API server does
 not exit while one is.
 
 Every read of /metrics or /v1/loads is logged (`read`: start, end, the total
@@ -37,9 +37,9 @@ from drainhook.sim.model import (
     ENGINE_LOST_ERROR,
     SHUTDOWN_ERROR,
     Answer,
-    Engine,
     EngineConfig,
     Fate,
+    SimEngine,
 )
 
 POLL = 0.02  # s: how soon the listener closes once asked to
@@ -57,7 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
     """One connection's requests; `engine` is set by `_handler` on a subclass."""
 
     protocol_version = "HTTP/1.1"
-    engine: Engine
+    engine: SimEngine
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -237,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _handler(engine: Engine) -> type[_Handler]:
+def _handler(engine: SimEngine) -> type[_Handler]:
     return type("Handler", (_Handler,), {"engine": engine})
 
 
@@ -249,8 +249,8 @@ class _Listener(ThreadingHTTPServer):
 class SimServer:
     """The engine listening on 127.0.0.1, on a free port, until closed or the engine exits."""
 
-    def __init__(self, engine: Engine | None = None) -> None:
-        self.engine = engine or Engine(EngineConfig())
+    def __init__(self, engine: SimEngine | None = None) -> None:
+        self.engine = engine or SimEngine(EngineConfig())
         self._server = _Listener(("127.0.0.1", 0), _handler(self.engine))
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": POLL}, daemon=True
