@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import READ_LATE, late
 from tests.live.conftest import Hook, wait_for
-from tests.live.engine import LiveVllm
+from tests.live.engine import LONGEST, LiveVllm
 from tests.live.streams import Streams, assert_complete, gauges, probe
 from tests.support import conformance
 from tests.support.process import run_delay
@@ -27,7 +27,6 @@ from tests.support.process import run_delay
 pytestmark = pytest.mark.live
 
 SETTLE = 2.0  # `wait --settle` of the release case
-LONGEST = 1900  # tokens: about what --max-model-len 2048 leaves after the prompt
 
 
 @pytest.fixture(scope="module")

@@ -19,14 +19,13 @@ from typing import Any
 import pytest
 
 from tests.live.conftest import Hook, HookThread, wait_for
-from tests.live.engine import LiveVllm
+from tests.live.engine import LONGEST, LiveVllm
 from tests.live.streams import Streams, gauges
 
 pytestmark = pytest.mark.live
 
 FREEZE_AT = 2.5  # s after the hook's start
 LINGER = 10.0  # s after SIGTERM that an API server holding wedged streams is watched
-LONGEST = 1900  # tokens: about what --max-model-len 2048 leaves after the prompt
 FLAGS = ("--stall-after", "5", "--interval", "1", "--grace", "60", "--settle", "1",
          "--log-format", "json", "--termination-log", "")  # fmt: skip
 
