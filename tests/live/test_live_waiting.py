@@ -141,13 +141,26 @@ THAW_AFTER = 2.0
 assert THAW_AFTER <= STALL_W - 2 * STALL_I - THAW_LATEST - THAW_READ
 
 
+def first_move(engine: LiveVllm, frozen: dict[str, float], within: float = 5.0) -> float | None:
+    """Seconds until a PROGRESS counter differs from `frozen` (read every 20 ms), or None."""
+    start = time.monotonic()
+    while time.monotonic() - start < within:
+        now = progress(engine)
+        if any(now[n] != frozen[n] for n in PROGRESS):
+            return time.monotonic() - start
+        time.sleep(0.02)
+    return None
+
+
 def wait_while_frozen(
     hook: Hook, engine: LiveVllm, thaw_after: float | None
-) -> tuple[Run, float, float | None]:
+) -> tuple[Run, float, float | None, float | None]:
     """`wait` with two streams in flight and the EngineCore SIGSTOPped FREEZE_AT after
     the hook's start (SIGCONT `thaw_after` later, or when the hook has returned, and
-    always before this returns); the run, when the freeze came from its start, and
-    how long after the freeze the SIGCONT was actually sent (None: at the end)."""
+    always before this returns); the run, when the freeze came from its start, how
+    long after the freeze the SIGCONT was actually sent (None: at the end), and how
+    long after the SIGCONT a progress counter first moved on /metrics (issue 30's
+    measurement, taken in every run; None: not thawed, or no move within 5 s)."""
     streams = Streams(engine)
     streams.send(5.0)
     streams.send(5.0)
@@ -156,20 +169,24 @@ def wait_while_frozen(
     waiting = HookThread(hook, "wait", "--url", engine.url(), *STALL_FLAGS)
     stopped = False
     thawed: float | None = None
+    moved: float | None = None
     try:
         frozen = waiting.stop_at(core, FREEZE_AT)
         stopped = True
         if thaw_after is not None:
+            time.sleep(max(0.0, frozen + thaw_after - time.monotonic() - 0.1))
+            held = progress(engine)  # the API server answers while the core is stopped
             time.sleep(max(0.0, frozen + thaw_after - time.monotonic()))
             os.kill(core, signal.SIGCONT)
             thawed = time.monotonic() - frozen
             stopped = False
+            moved = first_move(engine, held)
         run = waiting.join(90)
     finally:
         if stopped:
             os.kill(core, signal.SIGCONT)
     assert_complete(streams.join())  # thawed, the engine goes on: every token comes
-    return run, frozen - waiting.start, thawed
+    return run, frozen - waiting.start, thawed, moved
 
 
 def summary_of(run: Run) -> dict[str, Any]:
@@ -183,7 +200,7 @@ def test_a_frozen_engine_core_is_released_stalled(
 ) -> None:
     """SIGSTOP at F with two streams in flight: `wait --stall-after 5` ends `stalled`
     (exit 5) within F + W + I (+ the spawn's tolerance), never before F + W - I."""
-    run, f, _ = wait_while_frozen(hook, engine, thaw_after=None)
+    run, f, _, _ = wait_while_frozen(hook, engine, thaw_after=None)
     summary = summary_of(run)
     assert (run.code, summary["outcome"], summary["exit"]) == (5, "stalled", 5), run.stderr
     stall = summary["stall"]
@@ -212,15 +229,17 @@ def test_a_freeze_thawed_inside_the_window_is_not_a_stall(
     move again, the streams end, and `wait` drains (exit 0), never `stalled`. The
     SIGCONT's own instant is checked too: a test process that sent it late would
     not be testing this."""
-    run, f, thawed = wait_while_frozen(hook, engine, thaw_after=THAW_AFTER)
+    run, f, thawed, moved = wait_while_frozen(hook, engine, thaw_after=THAW_AFTER)
     summary = summary_of(run)
     assert thawed is not None and thawed <= late(THAW_AFTER, READ_LATE), (thawed, run.stderr)
+    assert moved is not None, f"no progress counter moved within 5 s of the SIGCONT: {run.stderr}"
     assert run.code != 5 and summary["outcome"] != "stalled", (thawed, run.stderr)
     assert (run.code, summary["outcome"]) == (0, "drained"), run.stderr
     record(
         f"EngineCore frozen {THAW_AFTER:g} s, --stall-after 5",
         frozen_at_s=round(f, 3),
         thawed_after_s=round(thawed, 3),
+        thaw_to_first_move_s=round(moved, 3),
         wait_exit=run.code,
         wait_elapsed_s=round(run.elapsed, 3),
     )
