@@ -489,6 +489,48 @@ def test_an_old_vllm_image_gets_no_flag_it_would_refuse() -> None:
     assert "--shutdown-timeout not written" in warning and "0.17" in warning
 
 
+@pytest.mark.parametrize(
+    ("args", "servers"),
+    [
+        ("[m]", None),  # one API server: no warning
+        ("[m, --api-server-count, '2']", 2),
+        ("[m, -asc, '3']", 3),
+        ("[m, --data-parallel-size, '4']", 4),  # 0.32's default: one per DP rank
+        ("[m, '--data-parallel-size=2']", 2),
+        ("[m, -dp, '2', --data-parallel-external-lb]", None),  # an outside balancer: 1
+        ("[m, -dp, '4', --data-parallel-rank, '1']", None),
+        ("[m, -dp, '4', --data-parallel-hybrid-lb, -dpl, '2']", 2),
+        ("[m, -dp, '4', --api-server-count, '1']", None),  # given: it wins
+    ],
+)  # fmt: skip
+def test_several_vllm_api_servers_are_read_from_the_engines_flags(
+    args: str, servers: int | None
+) -> None:
+    """vLLM's API-server count, by vLLM 0.32's own defaulting, reaches plan's advice:
+    more than one, and stderr says /load sees one of them (the connection signal
+    covers them all: the hook runs in the Pod); the hook itself is wired either way."""
+    text = _deployment(VLLM + f"          args: {args}\n")
+    (doc,), result = run(("d.yaml", text))
+    assert result.code == 0, result.lines
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    assert c["lifecycle"]["preStop"]["exec"]["command"][1] == "wait"
+    found = [ln for ln in result.lines if ": warning: " in ln and "vllm-api-servers" in ln]
+    if servers is None:
+        assert found == [], result.lines
+    else:
+        (line,) = found
+        assert f"vLLM with {servers} API servers" in line, line
+
+
+def test_api_servers_come_only_from_a_vllm_engines_flags() -> None:
+    argv = injecting.Argv(["--model", "m", "--api-server-count", "2"])
+    assert injecting.api_servers("vllm", argv) == 2
+    assert injecting.api_servers("sglang", argv) is None
+    assert injecting.api_servers("vllm", None) is None
+    headless = injecting.Argv(["--model", "m", "--headless", "-dp", "2"])
+    assert injecting.api_servers("vllm", headless) is None  # no API server at all
+
+
 # -- the YAML as written ------------------------------------------------------------
 
 

@@ -479,6 +479,42 @@ def _role(site: Site, argv: Argv | None) -> str:
     return "unified"
 
 
+def _count(argv: Argv, *flags: str) -> int | None:
+    for flag in flags:
+        value = argv.value(flag)
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+    return None
+
+
+def _switch(argv: Argv, *flags: str) -> bool:
+    return any(argv.value(flag) not in (None, "false", "False") for flag in flags)
+
+
+def api_servers(engine: str, argv: Argv | None) -> int | None:
+    """vLLM's API-server processes from its flags, by vLLM 0.32's own defaulting
+    (vllm/entrypoints/cli/serve.py): --api-server-count when given; else 1 with
+    an external or multi-port load balancer, --data-parallel-size-local with a
+    hybrid one, --data-parallel-size otherwise. None: not vLLM, no flags to read,
+    or --headless (no API server at all)."""
+    if engine != "vllm" or argv is None or _switch(argv, "--headless"):
+        return None
+    given = _count(argv, "--api-server-count", "-asc")
+    if given is not None:
+        return given
+    external = _switch(argv, "--data-parallel-external-lb", "-dpe") or (
+        argv.value("--data-parallel-rank") is not None or argv.value("-dpn") is not None
+    )
+    if external or _switch(argv, "--data-parallel-multi-port-external-lb"):
+        return 1
+    hybrid = _switch(argv, "--data-parallel-hybrid-lb", "-dph") or (
+        argv.value("--data-parallel-start-rank") is not None or argv.value("-dpr") is not None
+    )
+    if hybrid:
+        return _count(argv, "--data-parallel-size-local", "-dpl") or 1
+    return _count(argv, "--data-parallel-size", "-dp") or 1
+
+
 # -- the existing hook --------------------------------------------------------------
 
 
@@ -574,6 +610,7 @@ class Wiring:
     prestop: str  # what was there: none, drainhook, sleep
     slept: typing.Any = None
     worker: bool = False  # a LeaderWorkerSet worker's: it waits on its leader
+    api_servers: int | None = None  # vLLM's API-server processes, from its flags
 
 
 def _decide(
@@ -591,7 +628,8 @@ def _decide(
     port = _port(argv)
     port = port if port is not None and port != default_port(engine) else None
     return Wiring(container, engine, hook, argv, _role(site, argv), port, kind,
-                  what if kind == "sleep" else None)  # fmt: skip
+                  what if kind == "sleep" else None,
+                  api_servers=api_servers(engine, argv))  # fmt: skip
 
 
 def _config_for(w: Wiring, grace: float, binary: str) -> typing.Any:
@@ -602,7 +640,7 @@ def _config_for(w: Wiring, grace: float, binary: str) -> typing.Any:
     values["engine"] = w.hook.timeline.get("engine", "auto") if w.worker else w.engine
     try:
         config = wait_config(**values)
-        return apply_advice(make_plan(config, w.role, binary))
+        return apply_advice(make_plan(config, w.role, binary, api_servers=w.api_servers))
     except DrainhookError as exc:
         raise Refused(f"container {w.container.get('name')}: its hook's values: {exc}") from None
 
