@@ -381,6 +381,12 @@ _OWN_FLAG = (
     "SIGTERM, idle or not (exit {st:g} + {exit:g} s against {exit:g} s without it): "
     "{st:g} s of the difference."
 )
+_HUNG = (
+    "The engine is wedged: no request in flight can end, whatever the recipe. No hook's "
+    "SIGTERM at the delete closes the listener at once, so the router's last {lag:g} s of "
+    "requests are refused instead of accepted by the wedged engine and cut at the kill: "
+    "cut + refused {theirs} against {me}'s {lost}, and neither completes one."
+)
 WHY: dict[tuple[str, str], str] = {
     ("idle", "*"): "drainhook holds an idle engine for S + I: the settle, then a second, "
     "confirming read. No hook and the two loops have no settle (the curl loop ends on its "
@@ -396,6 +402,7 @@ WHY: dict[tuple[str, str], str] = {
     ("*", "kserve"): _VLLM_DRAIN,
     ("*", "llm-d"): _VLLM_DRAIN,
     ("hang", "*"): _HANG,
+    ("hung", "none"): _HUNG,
     ("outlive", "*"): "Streams run past D. The curl loop has no deadline: it holds until G, "
     "so the streams that end between D and G complete. kserve and llm-d have a G of 60 and "
     "75 s against drainhook's 30, and vLLM's own drain after their sleep: streams of up to "
@@ -432,6 +439,7 @@ WHY_ST: dict[tuple[str, str], str] = {
     ("*", "kserve"): _VLLM_DRAIN,
     ("*", "llm-d"): _VLLM_DRAIN,
     ("hang", "*"): _HANG,
+    ("hung", "none"): _HUNG,
     # `moved`: as for drainhook, the ("*", recipe) entries.
 }
 
@@ -495,6 +503,8 @@ def better(run: Run) -> list[str]:
                 lag20 = scenario_table.BY_KEY["router-lag-20"].lag()
                 reasons: list[str] = []
                 for winner in winners:
+                    theirs = run.cell(winner, sc.key)
+                    assert theirs is not None
                     text = _reason(table, sc.key, winner).format(
                         me=_label(key),
                         exit=VLLM_EXIT,
@@ -509,6 +519,8 @@ def better(run: Run) -> list[str]:
                         st=run.plan.shutdown_timeout if run.plan else 0,
                         lag20=lag20,
                         d=timeline[2],
+                        lost=mine.cut + mine.refused,
+                        theirs=theirs.cut + theirs.refused,
                     )
                     if text and text not in reasons:
                         reasons.append(text)

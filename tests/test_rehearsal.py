@@ -358,6 +358,19 @@ def test_release_after_work_claim(sigterm: float, holds: bool) -> None:
     assert claims._released_after_work(run, "drainhook+st") is None  # no such cell
 
 
+def test_a_wedged_engines_cuts_are_explained_against_no_hooks_refusals() -> None:
+    """`hung`: no hook cuts fewer only because its SIGTERM refuses the router's last
+    requests; the report says so, with both sums, instead of leaving it bare."""
+    hung = [
+        cell("none", scenario="hung", completed=0, cut=5, refused=2, held_s=15.0),
+        cell("drainhook", scenario="hung", completed=0, cut=7, refused=0, held_s=15.0),
+    ]
+    run = runs.Run(hung, [], Scale(0.5), 1.0, None)
+    (line,) = [ln for ln in claims.better(run) if ln.startswith("- **hung**")]
+    assert "no hook (cut 5 vs 7)" in line, line
+    assert "refused instead of accepted" in line and "cut + refused 7 against drainhook's 7" in line
+
+
 def test_report_written_again_from_the_kept_data(tmp_path: Any) -> None:
     run = made_run(4.0, 8.0)
     runs.save(tmp_path / "run.jsonl", run)
