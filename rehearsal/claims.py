@@ -376,6 +376,16 @@ _HANG = (
     "kserve's and llm-d's sleep reads nothing (their vLLM then holds until 45 s after "
     "SIGTERM); the loops hold until their G (30 s) or G - 5."
 )
+_HUNG_HELD = (
+    "The wedged engine's streams never end, and vLLM waits for their connections until the "
+    "kill at G whenever SIGTERM comes (with `--shutdown-timeout` too: the engine core goes "
+    "at N, the stalled streams still hold the process): every recipe holds the Pod until "
+    "its own G, {their_g:g} s here against {me}'s {my_g:g}, so the difference is G, not "
+    "the hook."
+)
+# Scenarios where every recipe is held to its G whatever its hook does: a recipe's
+# own --shutdown-timeout is no part of the difference there.
+HELD_TO_G = frozenset({"hung"})
 _OWN_FLAG = (
     "{me}'s own vLLM `--shutdown-timeout {st:g}` keeps the engine until {st:g} s after "
     "SIGTERM, idle or not (exit {st:g} + {exit:g} s against {exit:g} s without it): "
@@ -440,6 +450,7 @@ WHY_ST: dict[tuple[str, str], str] = {
     ("*", "llm-d"): _VLLM_DRAIN,
     ("hang", "*"): _HANG,
     ("hung", "none"): _HUNG,
+    ("hung", "*"): _HUNG_HELD,
     # `moved`: as for drainhook, the ("*", recipe) entries.
 }
 
@@ -521,11 +532,14 @@ def better(run: Run) -> list[str]:
                         d=timeline[2],
                         lost=mine.cut + mine.refused,
                         theirs=theirs.cut + theirs.refused,
+                        their_g=theirs.grace,
+                        my_g=mine.grace,
                     )
                     if text and text not in reasons:
                         reasons.append(text)
                 flag = mine.shutdown_timeout
-                if flag and any("held" in w for w in wins) and _OWN_FLAG not in reasons:
+                held = any("held" in w for w in wins) and sc.key not in HELD_TO_G
+                if flag and held and _OWN_FLAG not in reasons:
                     # The recipe's own vLLM flag holds every exit until N.
                     reasons.insert(0, _OWN_FLAG.format(me=_label(key), st=flag, exit=VLLM_EXIT))
                 lines.append(f"- **{sc.key}**: {', '.join(wins)}. {' '.join(reasons)}".rstrip())

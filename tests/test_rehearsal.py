@@ -371,6 +371,23 @@ def test_a_wedged_engines_cuts_are_explained_against_no_hooks_refusals() -> None
     assert "refused instead of accepted" in line and "cut + refused 7 against drainhook's 7" in line
 
 
+def test_a_wedged_engine_held_to_g_is_put_down_to_g_not_the_flag() -> None:
+    """`hung` under drainhook+st (G 60, --shutdown-timeout 4): the others' shorter holds
+    are their G of 30 s; the report says so and does not blame the recipe's own flag
+    (nor the poll script's read phase)."""
+    hung = [
+        cell("poll-script", scenario="hung", completed=0, cut=7, held_s=15.0, grace=30.0),
+        cell("drainhook+st", scenario="hung", completed=0, cut=7, held_s=30.0, grace=60.0,
+             shutdown_timeout=4.0),
+    ]  # fmt: skip
+    run = runs.Run(hung, [], Scale(0.5), 1.0, None)
+    (line,) = [ln for ln in claims.better(run) if ln.startswith("- **hung**")]
+    assert "poll script (held 30.00 s vs 60.00 s, G 30)" in line, line
+    assert "until its own G, 30 s here against drainhook+st's 60" in line, line
+    assert "--shutdown-timeout 4` keeps the engine" not in line, line
+    assert "phase difference" not in line, line
+
+
 def test_report_written_again_from_the_kept_data(tmp_path: Any) -> None:
     run = made_run(4.0, 8.0)
     runs.save(tmp_path / "run.jsonl", run)
