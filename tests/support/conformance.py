@@ -159,6 +159,36 @@ def _sleep_until(when: float) -> None:
         time.sleep(min(left, 0.05))
 
 
+def read_events(
+    response: http.client.HTTPResponse, out: Ended, stop: threading.Event | None = None
+) -> None:
+    """Read a completion's server-sent events to their end (or until `stop` is set)
+    into `out`: each line's time, `[DONE]`, an error event, the finish reason, and the
+    tokens (the usage's count when the engine sends one, else the events that carried
+    text)."""
+    usage: int | None = None
+    events = 0
+    while line := response.readline():
+        out.last_byte = time.monotonic()
+        if stop is not None and stop.is_set():
+            out.detail = "closed by the client"
+            break
+        if not line.startswith(b"data: "):
+            continue
+        data = line[len(b"data: ") :].strip()
+        if data == b"[DONE]":
+            out.done = True
+            continue
+        event = json.loads(data)
+        out.error = out.error or "error" in event
+        if event.get("usage"):
+            usage = int(event["usage"].get("completion_tokens", 0))
+        for choice in event.get("choices") or []:
+            out.finish = choice.get("finish_reason") or out.finish
+            events += 1 if choice.get("text") or choice.get("finish_reason") is None else 0
+    out.tokens = usage if usage is not None else events
+
+
 def send(
     port: int,
     body: Mapping[str, Any],
@@ -185,27 +215,7 @@ def send(
             out.detail = response.read().decode(errors="replace")[:200]
             out.kind = f"refused:{response.status}"
             return
-        usage: int | None = None
-        events = 0
-        while line := response.readline():
-            out.last_byte = time.monotonic()
-            if stop is not None and stop.is_set():
-                out.detail = "closed by the client"
-                break
-            if not line.startswith(b"data: "):
-                continue
-            data = line[len(b"data: ") :].strip()
-            if data == b"[DONE]":
-                out.done = True
-                continue
-            event = json.loads(data)
-            out.error = out.error or "error" in event
-            if event.get("usage"):
-                usage = int(event["usage"].get("completion_tokens", 0))
-            for choice in event.get("choices") or []:
-                out.finish = choice.get("finish_reason") or out.finish
-                events += 1 if choice.get("text") or choice.get("finish_reason") is None else 0
-        out.tokens = usage if usage is not None else events
+        read_events(response, out, stop)
     except (OSError, http.client.HTTPException, ValueError, LookupError, TypeError) as exc:
         out.detail = f"{type(exc).__name__}: {exc}"
     finally:
@@ -610,23 +620,7 @@ def _slow_upload(
             out.kind = f"refused:{response.status}"
             out.detail = response.read().decode(errors="replace")[:200]
             return sent
-        usage: int | None = None
-        events = 0
-        while line := response.readline():
-            out.last_byte = time.monotonic()
-            if not line.startswith(b"data: "):
-                continue
-            chunk = line[len(b"data: ") :].strip()
-            if chunk == b"[DONE]":
-                out.done = True
-                continue
-            event = json.loads(chunk)
-            if event.get("usage"):
-                usage = int(event["usage"].get("completion_tokens", 0))
-            for choice in event.get("choices") or []:
-                out.finish = choice.get("finish_reason") or out.finish
-                events += 1 if choice.get("text") or choice.get("finish_reason") is None else 0
-        out.tokens = usage if usage is not None else events
+        read_events(response, out)
     finally:
         out.ended = time.monotonic()
         conn.close()
