@@ -197,11 +197,17 @@ def test_the_read_lines_and_the_summary_say_which_signal_held(hook: Hook) -> Non
             "--grace", "1.5", "--exit-reserve", "0.5", "--no-discover", timeout=15,
         )  # fmt: skip
     assert run.code == 3, run.stderr
-    # A read cut short by D on a loaded machine is unknown, and held by no signal.
+    # A read cut short by D on a loaded machine is unknown, and held by no signal; so
+    # is a read whose /load leg found no time left or timed out (a CI run saw one):
+    # the server signal is missing for that read alone, and a line says why.
     reads = [fields(line) for line in run.lines if " read=" in line]
     reads = [r for r in reads if not timed_out(r)]
-    assert len(reads) >= 3
-    for r in reads:
+    answered = [r for r in reads if "server" in r]
+    if len(answered) < len(reads):
+        said = [fields(line) for line in run.lines if " missing=" in line]
+        assert [m["signal"] for m in said] == ["server"] * len(said) and said, run.stderr
+    assert len(answered) >= 3
+    for r in answered:
         assert (r["verdict"], r["in_flight"], r["held_by"]) == ("busy", "2", "server")
         assert (r["scheduler"], r["server"]) == ("0", "2")
         assert "connections" not in r  # busy already: no dump (the count is the largest)
