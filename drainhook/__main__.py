@@ -1,6 +1,10 @@
 """Entry point: a signal catcher first, then the imports, then the raising
 handlers and the CLI. A SIGTERM or SIGINT while the hook imports ends it at
-once with one line (see drainhook.hook.signals); after that, with its summary."""
+once with one line (see drainhook.hook.signals); after that, with its summary.
+
+Under `wait`, an install that cannot import its own modules and a usage error
+hold like a blind sleep until D before they exit (drainhook.failsafe); a bug
+in the run is held by the run itself, with its config's D."""
 
 from __future__ import annotations
 
@@ -9,13 +13,15 @@ import os
 import signal
 import sys
 
-from drainhook import exits
+from drainhook import exits, failsafe
 from drainhook.hook import signals
+from drainhook.hook.clock import start_time
 
 signals.catch()
 
 
 def main() -> None:
+    argv = sys.argv[1:]
     try:
         # Everything the hook will import, imported now: an import is no place
         # for a signal to land (drainhook.hook.signals says why). ssl encodes the
@@ -24,15 +30,24 @@ def main() -> None:
 
         import drainhook.hook.run  # noqa: F401 (the reads, the loop, the log)
         from drainhook.cli.main import run
+        from drainhook.hook.drain import Interrupted
     except Exception as exc:  # an import that fails in a broken install: one line
         # A bug of the build: the internal error's code, which no outcome uses.
-        print(f"drainhook: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
-        sys.exit(exits.INTERNAL)
-    from drainhook.hook.drain import Interrupted
+        line = f"drainhook: cannot start: {failsafe.describe(exc)}"
+        if failsafe.is_wait(argv):
+            failsafe.hold_plain(line, argv, start_time())
+        else:
+            failsafe.say(line)
+        _exit(exits.INTERNAL)
+
+    def hold(line: str) -> None:
+        """`wait`'s usage error, or a bug before its config was built: held."""
+        signals.catch()
+        failsafe.hold_plain(line, argv, start_time())
 
     try:
         signals.arm()
-        code = run(sys.argv[1:])
+        code = run(argv, hold=hold if failsafe.is_wait(argv) else None)
     except Interrupted as exc:
         signals.disarm()
         print(f"drainhook: interrupted by {signal.Signals(exc.signum).name}", file=sys.stderr)

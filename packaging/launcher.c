@@ -19,8 +19,13 @@
  * GCONV_PATH naming the bundle's own locale folders.
  *
  * Exit 70 (EX_SOFTWARE), one line on stderr, when the bundle is incomplete or
- * cannot be run: never a loader's message. Built by scripts/build-binary with
- * a generated manifest.h (the bundle's files) and musl-gcc or gcc -static.
+ * cannot be run: never a loader's message. Under `wait` it first holds until D,
+ * as drainhook/failsafe.py does for a broken install (CONTRACT §5): D from
+ * --grace, --exit-reserve, --max-wait and their DRAINHOOK_* variables read
+ * plainly (the defaults for what it cannot read: D = 25 s), counted from this
+ * process's start, which is the hook's t0. A signal ends the hold at once (the
+ * kernel's default). Built by scripts/build-binary with a generated
+ * manifest.h (the bundle's files) and musl-gcc or gcc -static.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +35,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "manifest.h" /* LOADER, BOOTLOADER, CONTENTS, PYI_RESTART_LEVEL, BUNDLE[] */
@@ -39,12 +45,88 @@
 
 extern char **environ;
 
+static char **arguments;        /* the command line, for the fail-safe's D */
+static struct timespec started; /* CLOCK_MONOTONIC at main: t0, to the launcher's start */
+
+/* Seconds as the flags take them (1.5, 1.5s, 250ms, 2m), or -1. */
+static double duration(const char *text)
+{
+    char *end;
+    double value;
+
+    if (!text || !*text)
+        return -1;
+    errno = 0;
+    value = strtod(text, &end);
+    if (errno || end == text || value < 0 || value != value || value > 1e9)
+        return -1;
+    if (strcmp(end, "ms") == 0)
+        return value / 1000;
+    if (strcmp(end, "m") == 0)
+        return value * 60;
+    return (*end == 0 || strcmp(end, "s") == 0) ? value : -1;
+}
+
+/* The last --flag V or --flag=V of the command line, else DRAINHOOK_<VAR>. */
+static const char *flag_value(const char *flag, const char *var)
+{
+    const char *found = NULL;
+    size_t len = strlen(flag), i;
+
+    for (i = 1; arguments && arguments[i]; i++) {
+        if (strcmp(arguments[i], "--") == 0)
+            break;
+        if (strcmp(arguments[i], flag) == 0 && arguments[i + 1])
+            found = arguments[i + 1];
+        else if (strncmp(arguments[i], flag, len) == 0 && arguments[i][len] == '=')
+            found = arguments[i] + len + 1;
+    }
+    return found ? found : getenv(var);
+}
+
+/* D for `wait` that cannot run: read plainly, defaults for what cannot be read. */
+static double deadline(void)
+{
+    double grace = duration(flag_value("--grace", "DRAINHOOK_GRACE"));
+    double reserve = duration(flag_value("--exit-reserve", "DRAINHOOK_EXIT_RESERVE"));
+    double cap = duration(flag_value("--max-wait", "DRAINHOOK_MAX_WAIT"));
+    double d = (grace < 0 ? 30 : grace) - (reserve < 0 ? 5 : reserve);
+
+    if (cap >= 0 && cap < d)
+        d = cap;
+    return d < 0 ? 0 : d;
+}
+
+/* Hold until D (less the 20 ms the Python hook leaves for its exit) from t0. */
+static void hold(double d)
+{
+    double left;
+    struct timespec now, pause;
+
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        left = d - 0.02 - (double)(now.tv_sec - started.tv_sec)
+            - (double)(now.tv_nsec - started.tv_nsec) / 1e9;
+        if (left <= 0)
+            return;
+        pause.tv_sec = (time_t)left;
+        pause.tv_nsec = (long)((left - (double)pause.tv_sec) * 1e9);
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* One line, then exit 70; under `wait`, the line says it holds, and it does. */
 static void fail(const char *what, const char *path, const char *why)
 {
-    if (why)
-        fprintf(stderr, NAME ": %s %s: %s (exit 70)\n", what, path, why);
-    else
-        fprintf(stderr, NAME ": %s %s (exit 70)\n", what, path);
+    int waiting = arguments && arguments[1] && strcmp(arguments[1], "wait") == 0;
+    double d = waiting ? deadline() : 0;
+
+    fprintf(stderr, NAME ": %s %s%s%s (exit 70)", what, path, why ? ": " : "", why ? why : "");
+    if (waiting)
+        fprintf(stderr, "; holding as a blind sleep until D = %g s", d);
+    fputc('\n', stderr);
+    if (waiting)
+        hold(d);
     exit(EXIT_BUNDLE);
 }
 
@@ -144,7 +226,8 @@ int main(int argc, char **argv)
     char *loader, *bootloader, *contents, **args, **env;
     size_t i, n, count = 0;
 
-    (void)argc;
+    clock_gettime(CLOCK_MONOTONIC, &started);
+    arguments = argv;
     locate(argv[0], dir);
     loader = joined(dir, "/", LOADER);
     bootloader = joined(dir, "/", BOOTLOADER);

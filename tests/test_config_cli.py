@@ -22,7 +22,7 @@ import trustme
 from tests.support.logs import fields
 from tests.support.loopback import Loopback, route, sample, serve
 from tests.support.podns import netns
-from tests.support.process import Hook, Run, base_env, measure
+from tests.support.process import NO_HOLD, Hook, Run, base_env, measure
 
 SETTLE, INTERVAL = 0.1, 0.05
 FAST = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--read-timeout", "0.5")
@@ -58,6 +58,8 @@ def assert_usage_error(run: Run) -> str:
     assert run.stdout == ""
     assert len(run.lines) == 1, run.stderr
     assert "outcome=" not in run.stderr and " read=" not in run.stderr
+    if "holding" in run.lines[0]:  # wait's: it fails safe (CONTRACT §5)
+        assert run.lines[0].endswith("; holding as a blind sleep until D = 0 s"), run.lines[0]
     return run.lines[0]
 
 
@@ -99,12 +101,12 @@ def idle() -> Iterator[Loopback]:
     ],
 )
 def test_a_usage_error_is_one_line_and_exit_2(hook: Hook, args: tuple[str, ...], says: str) -> None:
-    line = assert_usage_error(hook("wait", *args))
+    line = assert_usage_error(hook("wait", *args, *NO_HOLD))
     assert says in line
 
 
 def test_a_usage_error_from_the_environment_is_one_line(hook: Hook) -> None:
-    line = assert_usage_error(hook("wait", env={"DRAINHOOK_GRACE": "soon"}))
+    line = assert_usage_error(hook("wait", *NO_HOLD, env={"DRAINHOOK_GRACE": "soon"}))
     assert "DRAINHOOK_GRACE" in line
 
 
@@ -132,7 +134,7 @@ needs_netns = pytest.mark.skipif(
 def test_a_remote_target_is_refused_before_any_read(
     entry: list[str], args: tuple[str, ...]
 ) -> None:
-    run = spawn([*UNSHARE, *entry, "wait", *args, "--settle", "0"])
+    run = spawn([*UNSHARE, *entry, "wait", *args, "--settle", "0", *NO_HOLD])
     line = assert_usage_error(run)
     assert "loopback" in line
     assert "--allow-remote" in line
@@ -236,14 +238,14 @@ def test_annotations_name_the_listener(
 
 
 def test_a_missing_annotations_file_is_a_usage_error(hook: Hook, tmp_path: Path) -> None:
-    line = assert_usage_error(hook("wait", "--annotations", str(tmp_path / "nope")))
+    line = assert_usage_error(hook("wait", "--annotations", str(tmp_path / "nope"), *NO_HOLD))
     assert "annotations" in line
 
 
 def test_a_non_numeric_port_annotation_is_a_usage_error(hook: Hook, tmp_path: Path) -> None:
     file = tmp_path / "annotations"
     file.write_text(annotations("http-metrics"))
-    line = assert_usage_error(hook("wait", "--annotations", str(file)))
+    line = assert_usage_error(hook("wait", "--annotations", str(file), *NO_HOLD))
     assert "prometheus.io/port" in line
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from drainhook import exits
+from drainhook import exits, failsafe
 from drainhook.cli import install
 from drainhook.cli import main as cli
 from drainhook.errors import DrainhookError, InstallError, Malformed, UsageError
@@ -36,11 +37,10 @@ def crash(*args: object, **kwargs: object) -> None:
 @pytest.mark.parametrize(
     ("argv", "where"),
     [
-        (["wait", "--settle", "0", "--grace", "2", "--exit-reserve", "1"], "drain"),
         (["probe"], "hook_reader"),
         (["probe", "--json"], "hook_reader"),
     ],
-    ids=["wait", "probe", "probe-json"],
+    ids=["probe", "probe-json"],
 )
 def test_an_internal_error_exits_70_in_one_line(
     argv: list[str], where: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -53,6 +53,25 @@ def test_an_internal_error_exits_70_in_one_line(
     # (wait's short timeline is warned about first, before the drain: not the crash's)
     lines = [line for line in err.splitlines() if not line.startswith("drainhook warning=")]
     assert lines == ["drainhook: internal error: RuntimeError: a bug"]
+
+
+def test_an_internal_error_in_wait_holds_to_d_then_exits_70(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`wait` fails safe (CONTRACT §5): the same one line, then the hold to D = 1 s
+    (the config's), then 70. tests/test_failsafe.py plants faults in real processes."""
+    monkeypatch.setattr(hook, "drain", crash)
+    monkeypatch.setattr(failsafe, "held", False)
+    monkeypatch.setattr(cli, "start_time", time.monotonic)  # t0: now, not this process's start
+    argv = ["wait", "--settle", "0", "--grace", "2", "--exit-reserve", "1", "--termination-log", ""]
+    start = time.monotonic()
+    assert cli.run(argv) == 70
+    assert time.monotonic() - start >= 1.0 - failsafe.EXIT_ALLOWANCE
+    out, err = capfd.readouterr()
+    lines = [line for line in err.splitlines() if not line.startswith("drainhook warning=")]
+    assert (out, lines) == ("", [
+        "drainhook: internal error: RuntimeError: a bug; holding as a blind sleep until D = 1 s"
+    ])  # fmt: skip
 
 
 def test_an_internal_error_in_install_exits_70(

@@ -11,7 +11,7 @@ from drainhook.engines.verdict import Reading, Series, Verdict
 from drainhook.reading.rounds import Round, combine_readings
 from tests.support.logs import events
 from tests.support.loopback import Loopback, sample, sequence, serve
-from tests.support.process import Hook
+from tests.support.process import NO_HOLD, Hook
 
 A, B = "http://127.0.0.1:8000/metrics", "http://127.0.0.1:8001/metrics"
 
@@ -174,7 +174,7 @@ def test_wait_urls_from_the_environment_are_space_separated(hook: Hook) -> None:
 
 
 def test_the_same_target_twice_is_a_usage_error(hook: Hook) -> None:
-    run = hook("wait", "--port", "8123", "--port", "8123")
+    run = hook("wait", "--port", "8123", "--port", "8123", *NO_HOLD)
     assert run.code == 2
     assert "given twice" in run.stderr and len(run.lines) == 1
 

@@ -40,7 +40,7 @@ from tests.support.loopback import (
     serve,
 )
 from tests.support.podns import netns
-from tests.support.process import base_env
+from tests.support.process import NO_HOLD, base_env
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = sample("vllm-single-dp2-idle.txt")
@@ -160,7 +160,7 @@ BAD_URLS = {
 def test_userinfo_never_shown_in_a_usage_error(entry: list[str], name: str, how: str) -> None:
     url = BAD_URLS[name]
     if how == "wait-flag":
-        shown = run([*entry, "wait", "--settle", "0", "--url", url])
+        shown = run([*entry, "wait", "--settle", "0", "--url", url, *NO_HOLD])
     else:
         shown = run([*entry, "probe"], {"DRAINHOOK_URL": url})
     assert shown.code == 2, shown.text
@@ -181,7 +181,7 @@ def test_userinfo_never_shown_when_a_remote_target_is_refused(
 ) -> None:
     assert NETNS is not None
     url = f"http://{USERINFO}@10.1.2.3:8000/metrics"
-    args = [*NETNS, *entry, "wait", "--settle", "0"]
+    args = [*NETNS, *entry, "wait", "--settle", "0", *NO_HOLD]
     shown = run([*args, "--url", url]) if source == "flag" else run(args, {"DRAINHOOK_URL": url})
     assert shown.code == 2, shown.text
     assert "http://10.1.2.3:8000/metrics" in shown.text and "--allow-remote" in shown.text

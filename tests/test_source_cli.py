@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.support.logs import events
 from tests.support.loopback import Loopback, route, sample, sequence, serve
-from tests.support.process import Hook
+from tests.support.process import NO_HOLD, Hook
 
 TIMELINE = ("--settle", "0.2", "--interval", "0.1", "--grace", "2", "--exit-reserve", "0.5")
 KEY = "sk-drain-Zq81"
@@ -60,7 +60,7 @@ def test_api_key_file_is_sent_and_never_shown(hook: Hook, tmp_path: Path) -> Non
 
 
 def test_a_missing_api_key_file_is_a_usage_error(hook: Hook, tmp_path: Path) -> None:
-    run = hook("wait", "--source", "loads", "--api-key-file", str(tmp_path / "nope"))
+    run = hook("wait", "--source", "loads", "--api-key-file", str(tmp_path / "nope"), *NO_HOLD)
     assert run.code == 2 and len(run.lines) == 1
     assert "--api-key-file" in run.stderr
 
@@ -76,8 +76,8 @@ def test_an_unauthorized_loads_read_is_unreachable(hook: Hook) -> None:
 
 
 def test_loads_cannot_be_pinned_to_vllm_and_both_is_for_probe(hook: Hook) -> None:
-    pinned = hook("wait", "--source", "loads", "--engine", "vllm")
-    both = hook("wait", "--source", "both")
+    pinned = hook("wait", "--source", "loads", "--engine", "vllm", *NO_HOLD)
+    both = hook("wait", "--source", "both", *NO_HOLD)
     assert (pinned.code, both.code) == (2, 2)
     assert "cannot read vLLM" in pinned.stderr and "for probe" in both.stderr
 

@@ -14,7 +14,7 @@ import trustme
 
 from tests.conftest import SPAWN_LATE, late
 from tests.support.loopback import Loopback, plain_http, sample, serve
-from tests.support.process import Hook, Run
+from tests.support.process import NO_HOLD, Hook, Run
 
 IDLE = sample("vllm-single-dp2-idle.txt")
 # D = 3 - 0.5 = 2.5 s; an idle engine drains at about settle + interval = 0.2 s.
@@ -146,7 +146,7 @@ def test_unusable_cacert_is_a_one_line_usage_error(
     if content is not None:
         cacert.write_bytes(content)
     with Loopback(serve(IDLE), tls=pki.server("drain.test")) as srv:
-        run = wait_https(hook, srv.url, "--cacert", str(cacert))
+        run = wait_https(hook, srv.url, "--cacert", str(cacert), *NO_HOLD)
     assert run.code == 2, run.stderr
     assert len(run.lines) == 1, run.stderr
     assert "--cacert" in run.stderr and str(cacert) in run.stderr

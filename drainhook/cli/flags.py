@@ -11,7 +11,6 @@ The variables are read from the environment the parse was given
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import typing
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from drainhook import failsafe
 from drainhook.engines.gauges import ENGINE_NAMES
 from drainhook.hook.config import (
     DEFAULT_CONFIRM,
@@ -46,19 +46,15 @@ class DurationType(click.ParamType[float, typing.Any]):
     """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
 
     name = "seconds"
-    _UNITS: typing.ClassVar[dict[str, float]] = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0}
 
     def convert(
         self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
         if isinstance(value, (int, float)):
             return float(value)
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m)?\s*", str(value))
-        if m is None:
+        seconds = failsafe.seconds(str(value))
+        if seconds is None:
             self.fail(f"{value!r} is not a duration (seconds, e.g. 30, 0.5, 250ms)", param, ctx)
-        seconds = float(m.group(1)) * self._UNITS[m.group(2) or ""]
-        if not math.isfinite(seconds):
-            self.fail(f"{value!r} is not a finite duration", param, ctx)
         return seconds
 
 
@@ -178,11 +174,11 @@ def source_options(f: F) -> F:
                 help="Send the key in this file as `Authorization: Bearer` (SGLang's "
                 "--api-key guards /v1/loads)."),
         option("--discover", is_flag=True,
-                help="Look for the engine on the Pod's other listeners when every target "
-                "refuses (on by default where KUBERNETES_SERVICE_HOST is set). probe: list "
-                "them even when the target answers."),
+                help="Read /metrics on the other listeners of the hook's network namespace "
+                "when every target refuses, and drain the engines found (off by default, "
+                "in a Pod too). probe: list them even when the target answers."),
         option("--no-discover", is_flag=True,
-                help="Never look for the engine elsewhere: a refused target is unreachable."),
+                help="No discovery (the default; wins over DRAINHOOK_DISCOVER)."),
     ]  # fmt: skip
     for each in reversed(options):
         f = each(f)
@@ -222,6 +218,10 @@ def log_options(f: F) -> F:
     options = [
         option("--log-format", type=click.Choice(["text", "json"]), default="text",
                show_default=True, help="Format of the log lines."),
+        option("--log-reads", type=click.Choice(["changes", "all"]), default="changes",
+               show_default=True, help="changes: a read line when the verdict, the total, "
+               "what holds, the targets answering or the reason changed, else one every "
+               "10 s; all: every read."),
         # No checks on --log-file: a path that cannot be opened (another user's
         # file, a directory) is said on stderr and the hook goes on (CONTRACT §5),
         # never a usage error that would end the hook before the drain.

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
-from drainhook import __version__, build_info, exits
+from drainhook import __version__, build_info, exits, failsafe
 from drainhook.cli.flags import (
     DURATION,
     ENVIRON,
@@ -270,30 +270,35 @@ def demo() -> int:
     return run_demo()
 
 
-def run(argv: list[str]) -> int:
-    """Run the CLI on argv; every failure is an exit code with a one-line message."""
+def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
+    """Run the CLI on argv; every failure is an exit code with a one-line message.
+
+    `hold` (the entry point's, for `wait`): a usage error or a bug that ends the
+    command is handed to it as that line instead, to hold until D before the
+    exit (CONTRACT §5); a bug in the run holds there, with its config's D."""
+
+    def error(message: str, code: int) -> int:
+        line = " ".join(message.split())
+        if hold is not None and not failsafe.held:
+            hold(line)
+        else:
+            with contextlib.suppress(OSError, ValueError):
+                click.echo(line, err=True)
+        return code
+
     try:
         code = cli.main(args=argv, prog_name="drainhook", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.UsageError as exc:
         where = f"drainhook {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "drainhook"
-        _error(f"{where}: {exc.format_message()}")
-        return exits.USAGE
+        return error(f"{where}: {exc.format_message()}", exits.USAGE)
     except click.ClickException as exc:
-        _error(f"drainhook: {exc.format_message()}")
-        return exits.USAGE
+        return error(f"drainhook: {exc.format_message()}", exits.USAGE)
     except click.Abort:
         return exits.USAGE
     except DrainhookError as exc:
-        _error(f"drainhook: {exc}")
-        return exc.exit_code
+        return error(f"drainhook: {exc}", exc.exit_code)
     except Exception as exc:  # a bug; never a traceback (CONTRACT §6)
-        _error(f"drainhook: internal error: {type(exc).__name__}: {exc}")
-        return exits.INTERNAL
+        return error(f"drainhook: internal error: {failsafe.describe(exc)}", exits.INTERNAL)
     return int(code) if isinstance(code, int) else 0
-
-
-def _error(message: str) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        click.echo(" ".join(message.split()), err=True)

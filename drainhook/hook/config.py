@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drainhook.errors import UsageError
+
+# G, R and the exit allowance live with the fail-safe, which reads them without this module.
+from drainhook.failsafe import DEFAULT_EXIT_RESERVE as DEFAULT_EXIT_RESERVE
+from drainhook.failsafe import DEFAULT_GRACE as DEFAULT_GRACE
+from drainhook.failsafe import EXIT_ALLOWANCE as EXIT_ALLOWANCE
 from drainhook.hook.timeline import Timeline
 from drainhook.reading.config import ReadConfig, positive
 
-DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
 DEFAULT_SETTLE = 5.0
-DEFAULT_EXIT_RESERVE = 5.0
 DEFAULT_INTERVAL = 1.0
 DEFAULT_CONFIRM = 2
 DEFAULT_LINGER = 0.0
@@ -25,11 +28,6 @@ DEFAULT_LINGER = 0.0
 # on 4 A100s), well under the engines' own 300 s watchdogs; docs/design.md (§2b) has the
 # arithmetic.
 DEFAULT_STALL_AFTER = 120.0
-# The hook's process must be gone by D as the kubelet sees it (it sends SIGTERM
-# when the process ends): the loop ends this much before D, for the termination
-# message, the summary line and the exit itself (measured 1-5 ms after the loop
-# returns; the rest is margin for a busy node). Logged deadlines stay D.
-EXIT_ALLOWANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -54,6 +52,7 @@ class WaitConfig:
     linger: float = DEFAULT_LINGER
     max_wait: float | None = None
     log_format: str = "text"
+    log_reads: str = "changes"  # a read line when something changed; "all": every read
     log_file: Path | None = None
     exit_zero: bool = False
     quiet: bool = False

@@ -12,8 +12,9 @@ import dataclasses
 import signal
 import time
 
-from drainhook import exits
+from drainhook import exits, failsafe
 from drainhook.engines.verdict import Reading, Verdict
+from drainhook.errors import DrainhookError
 from drainhook.hook import signals, termination
 from drainhook.hook.config import WaitConfig
 from drainhook.hook.drain import Interrupted, Outcome, Result, drain
@@ -24,23 +25,40 @@ from drainhook.hook.timeline import instants, timeline_warnings
 from drainhook.reading import TargetReader
 from drainhook.reading.assemble import hook_reader, last_search, reader_for
 from drainhook.reading.config import LOADS_PATH, ReadConfig
+from drainhook.reading.discovery.listeners import read_listeners
 
 # The codes by name, as tests and tools have used them; drainhook.exits holds them all.
 PROBE_EXIT = {verdict: exits.PROBE[verdict.value] for verdict in Verdict}
 
 
 def run_wait(config: WaitConfig, t0: float) -> int:
-    """`wait`: drain per config from t0 (the hook's start), log, return the exit code."""
-    log = Log(config.log_format, quiet=config.quiet)
+    """`wait`: drain per config from t0 (the hook's start), log, return the exit code.
+
+    Fails safe (CONTRACT §5): a failure it did not plan for, anywhere in the
+    run (a reader, the loop, the stall watch, a log line), holds until the
+    config's D like a blind sleep, then exits 70 (2 for a usage error)."""
+    try:
+        return _run_wait(config, t0)
+    except Interrupted:
+        raise
+    except Exception as exc:
+        code = exc.exit_code if isinstance(exc, DrainhookError) else exits.INTERNAL
+        word = "" if isinstance(exc, DrainhookError) else "internal error: "
+        signals.release_on_signal()
+        termination = config.termination_log
+        failsafe.hold(
+            f"drainhook: {word}{exc if word == '' else failsafe.describe(exc)}",
+            t0=t0,
+            deadline=config.deadline,
+            termination=None if termination is None else (termination.path, termination.create),
+        )
+        return code
+
+
+def _run_wait(config: WaitConfig, t0: float) -> int:
+    log = Log(config.log_format, quiet=config.quiet, reads=config.log_reads)
     if config.log_file is not None:
         log.open_file(config.log_file)
-    count = 0
-
-    def on_read(t: float, reading: Reading) -> None:
-        nonlocal count
-        count += 1
-        log.read(t, count, reading)
-
     reader: TargetReader | None = None
     # A stall window that cannot close before D (`plan` shows it off) is no
     # watch: nothing to say of a target without counters, no counter to read.
@@ -59,7 +77,7 @@ def run_wait(config: WaitConfig, t0: float) -> int:
             t0=t0,
             clock=time.monotonic,
             sleep=time.sleep,
-            on_read=on_read,
+            on_read=log.read,
             stall=watch,
         )
     except Interrupted as exc:  # a signal before the loop had started
@@ -67,14 +85,26 @@ def run_wait(config: WaitConfig, t0: float) -> int:
     finally:
         signals.disarm()
     code = exit_code(result, config.exit_zero)
+    # Refused, and not told to look elsewhere: the ports that do listen, named
+    # from /proc without connecting to any (CONTRACT §2a).
+    listening = None
+    if result.outcome is Outcome.UNREACHABLE and (reader is None or last_search(reader) is None):
+        listening = listening_ports(config.reach)
     if config.termination_log is not None:
-        termination.write(config.termination_log, termination.message(result), log.warning)
+        line = termination.message(result, listening)
+        termination.write(config.termination_log, line, log.warning)
     target = reader.name if reader is not None else config.reach.display
-    log.summary(result, code, target, config.deadline)
+    log.summary(result, code, target, config.deadline, listening)
     log.close()
     if reader is not None:
         reader.close()
     return code
+
+
+def listening_ports(reach: ReadConfig) -> tuple[int, ...]:
+    """The TCP ports that listen in this network namespace, but the targets'."""
+    mine = {t.port for t in reach.targets}
+    return tuple(sorted({one.port for one in read_listeners()} - mine))
 
 
 def exit_code(result: Result, exit_zero: bool = False) -> int:

@@ -96,6 +96,14 @@ def arm() -> None:
         signal.signal(signum, _raise)
 
 
+def release_on_signal() -> None:
+    """While a failed hook holds (drainhook.failsafe): a signal ends the process at
+    once, as while it starts. Only where the entry point installed handlers: a run
+    called in-process (a test, the demo) keeps its caller's."""
+    if signal.getsignal(signal.SIGTERM) in (_raise, _exit_now):
+        catch()
+
+
 def disarm() -> None:
     """Keep the handlers but stop raising: the hook is writing its summary."""
     global _armed

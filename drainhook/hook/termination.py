@@ -14,20 +14,18 @@ read-only or full filesystem only lose the line, said once on stderr.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from drainhook import failsafe
 from drainhook.engines.verdict import Verdict
 from drainhook.hook.config import TerminationLog
 from drainhook.hook.drain import Outcome, Result
 from drainhook.numfmt import number
 
-DEFAULT_PATH = Path("/dev/termination-log")
-MAX_BYTES = 4096  # what the kubelet keeps of a termination message
+DEFAULT_PATH = Path(failsafe.TERMINATION_PATH)
 
 
 def choose(
@@ -42,7 +40,15 @@ def choose(
     return TerminationLog(Path(value), create=True)
 
 
-def message(result: Result) -> str:
+def listening_text(ports: tuple[int, ...]) -> str:
+    """The ports that listen in the hook's network namespace, for an unreachable
+    outcome (CONTRACT §2a): where the engine may have gone."""
+    if not ports:
+        return "no other TCP port listens in this network namespace"
+    return "TCP ports listening here: " + ",".join(map(str, ports))
+
+
+def message(result: Result, listening: tuple[int, ...] | None = None) -> str:
     """The outcome, when, how many reads, and the work still in flight, in one line:
 
     `drained in 8.0 s after 4 reads; nothing in flight`
@@ -50,7 +56,7 @@ def message(result: Result) -> str:
     `stalled at 125.0 s after 121 reads; no progress for 120.0 s (...) ...`
 
     At the deadline or stalled, with vLLM work in flight, what becomes of it
-    (`hang_note`).
+    (`hang_note`); unreachable, the ports that listen (`listening`), when read.
     """
     reads = f"{result.reads} read" + ("" if result.reads == 1 else "s")
     last = result.last
@@ -59,7 +65,8 @@ def message(result: Result) -> str:
         return f"drained in {elapsed} after {reads}; nothing in flight"
     if result.outcome is Outcome.UNREACHABLE:
         why = f": {last.reason}" if last is not None and last.reason else ""
-        return f"unreachable at {elapsed} after {reads}; no work could be measured{why}"
+        line = f"unreachable at {elapsed} after {reads}; no work could be measured{why}"
+        return line if listening is None else f"{line}; {listening_text(listening)}"
     if result.outcome is Outcome.STALLED and result.stall is not None:
         line = f"stalled at {elapsed} after {reads}; {result.stall.describe()}"
         note = hang_note(result)
@@ -117,30 +124,9 @@ def _work(result: Result, when: str) -> str:
     return f"work in flight unknown (last read {last.verdict.value}: {last.reason or '-'})"
 
 
-def encode(text: str) -> bytes:
-    """One line of at most MAX_BYTES bytes of UTF-8, cut on a character boundary."""
-    line = " ".join(("drainhook: " + text).split())
-    data = line.encode("utf-8", "replace")
-    if len(data) <= MAX_BYTES:
-        return data
-    return data[: MAX_BYTES - 3].decode("utf-8", "ignore").encode("utf-8") + b"..."
-
-
 def write(target: TerminationLog, text: str, say: Callable[[str], None]) -> None:
-    """Write the line; on any failure, say so (once) and go on."""
-    flags = os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC
-    if target.create:
-        flags |= os.O_CREAT
-    try:
-        fd = os.open(target.path, flags, 0o644)
-    except OSError as exc:
-        reason = "no process reads that FIFO" if exc.errno == errno.ENXIO else exc.strerror
-        say(f"cannot write --termination-log {target.path}: {reason}; going on")
-        return
-    try:
-        os.write(fd, encode(text))
-    except OSError as exc:
-        say(f"cannot write --termination-log {target.path}: {exc.strerror}; going on")
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    """Write the line (drainhook.failsafe.write_termination); on a failure, say so
+    and go on."""
+    why = failsafe.write_termination(target.path, target.create, text)
+    if why is not None:
+        say(f"cannot write --termination-log {target.path}: {why}; going on")

@@ -36,6 +36,11 @@ class Run(HookOutput):
 
 Hook = Callable[..., Run]
 
+# `wait` fails safe (CONTRACT §5): a usage error holds until D before it exits. A
+# case that checks only the error's line and code caps D at 0 with this (the
+# fail-safe reads --max-wait plainly), so that it ends at once.
+NO_HOLD = ("--max-wait", "0")
+
 
 def run_delay(task: str = "thread-self") -> float:
     """Seconds `task` (a /proc entry: a pid, `thread-self`) has waited on a run queue
@@ -104,10 +109,13 @@ def measure(
 
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """A clean environment: no DRAINHOOK_* from the caller, a C locale, and not
-    inside a Pod: a CI job that runs in one has KUBERNETES_SERVICE_HOST set,
-    which turns listener discovery on, and the hook must never read the CI
-    machine's own listeners (a test that wants it sets it, in a `pod`)."""
+    inside a Pod (a test that wants one sets KUBERNETES_SERVICE_HOST, in a `pod`).
+
+    Every read logged (DRAINHOOK_LOG_READS=all): the cases that count reads read
+    them from the log. The default, a line when something changed (CONTRACT §5),
+    is tested where it is set back (tests/test_log_changes.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DRAINHOOK_", "KUBERNETES_"))}
     env.pop("PYTHONWARNINGS", None)
+    env["DRAINHOOK_LOG_READS"] = "all"
     env.update(extra or {})
     return env

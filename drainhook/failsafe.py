@@ -1,0 +1,184 @@
+"""`wait` fails safe (CONTRACT §5): a hook that cannot do its job holds like the
+blind sleep it replaces, to D, and never releases the engine early.
+
+A bug anywhere in the run, an install that cannot import one of its own
+modules, or a wrong flag in the preStop (wrong on every Pod of the fleet)
+each end in `hold`: one line naming the failure, the wait until D, the
+termination message, then the failure's exit code (70, or 2 for a usage error).
+
+D comes from the config when it was built; before that (a broken install, a
+flag that does not parse) from `plain_deadline`, which reads `--grace`,
+`--exit-reserve`, `--max-wait` and their DRAINHOOK_* variables with nothing
+but the standard library, and falls back to the defaults for a value it
+cannot read. This module imports nothing of drainhook but `exits`: it must
+work when the rest of the install does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when unset
+DEFAULT_EXIT_RESERVE = 5.0
+# The hook's process must be gone by D as the kubelet sees it (it sends SIGTERM
+# when the process ends): the loop ends this much before D, for the termination
+# message, the summary line and the exit itself. Logged deadlines stay D.
+EXIT_ALLOWANCE = 0.02
+
+TERMINATION_PATH = "/dev/termination-log"
+TERMINATION_MAX_BYTES = 4096  # what the kubelet keeps of a termination message
+
+_UNITS = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0}
+_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m)?\s*")
+
+# Whether a failure has already been held (by the run, with its config's D):
+# the entry point then does not hold again.
+held = False
+
+
+def seconds(text: str) -> float | None:
+    """A duration as the flags take it (`1.5`, `1.5s`, `250ms`, `2m`), or None."""
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        return None
+    value = float(m.group(1)) * _UNITS[m.group(2) or ""]
+    return value if value < float("inf") else None
+
+
+def is_wait(argv: Sequence[str]) -> bool:
+    """Whether this command line runs `wait` (its first word names the command)."""
+    return bool(argv) and argv[0] == "wait"
+
+
+def flag_value(argv: Sequence[str], environ: Mapping[str, str], flag: str) -> str | None:
+    """The last `--flag V` or `--flag=V` of argv, else DRAINHOOK_<FLAG> (as set:
+    perhaps ''), else None.
+
+    Read plainly: nothing else of the command line is understood, so a value
+    that happens to follow another flag's name is still found."""
+    found: str | None = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg[len(flag) + 1 :]
+    if found is None:
+        found = environ.get("DRAINHOOK_" + flag.lstrip("-").upper().replace("-", "_"))
+    return found
+
+
+def plain_deadline(argv: Sequence[str], environ: Mapping[str, str]) -> float:
+    """D = min(G - R, max-wait) from the flags and variables read plainly; a value
+    that cannot be read is its default (G 30, R 5, no cap: D 25)."""
+
+    def value(flag: str, default: float | None) -> float | None:
+        text = flag_value(argv, environ, flag)
+        got = seconds(text) if text is not None else None
+        return default if got is None else got
+
+    grace = value("--grace", DEFAULT_GRACE)
+    reserve = value("--exit-reserve", DEFAULT_EXIT_RESERVE)
+    assert grace is not None and reserve is not None
+    deadline = grace - reserve
+    cap = value("--max-wait", None)
+    if cap is not None:
+        deadline = min(deadline, cap)
+    return max(0.0, deadline)
+
+
+def plain_termination(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, bool] | None:
+    """The termination message's (path, create) read plainly: `--termination-log`
+    or its variable (`''` turns it off), else /dev/termination-log when it exists."""
+    value = flag_value(argv, environ, "--termination-log")
+    if value is None:
+        return (TERMINATION_PATH, False) if os.path.exists(TERMINATION_PATH) else None
+    return (value, True) if value else None
+
+
+def encode(text: str) -> bytes:
+    """One termination line of at most 4096 bytes of UTF-8, cut on a character."""
+    line = " ".join(("drainhook: " + text).split())
+    data = line.encode("utf-8", "replace")
+    if len(data) <= TERMINATION_MAX_BYTES:
+        return data
+    cut = data[: TERMINATION_MAX_BYTES - 3].decode("utf-8", "ignore")
+    return cut.encode("utf-8") + b"..."
+
+
+def write_termination(path: str | os.PathLike[str], create: bool, text: str) -> str | None:
+    """Write the termination line without ever blocking; the reason it failed, or None.
+
+    O_NONBLOCK: a FIFO nobody reads refuses at once instead of hanging."""
+    flags = os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC
+    if create:
+        flags |= os.O_CREAT
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        return "no process reads that FIFO" if exc.errno == errno.ENXIO else exc.strerror
+    try:
+        os.write(fd, encode(text))
+    except OSError as exc:
+        return exc.strerror
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return None
+
+
+def say(line: str) -> None:
+    """One line on stderr, written plainly; a closed stderr loses it."""
+    with contextlib.suppress(OSError):
+        os.write(2, (" ".join(line.split()) + "\n").encode("utf-8", "replace"))
+
+
+def hold(
+    line: str,
+    *,
+    t0: float,
+    deadline: float,
+    termination: tuple[str | os.PathLike[str], bool] | None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Say the failure in one line (`line`: `drainhook: <what failed>`), wait
+    until t0 + deadline (less the exit allowance), then write the termination
+    message. The caller exits with the failure's code; a SIGTERM or SIGINT
+    meanwhile ends the process at once (the entry point's handlers)."""
+    global held
+    held = True
+    say(f"{line}; holding as a blind sleep until D = {deadline:g} s")
+    failure = line.split(": ", 1)[-1]
+    until = t0 + max(0.0, deadline - EXIT_ALLOWANCE)
+    while (now := clock()) < until:
+        sleep(until - now)
+    if termination is not None:
+        elapsed = clock() - t0
+        text = f"failed safe at {elapsed:.1f} s (held to D = {deadline:g} s): {failure}"
+        why = write_termination(termination[0], termination[1], text)
+        if why is not None:
+            say(f"drainhook: cannot write --termination-log {termination[0]}: {why}")
+
+
+def hold_plain(line: str, argv: Sequence[str], t0: float) -> None:
+    """`hold` with D and the termination path read plainly (no config was built)."""
+    environ = os.environ
+    hold(
+        line,
+        t0=t0,
+        deadline=plain_deadline(argv, environ),
+        termination=plain_termination(argv, environ),
+    )
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in a few words: its kind and message, on one line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
