@@ -110,6 +110,6 @@ def test_text_values(value: object, text: str) -> None:
 def test_quiet_keeps_only_the_summary_on_stderr() -> None:
     stream = io.StringIO()
     log = Log("json", quiet=True, stream=stream)
-    log.read(5.0, 1, BUSY)
+    log.read(5.0, BUSY)
     log.summary(Result(Outcome.DRAINED, 6.0, 2, BUSY), 0, "t", 25.0)
     assert [json.loads(x)["event"] for x in stream.getvalue().splitlines()] == ["summary"]

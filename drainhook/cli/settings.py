@@ -16,7 +16,6 @@ from collections.abc import Mapping
 import click
 from click.core import ParameterSource
 
-from drainhook.cli.flags import environ_of
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
 from drainhook.hook.config import WaitConfig
@@ -24,7 +23,6 @@ from drainhook.hook.termination import choose as choose_termination_log
 from drainhook.reading.config import (
     DEFAULT_PATH,
     DEFAULT_SCHEME,
-    IN_POD_VARIABLE,
     LOADS_PATH,
     ReadConfig,
 )
@@ -80,9 +78,10 @@ def _targets(
 
 
 def discovery_on(ctx: click.Context, params: Mapping[str, typing.Any]) -> bool:
-    """Listener discovery on or off (CONTRACT §2a): --discover or --no-discover
+    """Listener discovery on or off (CONTRACT §2a): off unless asked for, inside a
+    Pod too (the hook touches only what it is told to). --discover or --no-discover
     when given (on the command line and in the environment: the command line
-    wins; both at one level: a usage error); else on inside a Pod only."""
+    wins; both at one level: a usage error)."""
     given = {
         flag: ctx.get_parameter_source(flag)
         for flag in ("discover", "no_discover")
@@ -92,16 +91,7 @@ def discovery_on(ctx: click.Context, params: Mapping[str, typing.Any]) -> bool:
         if given["discover"] == given["no_discover"]:
             raise UsageError("--discover and --no-discover cannot both be given")
         return given["discover"] == ParameterSource.COMMANDLINE
-    if given:
-        return "discover" in given
-    return in_pod(environ_of(ctx))
-
-
-def in_pod(environ: Mapping[str, str]) -> bool:
-    """Whether this runs in a Kubernetes container: Kubernetes sets
-    KUBERNETES_SERVICE_HOST in every one. Elsewhere (a laptop, CI, a plain
-    container) a hook run by hand must not read every port of the machine."""
-    return bool(environ.get(IN_POD_VARIABLE, "").strip())
+    return "discover" in given
 
 
 def reach_of(
@@ -155,6 +145,7 @@ def wait_config_of(ctx: click.Context, params: Mapping[str, typing.Any]) -> Wait
         linger=params["linger"],
         max_wait=params["max_wait"],
         log_format=params["log_format"],
+        log_reads=params["log_reads"],
         log_file=params["log_file"],
         exit_zero=params["exit_zero"],
         quiet=params["quiet"],

@@ -1,5 +1,10 @@
-"""What the hook says: a line per read, one summary line, warnings and the
-discovery line (CONTRACT §5).
+"""What the hook says: a read line when something changed, one summary line,
+warnings and the discovery line (CONTRACT §5).
+
+A read line is written when the verdict, the total, the signals that hold,
+the targets that answer or the reason differ from the last line written;
+while nothing changes, one line every HEARTBEAT seconds, whose `reads` field
+says how many reads it stands for. `--log-reads all` writes every read.
 
 Each line is one `Event`, built once as fields and rendered as text
 (`drainhook key=value ...`) or JSON (`{"event": ..., key: value}`): the two
@@ -86,10 +91,16 @@ def signal_fields(reading: Reading | None) -> tuple[tuple[str, Value], ...]:
     )
 
 
-def read_event(t: float, n: int, reading: Reading) -> Event:
+# While nothing changes, a read line this often (seconds), standing for the reads since.
+HEARTBEAT = 10.0
+LOG_READS = ("changes", "all")
+
+
+def read_event(t: float, n: int, reading: Reading, stands_for: int | None = None) -> Event:
     """A read's line: when, its number, verdict, count, time, what was counted,
     each signal's count and which held the hook, the targets that answered (with
-    several), why (when not counted)."""
+    several), why (when not counted); `reads`: how many reads a heartbeat line
+    stands for (those since the last line, this one included)."""
     parts = reading.parts
     answering = sum(1 for _, r in parts if r.verdict.value != "unreachable")
     return Event(
@@ -97,6 +108,7 @@ def read_event(t: float, n: int, reading: Reading) -> Event:
         (
             ("t", round(t, 3)),
             ("read", n),
+            ("reads", stands_for),
             ("verdict", reading.verdict.value),
             ("in_flight", json_number(reading.in_flight)),
             ("read_ms", round(reading.read_ms, 2)),
@@ -108,6 +120,13 @@ def read_event(t: float, n: int, reading: Reading) -> Event:
             ("reason", reading.reason),
         ),
     )
+
+
+def what_changes(reading: Reading) -> tuple[object, ...]:
+    """What a read line is written for when it changes (CONTRACT §5): the verdict,
+    the total, the signals that hold, the targets that answer, the reason."""
+    event = dict(read_event(0.0, 0, reading).fields)
+    return tuple(event[k] for k in ("verdict", "in_flight", "held_by", "answering", "reason"))
 
 
 def missing_signals(reading: Reading) -> tuple[Event, ...]:
@@ -152,10 +171,17 @@ def warning_event(text: str, code: str | None = None, reason: str | None = None)
     return Event("warning", (("warning", text), *more))
 
 
-def summary_event(result: Result, exit_code: int, target: str, deadline: float) -> Event:
+def summary_event(
+    result: Result,
+    exit_code: int,
+    target: str,
+    deadline: float,
+    listening: tuple[int, ...] | None = None,
+) -> Event:
     """The run's last line: outcome, when, reads, the work left and why, the exit
     code, D, the target; at the deadline or stalled with vLLM work in flight, what
-    becomes of it after SIGTERM; a stall's frozen counters."""
+    becomes of it after SIGTERM; a stall's frozen counters; unreachable, the TCP
+    ports that listen in the namespace (`listening`, when read; [] for none)."""
     last = result.last
     reason = last.reason if last else None
     after, why = hang_note(result) or (None, None)
@@ -173,6 +199,7 @@ def summary_event(result: Result, exit_code: int, target: str, deadline: float) 
             ("exit", exit_code),
             ("deadline", round(deadline, 3)),
             ("target", target),
+            ("listening", None if listening is None else [str(p) for p in listening]),
             ("after_sigterm", after),
             ("after_sigterm_why", why),
             *((("stall", stall_json(result.stall)),) if result.stall else ()),
@@ -191,8 +218,12 @@ class Log:
         *,
         quiet: bool = False,
         stream: typing.TextIO | None = None,
+        reads: str = "changes",
     ) -> None:
         self._json = fmt == "json"
+        self._every_read = reads == "all"
+        self._reads = 0  # reads seen
+        self._said: tuple[tuple[object, ...], float, int] | None = None  # last line's
         self._quiet = quiet
         self._stream = stream if stream is not None else sys.stderr
         self._fd: int | None = None
@@ -219,8 +250,17 @@ class Log:
                 os.close(self._fd)
             self._fd = None
 
-    def read(self, t: float, n: int, reading: Reading) -> None:
-        self.emit(read_event(t, n, reading))
+    def read(self, t: float, reading: Reading) -> None:
+        """A read at t (seconds since the hook's start): its line when something
+        changed since the last line, or HEARTBEAT has passed; then its warnings."""
+        self._reads += 1
+        state = what_changes(reading)
+        if self._every_read or self._said is None or self._said[0] != state:
+            self.emit(read_event(t, self._reads, reading))
+            self._said = (state, t, self._reads)
+        elif t - self._said[1] >= HEARTBEAT:
+            self.emit(read_event(t, self._reads, reading, self._reads - self._said[2]))
+            self._said = (state, t, self._reads)
         for warning in reading.warnings:
             if warning not in self._warned:  # each warning once per hook
                 self._warned.add(warning)
@@ -237,8 +277,15 @@ class Log:
     def warning(self, text: str, *, code: str | None = None, reason: str | None = None) -> None:
         self.emit(warning_event(text, code, reason))
 
-    def summary(self, result: Result, exit_code: int, target: str, deadline: float) -> None:
-        self.emit(summary_event(result, exit_code, target, deadline))
+    def summary(
+        self,
+        result: Result,
+        exit_code: int,
+        target: str,
+        deadline: float,
+        listening: tuple[int, ...] | None = None,
+    ) -> None:
+        self.emit(summary_event(result, exit_code, target, deadline, listening))
 
     def emit(self, event: Event) -> None:
         """Write one event's line; the summary is written even when quiet."""
