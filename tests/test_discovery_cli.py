@@ -5,7 +5,8 @@ test scripts (tests/support/podns.py), never this machine's own.
 The configured target is 127.0.0.1:8000 with nothing listening there, unless
 a case says otherwise. "In a Pod" is KUBERNETES_SERVICE_HOST set, as
 Kubernetes sets it in every container; the tests' environment drops it
-otherwise (tests/conftest.py). Each case asserts the outcome, the exit code,
+otherwise (tests/conftest.py). Discovery is on only with --discover, in a Pod
+too. Each case asserts the outcome, the exit code,
 the timing and how many reads each listener saw, so that a hook that does not
 discover, discovers when it must not, or reads a listener twice, fails it.
 """
@@ -13,6 +14,7 @@ discover, discovers when it must not, or reads a listener twice, fails it.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from drainhook.reading.discovery.listeners import MAX_READS
 from tests.conftest import HOOK_LATE, POD_LATE, late
 from tests.support.logs import fields, hook_lines
 from tests.support.podns import Pod, PodRun, Reply, Server, hanging, sidecar
+from tests.support.process import NO_HOLD
 
 IN_POD = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
 CONFIGURED = "http://127.0.0.1:8000/metrics"
@@ -83,7 +86,7 @@ def assert_drained(run: PodRun, n: int) -> dict[str, str]:
 
 def test_a_refused_target_finds_the_engine_on_another_port_and_drains_it(pod: Pod) -> None:
     moved = vllm_engine("engine", 8123, vllm("0", 2), vllm("0", 0))
-    run = pod([moved, *sidecars()], "wait", "--port", "8000", *TIMELINE, env=IN_POD)
+    run = pod([moved, *sidecars()], "wait", "--port", "8000", *TIMELINE, "--discover", env=IN_POD)
     end = assert_drained(run, 3)
     # The search's read of the engine is the first read (busy 2); then every I.
     assert [r["in_flight"] for r in reads(run)] == ["2", "0", "0"]
@@ -106,7 +109,7 @@ def test_a_refused_target_finds_the_engine_on_another_port_and_drains_it(pod: Po
 
 
 def test_nothing_found_is_unreachable_naming_every_listener_tried(pod: Pod) -> None:
-    run = pod(sidecars(), "wait", "--port", "8000", *TIMELINE, env=IN_POD)
+    run = pod(sidecars(), "wait", "--port", "8000", *TIMELINE, "--discover", env=IN_POD)
     assert run.code == 4, run.stderr
     end = fields(run.summary)
     assert (end["outcome"], end["reads"]) == ("unreachable", "1")
@@ -133,7 +136,7 @@ def test_an_unreachable_target_that_did_not_refuse_starts_no_search(pod: Pod, st
     """A 3xx or 4xx status on the configured port is unreachable as before: the
     engine elsewhere is never read."""
     servers = [sidecar("configured", 8000, status), vllm_engine("engine", 8123, vllm("0", 0))]
-    run = pod(servers, "wait", "--port", "8000", *TIMELINE, env=IN_POD)
+    run = pod(servers, "wait", "--port", "8000", *TIMELINE, "--discover", env=IN_POD)
     assert run.code == 4, run.stderr
     end = fields(run.summary)
     assert end["outcome"] == "unreachable" and float(end["elapsed"]) < late(SETTLE, POD_LATE)
@@ -148,7 +151,9 @@ def test_a_5xx_on_the_configured_target_holds_and_starts_no_search(pod: Pod) -> 
     hook holds to D and never reads the other listener."""
     servers = [sidecar("configured", 8000, 503), vllm_engine("engine", 8123, vllm("0", 0))]
     short = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--grace", "1.5")
-    run = pod(servers, "wait", "--port", "8000", *short, "--exit-reserve", "0.5", env=IN_POD)
+    run = pod(
+        servers, "wait", "--port", "8000", *short, "--exit-reserve", "0.5", "--discover", env=IN_POD
+    )
     assert run.code == 3, run.stderr
     end = fields(run.summary)
     assert end["outcome"] == "deadline" and end["reason"] == "HTTP 503"
@@ -163,7 +168,7 @@ def test_a_refused_target_beside_an_answering_one_keeps_the_several_targets_rule
     servers = [vllm_engine("rank0", 8001, vllm("0", 0)), vllm_engine("engine", 8123, vllm("1", 0))]
     short = ("--settle", str(SETTLE), "--interval", str(INTERVAL), "--grace", "1.5")
     args = ("--port", "8001", "--port", "8000", *short, "--exit-reserve", "0.5")
-    run = pod(servers, "wait", *args, env=IN_POD)
+    run = pod(servers, "wait", *args, "--discover", env=IN_POD)
     assert run.code == 3, run.stderr  # the refused port holds the round unknown to D
     end = fields(run.summary)
     assert end["outcome"] == "deadline"
@@ -176,21 +181,17 @@ def test_a_refused_target_beside_an_answering_one_keeps_the_several_targets_rule
 @pytest.mark.parametrize(
     ("env", "args", "searches"),
     [
-        ({}, (), False),  # outside a Pod: off
+        ({}, (), False),  # off by default
+        (IN_POD, (), False),  # inside a Pod too (CONTRACT §2a: on request)
         ({}, ("--discover",), True),
+        (IN_POD, ("--discover",), True),
         ({"DRAINHOOK_DISCOVER": "1"}, (), True),
-        (IN_POD, (), True),  # inside a Pod: on
-        (IN_POD, ("--no-discover",), False),
-        ({**IN_POD, "DRAINHOOK_NO_DISCOVER": "1"}, (), False),
-        ({**IN_POD, "DRAINHOOK_NO_DISCOVER": "1"}, ("--discover",), True),  # the flag wins
-        ({"KUBERNETES_SERVICE_HOST": ""}, (), False),  # set but empty: not a Pod
+        ({**IN_POD, "DRAINHOOK_DISCOVER": "1"}, ("--no-discover",), False),  # the flag wins
+        ({**IN_POD, "DRAINHOOK_NO_DISCOVER": "1"}, ("--discover",), True),
     ],
-    ids=[
-        "outside", "outside-flag", "outside-env", "pod", "pod-no-discover",
-        "pod-no-discover-env", "flag-beats-env", "empty-variable",
-    ],
-)  # fmt: skip
-def test_discovery_is_on_inside_a_pod_only_unless_told(
+    ids=["outside", "pod", "flag", "pod-flag", "env", "no-flag-beats-env", "flag-beats-env"],
+)
+def test_discovery_is_on_only_when_asked_for(
     pod: Pod, env: dict[str, str], args: tuple[str, ...], searches: bool
 ) -> None:
     moved = vllm_engine("engine", 8123, vllm("0", 0))
@@ -205,8 +206,34 @@ def test_discovery_is_on_inside_a_pod_only_unless_told(
         assert discovery_lines(run) == []
 
 
+def test_a_refused_target_in_a_pod_touches_no_other_listener_and_names_their_ports(
+    pod: Pod, tmp_path: Path
+) -> None:
+    """Without --discover (CONTRACT §2a): unreachable right after the settle; not
+    one connection to the engine that moved nor to any sidecar, and the summary
+    and the termination message name the ports that listen, read from /proc."""
+    servers = [vllm_engine("engine", 8123, vllm("0", 1)), *sidecars()]
+    message = tmp_path / "termination"
+    args = ("--termination-log", str(message), *TIMELINE)
+    run = pod(servers, "wait", "--port", "8000", *args, env=IN_POD)
+    assert run.code == 4, run.stderr
+    end = fields(run.summary)
+    assert (end["outcome"], end["reads"]) == ("unreachable", "1")
+    assert float(end["elapsed"]) < late(SETTLE, POD_LATE)
+    assert end["reason"] == "cannot connect: connection refused"
+    assert end["listening"] == "5555,8123,15000,15090"
+    assert {name: log.connections for name, log in run.servers.items()} == {
+        name: tuple(0 for _ in log.connections) for name, log in run.servers.items()
+    }
+    assert all(sum(log.connections) == 0 for log in run.servers.values())
+    assert message.read_text().endswith("TCP ports listening here: 5555,8123,15000,15090")
+    alone = pod([], "wait", "--port", "8000", "--log-format", "json", *TIMELINE, env=IN_POD)
+    summary = json.loads(alone.summary)
+    assert (alone.code, summary["listening"]) == (4, [])
+
+
 def test_discover_and_no_discover_together_are_a_usage_error(pod: Pod) -> None:
-    run = pod([], "wait", "--discover", "--no-discover", env=IN_POD)
+    run = pod([], "wait", "--discover", "--no-discover", *NO_HOLD, env=IN_POD)
     assert run.code == 2 and len(run.lines) == 1
     assert "--discover and --no-discover" in run.stderr
 
@@ -216,7 +243,7 @@ def test_a_proxy_re_exporting_the_engine_is_counted_once(pod: Pod) -> None:
     same series twice count once, at their max (3, not 6)."""
     script = (vllm("0", 3), vllm("0", 0))
     servers = [vllm_engine("engine", 8123, *script), vllm_engine("proxy", 9100, *script)]
-    run = pod(servers, "wait", "--port", "8000", *TIMELINE, env=IN_POD)
+    run = pod(servers, "wait", "--port", "8000", *TIMELINE, "--discover", env=IN_POD)
     assert_drained(run, 3)
     assert [r["in_flight"] for r in reads(run)] == ["3", "0", "0"]
     assert requests(run, "engine", "proxy") == {"engine": 3, "proxy": 3}
@@ -229,7 +256,7 @@ def test_vllm_multi_port_dp_listeners_add_up(pod: Pod) -> None:
         vllm_engine("rank0", 8100, vllm("0", 2), vllm("0", 0)),
         vllm_engine("rank1", 8101, vllm("1", 1, 2), vllm("1", 1), vllm("1", 0)),
     ]
-    run = pod(servers, "wait", "--port", "8000", *TIMELINE, env=IN_POD)
+    run = pod(servers, "wait", "--port", "8000", *TIMELINE, "--discover", env=IN_POD)
     assert_drained(run, 4)
     assert [r["in_flight"] for r in reads(run)] == ["5", "1", "0", "0"]
     assert all(r["targets"] == "3" and r["answering"] == "2" for r in reads(run))
@@ -246,7 +273,7 @@ def test_a_hanging_listener_cannot_carry_the_hook_past_d(pod: Pod) -> None:
         Server("silent", "127.0.0.1", 9001, silent=True),
     ]
     args = ("--settle", str(SETTLE), "--grace", str(grace), "--exit-reserve", str(reserve))
-    run = pod(servers, "wait", "--port", "8000", *args, env=IN_POD)
+    run = pod(servers, "wait", "--port", "8000", *args, "--discover", env=IN_POD)
     d = grace - reserve
     assert run.code == 3, run.stderr
     end = fields(run.summary)
@@ -258,7 +285,17 @@ def test_a_hanging_listener_cannot_carry_the_hook_past_d(pod: Pod) -> None:
 
 def test_a_hanging_listener_costs_one_read_timeout_within_d(pod: Pod) -> None:
     servers = [vllm_engine("engine", 8123, vllm("0", 0)), hanging("hanging", 9000)]
-    run = pod(servers, "wait", "--port", "8000", "--read-timeout", "0.5", *TIMELINE, env=IN_POD)
+    run = pod(
+        servers,
+        "wait",
+        "--port",
+        "8000",
+        "--read-timeout",
+        "0.5",
+        *TIMELINE,
+        "--discover",
+        env=IN_POD,
+    )
     end = assert_drained(run, 2)
     # The first read (the search) lasts the read timeout; the second is due at once.
     assert SETTLE + 0.5 <= float(end["elapsed"]) < late(SETTLE + 0.5, POD_LATE)
@@ -267,7 +304,7 @@ def test_a_hanging_listener_costs_one_read_timeout_within_d(pod: Pod) -> None:
 
 def test_at_most_64_listeners_are_read(pod: Pod) -> None:
     servers = [sidecar(f"s{p}", p) for p in range(20001, 20001 + MAX_READS + 2)]
-    run = pod(servers, "wait", "--port", "8000", *TIMELINE, env=IN_POD, timeout=120)
+    run = pod(servers, "wait", "--port", "8000", *TIMELINE, "--discover", env=IN_POD, timeout=120)
     assert run.code == 4, run.stderr
     reason = fields(run.summary)["reason"]
     assert f"tried {MAX_READS} listeners: " in reason
@@ -278,7 +315,8 @@ def test_at_most_64_listeners_are_read(pod: Pod) -> None:
 
 def test_a_moved_sglang_is_found_and_its_live_count_drains_it(pod: Pod) -> None:
     """The rehearsal's two losses at once: the engine on another port, its /metrics
-    stale (6 still shown) and /v1/loads live (0). Drained at S + I; the sidecar
+    stale (6 still shown) and /v1/loads live (0). Drained at S + I/4 (the connections
+    read the zero too: the quick confirmation, CONTRACT §1); the sidecar
     read once, never asked for /v1/loads."""
     loads = json.dumps({"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}]})
     sglang = Server(
@@ -290,9 +328,12 @@ def test_a_moved_sglang_is_found_and_its_live_count_drains_it(pod: Pod) -> None:
             "/v1/loads": [Reply(body=loads)],
         },
     )
-    run = pod([sglang, *sidecars()], "wait", "--engine", "sglang", *TIMELINE, env=IN_POD)
+    run = pod(
+        [sglang, *sidecars()], "wait", "--engine", "sglang", *TIMELINE, "--discover", env=IN_POD
+    )
     end = assert_drained(run, 2)
-    assert SETTLE + INTERVAL <= float(end["elapsed"]) < late(SETTLE + INTERVAL, POD_LATE)
+    quick = SETTLE + INTERVAL / 4
+    assert quick <= float(end["elapsed"]) < late(quick, POD_LATE)
     assert run.servers["sglang"].paths == ["/metrics", "/v1/loads"] * 2
     assert {r["source"] for r in reads(run)} == {"loads"}
     assert run.servers["mesh-admin"].paths == ["/metrics"]
@@ -305,7 +346,7 @@ def test_a_remote_target_that_refuses_is_not_searched_for_in_the_pod(pod: Pod) -
     its refusal is that engine gone; this Pod's listeners do not stand in for it."""
     local = vllm_engine("local", 8000, vllm("0", 1), host="127.0.0.1")
     args = ("--url", "http://192.0.2.10:8000/metrics", "--allow-remote", *TIMELINE)
-    run = pod([local], "wait", *args, env=IN_POD, addresses=["192.0.2.10"])
+    run = pod([local], "wait", *args, "--discover", env=IN_POD, addresses=["192.0.2.10"])
     assert run.code == 4, run.stderr
     assert "connection refused" in fields(run.summary)["reason"]
     assert run.servers["local"].requests == ()
@@ -314,7 +355,7 @@ def test_a_remote_target_that_refuses_is_not_searched_for_in_the_pod(pod: Pod) -
 
 def test_json_log_has_one_discovery_event(pod: Pod) -> None:
     moved = vllm_engine("engine", 8123, vllm("0", 0))
-    run = pod([moved], "wait", "--log-format", "json", *TIMELINE, env=IN_POD)
+    run = pod([moved], "wait", "--log-format", "json", *TIMELINE, "--discover", env=IN_POD)
     assert run.code == 0, run.stderr
     events = [json.loads(line) for line in hook_lines(run.lines)]
     (found,) = [e for e in events if e["event"] == "discovery"]
@@ -339,7 +380,7 @@ def test_probe_of_a_refused_target_reads_the_engines_found(pod: Pod) -> None:
         vllm_engine("rank1", 8101, vllm("1", 0)),
         *sidecars(),
     ]
-    run = pod(servers, "probe", "--json", env=IN_POD)
+    run = pod(servers, "probe", "--json", "--discover", env=IN_POD)
     obj = probe_json(run)
     assert run.code == 1, run.stderr  # busy: what wait's first read would count
     assert (obj["target"], obj["verdict"], obj["in_flight"], obj["source"]) == (
@@ -374,7 +415,7 @@ def test_probe_of_a_refused_target_reads_the_engines_found(pod: Pod) -> None:
         "rank1": 1,
         "mesh-admin": 1,
     }
-    text = pod(servers, "probe", env=IN_POD)
+    text = pod(servers, "probe", "--discover", env=IN_POD)
     assert text.code == 1
     listed = text.stdout.split("discovered 2\n", 1)[1].splitlines()[:2]
     assert listed[0].split()[:4] == ["http://127.0.0.1:8100/metrics", "vllm", "busy", "in_flight=2"]
@@ -382,7 +423,7 @@ def test_probe_of_a_refused_target_reads_the_engines_found(pod: Pod) -> None:
 
 
 def test_probe_of_a_refused_target_that_finds_nothing_is_unreachable(pod: Pod) -> None:
-    run = pod(sidecars(), "probe", "--json", env=IN_POD)
+    run = pod(sidecars(), "probe", "--json", "--discover", env=IN_POD)
     obj = probe_json(run)
     assert run.code == 4
     assert obj["verdict"] == "unreachable" and obj["discovered"] == []

@@ -248,10 +248,10 @@ def test_routing_proxy_waits_on_the_decoder_past_its_drain(monkeypatch: pytest.M
     assert pparams["host"] == "127.0.0.1" and pparams["allow_remote"] is False
     assert proxy_port != decoder_port
     assert pparams["exit_zero"] is True
-    # The decoder returns by its D and finishes under --shutdown-timeout before
-    # the proxy's D: the proxy relays the last stream to its end.
-    shutdown = float(words[words.index("--shutdown-timeout") + 1])
-    decoder_done = dparams["grace"] - dparams["exit_reserve"] + shutdown
+    # The decoder returns by its D, before the proxy's D: the proxy relays the
+    # decoder's streams to their end. No --shutdown-timeout (S is 5 s: none advised).
+    assert "--shutdown-timeout" not in words
+    decoder_done = dparams["grace"] - dparams["exit_reserve"]
     assert decoder_done < pparams["grace"] - pparams["exit_reserve"] <= pparams["grace"]
     # No native sidecar here (that form needs no hook), and no shell in the proxy.
     assert all(c.restart_policy != "Always" for c in spec.spec.init_containers)
@@ -287,9 +287,11 @@ def test_routing_proxy_hook_end_to_end(pod: Pod) -> None:
     assert " discovery " not in run.stderr
 
 
-def test_routing_proxy_hook_finds_a_decoder_on_another_port(pod: Pod) -> None:
-    """The decoder's --port changed and the proxy's hook was not told: in a Pod the
-    hook finds it and waits on it (the proxy's own 404 listener read once)."""
+def test_routing_proxy_hook_on_a_decoder_moved_to_another_port(pod: Pod) -> None:
+    """The decoder's --port changed and the proxy's hook was not told: the hook
+    touches nothing it was not told to (CONTRACT §2a), ends `unreachable` after the
+    settle (exit 0: --exit-zero) and names the ports that listen; with --discover
+    it finds the decoder and waits on it (the proxy's own 404 listener read once)."""
     _, proxy, decoder = _proxy()
     args = [*proxy.lifecycle.pre_stop._exec.command[1:], "--settle", "0.1", "--interval", "0.1"]
     busy, idle = Reply(sample=BUSY_SAMPLE), Reply(sample=IDLE_SAMPLE)
@@ -297,6 +299,10 @@ def test_routing_proxy_hook_finds_a_decoder_on_another_port(pod: Pod) -> None:
     assert decoder.ports[0].container_port != 8765
     moved = Server("decoder", "0.0.0.0", 8765, {"/metrics": [busy, idle]})
     run = pod([moved, Server("proxy", "0.0.0.0", pport)], *args, env=IN_POD)
+    assert run.code == 0, run.stderr
+    assert "outcome=unreachable" in run.summary and f"listening={pport},8765" in run.summary
+    assert run.servers["decoder"].requests == () and run.servers["proxy"].requests == ()
+    run = pod([moved, Server("proxy", "0.0.0.0", pport)], *args, "--discover", env=IN_POD)
     assert run.code == 0, run.stderr
     assert "outcome=drained" in run.summary and "reads=3" in run.summary
     assert run.servers["decoder"].paths == ["/metrics"] * 3

@@ -130,7 +130,8 @@ def test_wait_drains_on_the_nth_reply_and_env_ports_are_substituted(pod: Pod) ->
     assert "outcome=drained" in run.summary
     assert run.servers["engine"].paths == ["/metrics"] * 3  # busy, idle, idle
     times = [r.t for r in run.servers["engine"].requests]
-    assert times == sorted(times) and times[2] - times[1] >= 0.09
+    # The confirming read I/4 after the first idle one: the connection signal read 0 too.
+    assert times == sorted(times) and times[2] - times[1] >= 0.1 / 4 - 0.001
 
 
 def test_reuseport_sockets_share_one_port(pod_command: Pod) -> None:

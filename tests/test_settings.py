@@ -92,7 +92,7 @@ FROM_FILE = "http://127.0.0.1:9100/custom"
          {"targets": ["http://127.0.0.1:30000/v1/loads"], "engine": "sglang"}),
         # discovery: on inside a Pod only, unless told; the command line wins
         ((), {}, False, {"discover": False}),
-        ((), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False, {"discover": True}),
+        ((), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False, {"discover": False}),  # §2a
         (("--no-discover",), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False, {"discover": False}),
         (("--discover",), {}, False, {"discover": True}),
         (("--no-discover",), {"DRAINHOOK_DISCOVER": "1"}, False, {"discover": False}),
@@ -147,6 +147,6 @@ def test_an_empty_variable_is_unset_but_for_the_termination_log(tmp_path: Path) 
 def test_the_environment_given_is_the_only_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """build_wait_config reads the mapping it is given, never the process's."""
     monkeypatch.setenv("DRAINHOOK_GRACE", "7")
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("DRAINHOOK_DISCOVER", "1")
     got = config()
     assert (got.grace, got.reach.discover) == (30.0, False)

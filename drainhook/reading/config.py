@@ -17,9 +17,6 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/metrics"
 LOADS_PATH = "/v1/loads"  # SGLang's per-DP-rank load report (--source loads, auto)
 DEFAULT_SOURCE = "auto"
-# Set by Kubernetes in every container: where it is, listener discovery is on
-# by default (CONTRACT §2a). Read by the CLI, the edge; nothing below it.
-IN_POD_VARIABLE = "KUBERNETES_SERVICE_HOST"
 
 
 @dataclass(frozen=True)
@@ -34,8 +31,8 @@ class ReadConfig:
     # "auto": /metrics, and SGLang's GET /v1/loads beside it when the body is
     # SGLang's (drainhook.reading.sources); "metrics" or "loads": that one only.
     source: str = DEFAULT_SOURCE
-    # Listener discovery (CONTRACT §2a) when every target refuses: on by
-    # default inside a Pod only (the CLI decides; off for a config built in code).
+    # Listener discovery (CONTRACT §2a) when every target refuses: only when
+    # asked for (--discover).
     discover: bool = False
     api_key: str | None = field(default=None, repr=False)  # never shown
     max_body: int = DEFAULT_MAX_BODY
