@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from drainhook.engines.verdict import Reading, Verdict
+from drainhook.engines.verdict import Reading, Signals, Verdict
 from drainhook.hook.drain import Interrupted, Outcome, Result, drain
 from drainhook.hook.timeline import Timeline
 
@@ -23,6 +23,7 @@ T0 = 1000.0
 class FakeClock:
     def __init__(self, now: float = T0) -> None:
         self.now = now
+        self.start = now
         self.sleeps: list[float] = []
 
     def __call__(self) -> float:
@@ -292,12 +293,16 @@ def test_boundaries_around_the_confirming_read(
 
 class Draining:
     """An engine whose requests end at the given times (seconds from t0): a read
-    starting at t counts those still running; each read takes `took`."""
+    starting at t counts those still running; each read takes `took`. `server`:
+    the reading carries the server's own count (CONTRACT §2a) beside the gauges'."""
 
-    def __init__(self, clock: FakeClock, ends: Sequence[float], took: float = 0.002) -> None:
+    def __init__(
+        self, clock: FakeClock, ends: Sequence[float], took: float = 0.002, server: bool = False
+    ) -> None:
         self.clock = clock
         self.ends = list(ends)
         self.took = took
+        self.server = server
         self.starts: list[float] = []
         self.counts: list[float] = []
 
@@ -308,14 +313,20 @@ class Draining:
         self.counts.append(count)
         self.clock.now += min(self.took, timeout)
         verdict = IDLE if count == 0 else BUSY
-        return Reading(verdict, "vllm", count, (), None, self.took * 1000)
+        signals = Signals(count, count if self.server else None)
+        return Reading(verdict, "vllm", count, (), None, self.took * 1000, signals=signals)
 
 
 def drain_ends(
-    ends: Sequence[float], *, interval: float = 1.0, deadline: float = 60.0, took: float = 0.002
+    ends: Sequence[float],
+    *,
+    interval: float = 1.0,
+    deadline: float = 60.0,
+    took: float = 0.002,
+    server: bool = False,
 ) -> tuple[Result, Draining]:
     clock = FakeClock()
-    engine = Draining(clock, ends, took)
+    engine = Draining(clock, ends, took, server)
     timeline = Timeline(5.0, deadline, interval, 1.0)
     return drain(timeline, engine, t0=T0, clock=clock, sleep=clock.sleep), engine
 
@@ -416,3 +427,61 @@ def test_requests_ending_together_before_any_fall_is_seen_cost_up_to_two_interva
     result, engine = drain_ends([7.05, 7.1])
     assert engine.starts == pytest.approx([5.0, 6.0, 7.0, 8.0, 9.0])
     assert result.elapsed - 7.1 == pytest.approx(1.902)
+
+
+# -- release at the floor: the server's zero is confirmed I/4 later (CONTRACT §1) -------
+
+
+@pytest.mark.parametrize("phase", [i / 20 for i in range(20)])
+@pytest.mark.parametrize("interval", [1.0, 0.5])
+def test_with_the_servers_count_release_within_half_an_interval_at_every_phase(
+    phase: float, interval: float
+) -> None:
+    # As above, with the server's own count answering: the first idle read within
+    # I/4 of the idle moment, the confirming read I/4 after it: never later than
+    # I/2 (+ the reads' 2 ms each), never before two idle reads.
+    idle = 9.0 + phase * interval
+    ends = [idle - 2.6 * interval, idle - 1.3 * interval, idle]
+    result, engine = drain_ends(ends, interval=interval, server=True)
+    assert result.outcome is Outcome.DRAINED
+    release = result.elapsed - idle
+    assert interval / 4 <= release <= interval / 2 + 0.004 + 1e-9, (release, engine.starts)
+    assert engine.counts[-2:] == [0, 0] and engine.counts[-3] > 0  # two idle reads, no more
+    assert engine.starts[-1] - engine.starts[-2] == pytest.approx(interval / 4)
+
+
+def test_an_idle_engine_with_the_servers_count_is_released_a_quarter_interval_after_s() -> None:
+    result, engine = drain_ends([], server=True)
+    assert engine.starts == pytest.approx([5.0, 5.25])
+    assert result.elapsed == pytest.approx(5.252)
+
+
+def test_a_zero_from_the_gauges_alone_is_confirmed_one_interval_later() -> None:
+    # The same engine without the server's count: the confirming read one I later.
+    result, engine = drain_ends([], server=False)
+    assert engine.starts == pytest.approx([5.0, 6.0])
+    assert (result.outcome, result.reads) == (Outcome.DRAINED, 2)
+
+
+def test_several_targets_confirm_fast_only_when_every_one_answers_the_server() -> None:
+    """A round whose one target answered only the gauges: the slow confirmation."""
+    clock = FakeClock()
+    starts: list[float] = []
+    server = Reading(IDLE, "vllm", 0.0, (), None, 0.0, signals=Signals(0.0, 0.0))
+    gauges = Reading(IDLE, "vllm", 0.0, (), None, 0.0, signals=Signals(0.0))
+    connections = Reading(IDLE, "vllm", 0.0, (), None, 0.0, signals=Signals(0.0, None, 0.0))
+
+    def round_of(*parts: Reading) -> Reading:
+        named = tuple((f"t{i}", p) for i, p in enumerate(parts))
+        return Reading(IDLE, "vllm", 0.0, (), None, 0.0, parts=named)
+
+    for parts, step in (((server, gauges), 1.0), ((server, connections), 0.25)):
+        starts.clear()
+
+        def read(timeout: float, parts: tuple[Reading, ...] = parts) -> Reading:
+            starts.append(clock.now - clock.start)
+            return round_of(*parts)
+
+        clock.start = clock.now
+        drain(Timeline(5.0, 25.0, 1.0, 1.0), read, t0=clock.now, clock=clock, sleep=clock.sleep)
+        assert starts == pytest.approx([5.0, 5.0 + step])

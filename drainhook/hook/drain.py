@@ -6,9 +6,12 @@ deadline D: every sleep and every read timeout is clipped to the time left.
 
 The cadence (`Cadence`): a read every I, and every I/4 while the work drains
 (a busy read whose count fell, or is down to the last request), so that the
-first idle read comes within I/4 of the engine's last request ending; the
-confirming read is one whole I after the first idle one. An idle engine is
-released I to I + I/4 after it went idle, whatever the phase of the reads.
+first idle read comes within I/4 of the engine's last request ending. The
+confirming read comes I/4 after the first idle one when that zero was the
+server's own (its count, or the connection signal, answered it: CONTRACT §1,
+§2a), one whole I after it when only the scheduler's gauges answered. An
+engine whose draining the reads saw is then released within I/2 of going
+idle (within I + I/4 on the gauges alone), whatever the phase of the reads.
 """
 
 from __future__ import annotations
@@ -60,8 +63,9 @@ class Cadence:
     more, so the end may come at any read) or is at most 1 (the last request:
     its end is the idle moment), until a busy read whose count rose (work still
     arrives) or the first idle read. After an idle read the next one, the
-    confirming read, is due one whole I after it: two idle reads one interval
-    apart release the engine, as before."""
+    confirming read, is due I/4 after it when the server's own signals answered
+    that zero (`servers_idle`), else one whole I after it: a scheduler's gauges
+    are a snapshot that may lag, the server's count and the connections are not."""
 
     interval: float
     fast: bool = False
@@ -76,7 +80,7 @@ class Cadence:
         count = reading.in_flight
         if reading.verdict is Verdict.IDLE:
             self.fast, self.previous = False, 0.0
-            return self.interval
+            return self.quick if servers_idle(reading) else self.interval
         if reading.verdict is not Verdict.BUSY or count is None:
             return self.interval  # no count: nothing learned, the slow step
         before, self.previous = self.previous, count
@@ -85,6 +89,17 @@ class Cadence:
         elif (before is not None and count < before) or count <= 1:
             self.fast = True
         return self.quick if self.fast else self.interval
+
+
+def servers_idle(reading: Reading) -> bool:
+    """Whether an idle reading's zero is the server's own on every target: its
+    HTTP server's count or the connection signal answered there (CONTRACT §2a)."""
+    parts = [part for _, part in reading.per_target()]
+    return bool(parts) and all(
+        part.signals is not None
+        and (part.signals.server is not None or part.signals.connections is not None)
+        for part in parts
+    )
 
 
 @dataclass(frozen=True)
