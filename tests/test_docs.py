@@ -119,6 +119,7 @@ def test_every_plan_warning_is_documented() -> None:
         ("unified", {"grace": 30.5}),
         ("prefill", {"grace": 4000.0}),
         ("prefill", {"engine": "vllm"}),
+        ("unified", {"engine": "vllm", "settle": 3.0}),
         ("unified", {"grace": 8.0, "settle": 6.0}),
         ("unified", {"stall_after": 30.0}),
     ):
@@ -155,6 +156,7 @@ def _firing() -> list[tuple[planning.Rule, planning.Plan]]:
             ("unified", {"grace": 30.5}),
             ("unified", {"grace": 8.0, "settle": 6.0}),
             ("prefill", {"engine": "vllm"}),
+            ("unified", {"engine": "vllm", "settle": 3.0}),
             ("decode", {"engine": "sglang"}),
             ("unified", {"stall_after": 30.0}),
         )

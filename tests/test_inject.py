@@ -73,7 +73,8 @@ def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_
     """llm-d's decode Deployment after its graceful-shutdown component: preStop
     /bin/sleep 15, G 75, --shutdown-timeout 45 (vLLM then holds every replica about
     45 s after SIGTERM, idle or not). After: the hook at G 75 on the engine's port,
-    --shutdown-timeout R - 1 = 4, /load on; the routing proxy untouched."""
+    --shutdown-timeout brought down to vLLM's default 0 (with the 5 s settle it has
+    nothing left to save: docs/design.md §7), /load on; the routing proxy untouched."""
     path = MANIFESTS / "llm-d-decode.yaml"
     before = yaml.safe_load(path.read_text())
     (doc,), result = run(file(path))
@@ -86,7 +87,7 @@ def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_
         "--port", "8200", *LOG,
     ]  # fmt: skip
     args = engine["args"]
-    assert args[args.index("--shutdown-timeout") + 1] == "4"
+    assert args[args.index("--shutdown-timeout") + 1] == "0"
     assert args.count("--shutdown-timeout") == 1
     assert args[-1] == "--enable-server-load-tracking"
     assert engine["command"] == ["vllm", "serve"]
@@ -94,7 +95,7 @@ def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_
     assert spec["initContainers"] == before["spec"]["template"]["spec"]["initContainers"]
     assert levels(result) == ["injected", "replaced", "changed", "changed"]
     assert "preStop sleep 15" in result.lines[1]
-    assert "--shutdown-timeout 45 -> 4" in result.lines[2]
+    assert "--shutdown-timeout 45 -> 0" in result.lines[2]
     # The hook is one drainhook's own CLI takes, with plan's numbers.
     _, params, _ = parse_hook(prestop(engine))
     assert params["grace"] == 75 and tuple(params["port"]) == (8200,)
@@ -112,13 +113,13 @@ def test_kserve_llm_inference_service_decode_and_prefill() -> None:
     hook = ["/usr/local/bin/drainhook", "wait", "--grace", "60", "--engine", "vllm", *LOG]
     assert decode["terminationGracePeriodSeconds"] == prefill["terminationGracePeriodSeconds"] == 60
     assert prestop(containers(decode)["main"]) == hook == prestop(containers(prefill)["main"])
-    assert containers(decode)["main"]["args"][-3:] == [
-        "--shutdown-timeout", "4", "--enable-server-load-tracking",
-    ]  # fmt: skip
+    args = containers(decode)["main"]["args"]
+    assert args[-1] == "--enable-server-load-tracking"
+    assert "--shutdown-timeout" not in args  # not advised with the 5 s settle
     assert "args" not in containers(prefill)["main"]  # the preset's stay the preset's
     lines = [ln for ln in result.lines if "#0 " in ln]
     warned = [ln for ln in lines if ": warning: " in ln]
-    assert len(warned) == 3 and all("spec.prefill.template: container main:" in w for w in warned)
+    assert len(warned) == 2 and all("spec.prefill.template: container main:" in w for w in warned)
     assert "vllm-prefill-linger" in warned[0]
     # Multi-node: the CR had no command, so none is written; the worker waits on the
     # leader (LWS underneath), its deadline after the leader's kill.
@@ -159,9 +160,7 @@ def test_leader_worker_set_leader_drains_worker_waits_on_it() -> None:
     ]  # fmt: skip
     # The shell script's last command is vLLM's: the flags go at its end.
     script = containers(leader)["vllm-leader"]["command"][2]
-    assert script.endswith(
-        "--pipeline-parallel-size 2 --shutdown-timeout 4 --enable-server-load-tracking"
-    )
+    assert script.endswith("--pipeline-parallel-size 2 --enable-server-load-tracking")
     # The worker: G = the leader's 60 + 5 + its R 5, so its D (65) is after the
     # leader's kill (60).
     assert worker["terminationGracePeriodSeconds"] == 70
@@ -332,7 +331,9 @@ EXISTING = VLLM + (
 def test_an_existing_hook_is_updated_not_doubled() -> None:
     """Its own flags kept (R 8, the port, --exit-zero, S 7), its --grace brought to
     the template's (unset: 30 written), --engine and --log-file added, its binary
-    the one --via says; postStart untouched; a smaller --shutdown-timeout kept."""
+    the one --via says; postStart untouched; its --shutdown-timeout brought down to
+    vLLM's default 0 (with S = 7 nothing slips in after the release: the flag would
+    only cost every replica 2 s of exit)."""
     (doc,), result = run(("d.yaml", _deployment(EXISTING)))
     assert result.code == 0
     spec = doc["spec"]["template"]["spec"]
@@ -343,7 +344,7 @@ def test_an_existing_hook_is_updated_not_doubled() -> None:
         "--exit-reserve", "8", "--engine", "vllm", "--port", "8200", "--exit-zero", *LOG,
     ]  # fmt: skip
     assert c["lifecycle"]["postStart"] == {"exec": {"command": ["/bin/true"]}}
-    assert c["args"] == ["m", "--port", "8200", "--shutdown-timeout", "2",
+    assert c["args"] == ["m", "--port", "8200", "--shutdown-timeout", "0",
                          "--enable-server-load-tracking"]  # fmt: skip
     _, params, _ = parse_hook(prestop(c))
     assert params["exit_reserve"] == 8 and params["settle"] == 7
@@ -480,12 +481,21 @@ def test_container_names_the_engine() -> None:
 
 
 def test_an_old_vllm_image_gets_no_flag_it_would_refuse() -> None:
-    """vLLM before 0.18 has no --shutdown-timeout: a vLLM started with it exits at once."""
-    text = _deployment(VLLM.replace("v0.18.0", "v0.17.1") + "          args: [m]\n")
+    """vLLM before 0.18 has no --shutdown-timeout: a vLLM started with it exits at once.
+    (A hook whose settle is 2 s gets it advised: a slow router may send after the
+    release.) The newer image gets it."""
+    hook = (
+        "          lifecycle:\n            preStop:\n              exec:\n"
+        "                command: [/usr/local/bin/drainhook, wait, --settle, '2']\n"
+    )
+    text = _deployment(VLLM.replace("v0.18.0", "v0.17.1") + "          args: [m]\n" + hook)
     (doc,), result = run(("d.yaml", text))
     c = doc["spec"]["template"]["spec"]["containers"][0]
     assert c["args"] == ["m", "--enable-server-load-tracking"]
-    (warning,) = [ln for ln in result.lines if ": warning: " in ln]
+    (newer,), _ = run(("d.yaml", _deployment(VLLM + "          args: [m]\n" + hook)))
+    args = newer["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["m", "--shutdown-timeout", "4", "--enable-server-load-tracking"]
+    (warning,) = [ln for ln in result.lines if "--shutdown-timeout not written" in ln]
     assert "--shutdown-timeout not written" in warning and "0.17" in warning
 
 
@@ -564,7 +574,7 @@ def test_another_indentation_is_kept() -> None:
     )
     _, result = run(("d.yaml", text))
     assert "      containers:\n      - name: vllm\n" in result.stdout
-    assert "        args:\n        - m\n        - --shutdown-timeout\n" in result.stdout
+    assert "        args:\n        - m\n        - --enable-server-load-tracking\n" in result.stdout
 
 
 def test_the_directory_of_them_all() -> None:

@@ -114,7 +114,7 @@ def test_the_component_wires_what_inject_wires(tmp_path: Path) -> None:
         assert prestop(engine) == prestop(inj), role
         assert engine["lifecycle"] == inj["lifecycle"]  # the sleep gone from both
         assert ("--port" in prestop(engine)) is (role == "decode")
-        for flag, value in (("--shutdown-timeout", "4"), ("--enable-server-load-tracking", True)):
+        for flag, value in (("--shutdown-timeout", "0"), ("--enable-server-load-tracking", True)):
             assert effective(engine["args"], flag) == effective(inj["args"], flag) == value
         init = {c["name"]: c for c in got["initContainers"]}
         assert (

@@ -185,11 +185,12 @@ def test_plan_agrees_with_the_drain_loop(flags: dict[str, float]) -> None:
         ("prefill", {"engine": "sglang", "grace": 44.0, "exit_reserve": 20.0}, {"sglang-pd-exit"}),
         ("prefill", {"engine": "sglang"}, {"sglang-pd-exit"}),
         ("unified", {"engine": "sglang"}, set()),
-        # vLLM
-        ("unified", {"engine": "vllm"}, {"vllm-shutdown-timeout"}),
-        ("prefill", {"engine": "vllm"}, {"vllm-shutdown-timeout", "vllm-prefill-linger"}),
-        ("prefill", {"engine": "vllm", "linger": 5.0}, {"vllm-shutdown-timeout"}),
-        ("decode", {"engine": "vllm"}, {"vllm-shutdown-timeout"}),
+        # vLLM: --shutdown-timeout only for a settle under the router's 5 s
+        ("unified", {"engine": "vllm"}, set()),
+        ("unified", {"engine": "vllm", "settle": 3.0}, {"settle-short", "vllm-shutdown-timeout"}),
+        ("prefill", {"engine": "vllm"}, {"vllm-prefill-linger"}),
+        ("prefill", {"engine": "vllm", "linger": 5.0}, set()),
+        ("decode", {"engine": "vllm"}, set()),
         # auto: the role's advice for either engine
         ("prefill", {}, {"sglang-pd-exit", "vllm-prefill-linger"}),
     ],
@@ -203,13 +204,13 @@ def test_warnings(role: str, flags: dict[str, object], expected: set[str]) -> No
 
 @pytest.mark.parametrize(("reserve", "advice"), [(5.0, 4), (10.0, 9), (2.5, 1)])
 def test_vllm_shutdown_timeout_is_r_minus_one(reserve: float, advice: int) -> None:
-    p = make(engine="vllm", exit_reserve=reserve)
-    assert codes(p) == {"vllm-shutdown-timeout"}
+    p = make(engine="vllm", exit_reserve=reserve, settle=3.0)
+    assert codes(p) == {"vllm-shutdown-timeout", "settle-short"}
     assert planning.shutdown_timeout(p) == advice
 
 
 def test_vllm_shutdown_timeout_without_room() -> None:
-    p = make(engine="vllm", exit_reserve=1.5)
+    p = make(engine="vllm", exit_reserve=1.5, settle=3.0)
     assert "vllm-shutdown-timeout" in codes(p)  # it says to raise R instead
     assert planning.shutdown_timeout(p) is None
 
@@ -217,17 +218,20 @@ def test_vllm_shutdown_timeout_without_room() -> None:
 @pytest.mark.parametrize(
     ("settle", "observed", "advised"),
     [
-        (5.0, False, True),  # no evidence: work may be left at D
-        (5.0, True, False),  # G covers the observed requests, nothing slips in after S
-        (3.0, True, True),  # S < 5 s: a request may slip in after the last idle read
+        (5.0, False, False),  # work left at D: N more seconds of G serve it better
+        (5.0, True, False),  # nothing slips in after S, G covers the observed requests
+        (3.0, True, True),  # S < 5 s: a slow router may send after the release
         (3.0, False, True),
+        (4.99, False, True),
     ],
 )
-def test_vllm_shutdown_timeout_only_where_a_request_can_be_running_at_sigterm(
+def test_vllm_shutdown_timeout_only_where_a_request_can_slip_in_after_the_release(
     settle: float, observed: bool, advised: bool
 ) -> None:
     """--shutdown-timeout N costs N s of exit on every SIGTERM (vLLM 0.32 kills its
-    engine core at N, idle or not) and saves only a request still running at SIGTERM."""
+    engine core at N, idle or not); for a request left at D a larger G does more (the
+    engine still serves it), so it pays only for one a slow router sends after the
+    release (docs/design.md §7)."""
     p = dataclasses.replace(make(engine="vllm", settle=settle), grace_observed=observed)
     codes = {w.code for w in p.warnings}
     assert ("vllm-shutdown-timeout" in codes) is advised
@@ -240,9 +244,13 @@ def test_vllm_shutdown_timeout_only_where_a_request_can_be_running_at_sigterm(
 @pytest.mark.parametrize(
     ("flags", "engine_args"),
     [
-        ({"engine": "vllm"}, ["--shutdown-timeout", "4", LOAD_TRACKING]),
-        ({"engine": "vllm", "exit_reserve": 10.0}, ["--shutdown-timeout", "9", LOAD_TRACKING]),
-        ({"engine": "vllm", "exit_reserve": 1.5}, [LOAD_TRACKING]),  # no whole second for N
+        ({"engine": "vllm"}, [LOAD_TRACKING]),
+        ({"engine": "vllm", "settle": 2.0}, ["--shutdown-timeout", "4", LOAD_TRACKING]),
+        (
+            {"engine": "vllm", "settle": 2.0, "exit_reserve": 10.0},
+            ["--shutdown-timeout", "9", LOAD_TRACKING],
+        ),
+        ({"engine": "vllm", "settle": 2.0, "exit_reserve": 1.5}, [LOAD_TRACKING]),  # no N
         ({"engine": "sglang"}, ["--enable-metrics"]),
         ({}, []),  # auto: which engine's flag is unknown
     ],
@@ -256,7 +264,7 @@ def test_json_names_the_engine_args_its_advice_gives(
     p = make(**flags)
     applied = typing.cast(dict[str, typing.Any], planning.to_json(p)["applied"])
     assert applied["engine_args"] == engine_args
-    assert engine_args == [a for f in planning.engine_flags(p) for a in f.args]
+    assert engine_args == [a for f in planning.engine_flags(p) if f.add for a in f.args]
     n = planning.shutdown_timeout(p)
     timeout = engine_args[:2] if engine_args[:1] == ["--shutdown-timeout"] else []
     assert timeout == ([] if n is None else ["--shutdown-timeout", str(n)])
@@ -271,6 +279,7 @@ def test_each_rule_owns_one_code_and_fires_alone() -> None:
         make(grace=10.0), make(grace=30.5), make(settle=1.0), make(exit_reserve=1.0),
         make(grace=17.0, exit_reserve=10.5), make(grace=8.0, settle=6.0),
         make("decode", engine="sglang"), make("prefill", engine="vllm"),
+        make(engine="vllm", settle=3.0),
         make(stall_after=30.0),
         planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2),
     ]  # fmt: skip
@@ -319,7 +328,9 @@ def test_timeline_rules_and_advice_rules_split_the_table() -> None:
         "settle-past-deadline",
         "exit-reserve-short",
     }
-    assert "vllm-shutdown-timeout" in codes(planning.make_plan(everything))
+    advised = planning.wait_config(grace=7.0, settle=3.0, exit_reserve=2.0, engine="vllm")
+    assert "vllm-shutdown-timeout" in codes(planning.make_plan(advised))
+    assert "vllm-shutdown-timeout" not in {w.code for w in timeline.timeline_warnings(advised)}
     config = planning.wait_config(grace=17.0, exit_reserve=10.5, settle=4.6, engine="vllm")
     found = timeline.timeline_warnings(config)
     assert [w.code for w in found] == ["no-room", "settle-short"]  # in RULES' order
@@ -411,10 +422,10 @@ def test_evidence_replaces_g_for_the_applied_reserve_then_the_floors_act() -> No
 
 
 def test_vllm_shutdown_timeout_advice_follows_the_applied_reserve() -> None:
-    done = planning.apply_advice(make("decode", grace=30.0))  # auto: the SGLang rule raises R
+    done = planning.apply_advice(make("decode", grace=30.0, settle=3.0))  # auto: SGLang's R
     assert done.plan.config.exit_reserve == 20
     vllm = planning.make_plan(done.plan.config, "decode", known_engine="vllm")
-    assert codes(vllm) == {"vllm-shutdown-timeout"}
+    assert codes(vllm) == {"vllm-shutdown-timeout", "settle-short"}
     assert planning.shutdown_timeout(vllm) == 19
 
 
@@ -509,7 +520,9 @@ def test_json_output(hook: Hook) -> None:
         "--engine",
         "vllm",
     ]
-    (w,) = data["warnings"]
+    assert data["warnings"] == []  # with S = 5 s no --shutdown-timeout is advised
+    short = json.loads(hook("plan", "--engine", "vllm", "--settle", "3", "--output", "json").stdout)
+    w = short["warnings"][-1]
     assert set(w) == {"code", "message", "reason"}
     assert w["code"] == "vllm-shutdown-timeout"
 
@@ -620,12 +633,12 @@ def test_yaml_comments_the_advice_it_cannot_apply(hook: Hook) -> None:
     """A vLLM prefill's --linger needs a number only the operator knows (the longest KV
     pull); vLLM's --shutdown-timeout is the engine's own flag: both stay comments."""
     run = hook("plan", "--engine", "vllm", "--role", "prefill", "--exit-reserve", "8",
-               "--output", "yaml")  # fmt: skip
+               "--settle", "3", "--output", "yaml")  # fmt: skip
     spec, _, params = fragment(run)
     assert (spec.termination_grace_period_seconds, params["exit_reserve"]) == (30, 8)
     assert params["linger"] == 0
     assert comments(run, "changed") == []
-    (linger, shutdown) = comments(run, "warning")
+    (_settle, linger, shutdown) = comments(run, "warning")
     assert linger.startswith("# warning: vllm-prefill-linger: ") and "--linger SECONDS" in linger
     assert "suggest --shutdown-timeout 7 (R - 1)" in shutdown
 
@@ -637,9 +650,9 @@ def test_yaml_shutdown_timeout_advice_matches_the_applied_reserve(hook: Hook) ->
     data = json.loads(run.stdout)
     assert data["applied"]["exit_reserve"] == 20
     run = hook("plan", "--engine", "vllm", "--grace", "45", "--exit-reserve", "20",
-               "--role", "decode", "--output", "yaml")  # fmt: skip
+               "--settle", "3", "--role", "decode", "--output", "yaml")  # fmt: skip
     _, _, params = fragment(run)
-    (w,) = comments(run, "warning")
+    (_settle, w) = comments(run, "warning")
     assert "--shutdown-timeout 19 (R - 1)" in w and params["exit_reserve"] == 20
 
 

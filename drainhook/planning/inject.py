@@ -738,6 +738,8 @@ def _engine_flag_edits(w: Wiring, flag: EngineFlag) -> tuple[str, list[str] | st
     """What flag needs done to this engine's command line: ('set', value), ('add',
     args), or None (already so)."""
     have = w.argv.value(flag.flag) if w.argv is not None else None
+    if have is None and not flag.add:
+        return None
     if flag.value is None:
         return None if have is not None else ("add", flag.args)
     if isinstance(have, str):

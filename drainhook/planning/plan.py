@@ -220,29 +220,30 @@ def _stall_after_deadline(plan: Plan) -> PlanWarning | None:
 
 
 def shutdown_timeout(plan: Plan) -> int | None:
-    """vLLM's `--shutdown-timeout` worth its exit for this timeline: R - 1 whole seconds
-    (the exit, N + 0.5 s, then fits before G when SIGTERM comes at D), or None. It costs
-    N more seconds of exit on every SIGTERM and buys a clean end only for a request still
-    running at SIGTERM: one left at D, which plan cannot rule out unless
-    G came from observed request times (`plan --observe`), or one that slipped in after
-    the last idle read, which a settle shorter than the router's deregistration allows.
-    With both ruled out: None. None too for another engine, or when R leaves no whole
-    second for it."""
+    """vLLM's `--shutdown-timeout` worth its exit for this timeline: R - 1 whole
+    seconds (the exit, N + 0.5 s, then fits before G), or None.
+
+    The flag costs N more seconds of exit on every SIGTERM, idle or not, and buys
+    a clean end only for a request still running at SIGTERM. One left at D is
+    better served by N more seconds of G: the engine still serves it then, and an
+    idle replica pays nothing for them. What is left is a request that slips in
+    after the hook's release, which only a router slower than the settle sends:
+    so the flag pays for itself only where S is under the usual router
+    deregistration (docs/design.md, §4). None too for another engine, or when
+    R leaves no whole second for it."""
     n = math.floor(plan.config.exit_reserve - 1)
     if plan.engine != "vllm" or n < 1:
         return None
-    if plan.grace_observed and plan.config.settle >= ROUTER_DEREGISTRATION:
+    if plan.config.settle >= ROUTER_DEREGISTRATION:
         return None
     return n
 
 
 def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
-    """vllm-shutdown-timeout: vLLM's --shutdown-timeout R - 1 unless G is observed and S >= 5 s"""
-    if plan.engine != "vllm":
+    """vllm-shutdown-timeout: vLLM with S under 5 s (a slow router): --shutdown-timeout R - 1"""
+    if plan.engine != "vllm" or plan.config.settle >= ROUTER_DEREGISTRATION:
         return None
     n = shutdown_timeout(plan)
-    if n is None and math.floor(plan.config.exit_reserve - 1) >= 1:
-        return None  # G from observed request times and a full settle: nothing to save
     advice = (
         f"suggest --shutdown-timeout {n} (R - 1)"
         if n is not None
@@ -250,15 +251,14 @@ def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
     )
     return PlanWarning(
         "vllm-shutdown-timeout",
-        f"vLLM >= {VLLM_SHUTDOWN_TIMEOUT_SINCE}: without `vllm serve --shutdown-timeout N`, "
-        "every request still running at SIGTERM (at D, or one that slipped in after the "
-        f"last idle read) hangs until the kill at G; with it, those that end within N "
-        f"complete; {advice}",
-        "on SIGTERM vLLM kills its engine core at once and sends no abort: running requests "
-        "stall and the process waits for their connections until SIGKILL. With the flag "
-        "the engine core is killed at N, idle or not: N more seconds of exit on every "
-        "SIGTERM (N + 0.5 s against 0.4 s, measured on vLLM 0.32); G from `plan --observe` "
-        "with S >= 5 s leaves it nothing to save",
+        f"vLLM >= {VLLM_SHUTDOWN_TIMEOUT_SINCE} with S = {seconds(plan.config.settle)}, under "
+        f"the usual {seconds(ROUTER_DEREGISTRATION)} router deregistration: a request a slow "
+        "router sends after the hook's release hangs until the kill at G unless "
+        f"`vllm serve --shutdown-timeout N` lets it end within N; {advice}",
+        "on SIGTERM vLLM kills its engine core at once: running requests stall and the "
+        "process waits for their connections until SIGKILL. The flag costs N more seconds "
+        "of exit on every SIGTERM, idle or not (N + 0.5 s against 0.4 s, vLLM 0.32); with "
+        "S >= 5 s nothing slips in after the release and it is not advised",
     )
 
 
@@ -537,7 +537,8 @@ class EngineFlag:
     `value` None: a switch. `ceiling`: the value is the most the timeline leaves
     (vLLM's --shutdown-timeout): a larger one given is brought down to it, a smaller
     one kept. `needed`: the hook cannot read the engine without it. `since`: the
-    engine version that has it (older ones refuse the flag and do not start)."""
+    engine version that has it (older ones refuse the flag and do not start).
+    `add`: written where missing (False: a value given is only brought down)."""
 
     flag: str
     value: str | None
@@ -545,6 +546,7 @@ class EngineFlag:
     since: str | None = None
     ceiling: bool = False
     needed: bool = False
+    add: bool = True  # False: only a value already given is changed (brought down)
 
     @property
     def args(self) -> list[str]:
@@ -566,9 +568,23 @@ def engine_flags(plan: Plan) -> tuple[EngineFlag, ...]:
     flags = []
     n = shutdown_timeout(plan)
     if n is not None:
-        why = "R - 1: the exit (N + 0.5 s) fits before G when SIGTERM comes at D"
+        why = "R - 1, for a request a router slower than S sends after the release"
         flags.append(
             EngineFlag("--shutdown-timeout", str(n), why, VLLM_SHUTDOWN_TIMEOUT_SINCE, ceiling=True)
+        )
+    else:
+        # A long one already given (llm-d's 45) holds every replica that long after
+        # SIGTERM, idle or not: brought down to vLLM's default, never added.
+        why = "with S >= 5 s the hook leaves it nothing to save; it costs N s of every exit"
+        flags.append(
+            EngineFlag(
+                "--shutdown-timeout",
+                "0",
+                why,
+                VLLM_SHUTDOWN_TIMEOUT_SINCE,
+                ceiling=True,
+                add=False,
+            )
         )
     why = "GET /load: what the HTTP server holds, which the scheduler's gauges miss"
     flags.append(EngineFlag("--enable-server-load-tracking", None, why, VLLM_LOAD_TRACKING_SINCE))
@@ -576,7 +592,7 @@ def engine_flags(plan: Plan) -> tuple[EngineFlag, ...]:
 
 
 def _engine_args(plan: Plan) -> list[str]:
-    return [arg for flag in engine_flags(plan) for arg in flag.args]
+    return [arg for flag in engine_flags(plan) if flag.add for arg in flag.args]
 
 
 def to_text(plan: Plan) -> str:
@@ -599,7 +615,11 @@ def to_text(plan: Plan) -> str:
         word = "read" if c.confirm == 1 else f"{c.confirm} idle reads in a row"
         linger = f", then --linger {seconds(c.linger)}" if c.linger else ""
         if plan.idle_drains:
-            what = f"an idle engine's hook returns ({word}{linger})"
+            fast = plan.settle_end + (c.confirm - 1) * c.interval / 4
+            what = (
+                f"an idle engine's hook returns ({word}{linger}; from "
+                f"t={seconds(fast)} when the server's count or connections read the zero)"
+            )
             rows.append((f"t={seconds(plan.idle_return)}", what))
     w = c.stall_window
     if plan.stall_earliest is not None:
