@@ -103,7 +103,7 @@ def rollout_table(run: Run) -> list[str]:
 
 
 ADVICE_SCENARIOS = ("idle", "short", "router-lag-20", "outlive")
-ADVICE_RECIPES = ("drainhook", "drainhook-st", "drainhook+st")
+ADVICE_RECIPES = ("drainhook", "drainhook-st", "drainhook+plan")
 
 
 def advice_table(run: Run) -> list[str]:
@@ -212,11 +212,11 @@ def advice_text(run: Run) -> list[str]:
             else "no `--shutdown-timeout`"
         )
         out.append(
-            f"- `drainhook plan --grace {run.plan.grace:g} --engine vllm` (no evidence of "
-            f"request times) advised {advised}: without `--observe` it cannot tell that D "
-            "covers the slowest request, so the deadline case stands and the flag is worth "
-            "its exit. With `--observe` (G from the observed slowest request) and S >= 5 s, "
-            "plan advises none: neither case it buys is left, and the exit is paid anyway."
+            f"- `drainhook plan --grace {run.plan.grace:g} --engine vllm` advised {advised}: "
+            f"with S = {run.plan.settle:g} s nothing slips in after the release, and a request "
+            "still running at D is better served by N more seconds of G (the engine still "
+            "serves it; an idle replica pays nothing for G, and pays N for the flag). plan "
+            "advises the flag only for a settle under 5 s (docs/design.md, §7)."
         )
     return out
 
@@ -300,7 +300,7 @@ def _plan_line(plan: Plan | None) -> str:
         f" `drainhook plan --grace {plan.grace:g} --engine vllm`, asked at the start of this "
         f"run, gave S = {plan.settle:g}, I = {plan.interval:g}, R = {plan.exit_reserve:g} "
         f"(D = {plan.deadline:g} s) and `--shutdown-timeout {plan.shutdown_timeout:g}`: the "
-        "values of `drainhook+st`."
+        "values of `drainhook+plan`."
     )
 
 
@@ -383,7 +383,7 @@ def write(path: Path, run: Run, picture: str) -> None:
         "with finish_reason `abort`. The recipe's vLLM `--shutdown-timeout` in brackets; G per "
         "recipe. SIGTERM at and held (delete to the engine's exit) in real seconds. Hook exit: "
         "the hook's status, if it returned before G. vLLM recipes (kserve, llm-d, "
-        "drainhook st4, drainhook+st) are not run on SGLang; drainhook st4 runs only where it "
+        "drainhook st4, drainhook+plan) are not run on SGLang; drainhook st4 runs only where it "
         "measures `--shutdown-timeout` (below).",
         "",
         *table(run),
@@ -414,13 +414,14 @@ def write(path: Path, run: Run, picture: str) -> None:
             f"![the {n}-replica rollout, recipe by recipe]({rollout_svg.name})",
             "",
         ]
-    if any(run.ran(k) for k in ("drainhook-st", "drainhook+st")):
+    if any(run.ran(k) for k in ("drainhook-st", "drainhook+plan")):
         lines += [
             "## vLLM's `--shutdown-timeout`: what it costs and what it buys",
             "",
             "drainhook alone (G 30), drainhook with `--shutdown-timeout "
             f"{MEASURED_SHUTDOWN_TIMEOUT:g}` at the same G (drainhook st4), and the plan's "
-            "recipe (drainhook+st), in the scenarios that tell them apart: `idle`, the router "
+            "recipe (drainhook+plan, what `plan` and `inject` write), in the scenarios that "
+            "tell them apart: `idle`, the router "
             f"lag of `short` ({lag:g} s) and of `router-lag-20` (20 s), work that outlives D "
             "(`outlive`), and the rollout. slipped: requests sent after the idle read the hook "
             f"released on began and before the listener closed ({VLLM_LISTENER_CLOSE:g} s "

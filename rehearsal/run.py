@@ -27,7 +27,7 @@ from rehearsal.timeline import (
     Scale,
 )
 
-DRAINHOOKS = ("drainhook", "drainhook+st")  # the recipes whose claims the report checks
+DRAINHOOKS = ("drainhook", "drainhook+plan")  # the recipes whose claims the report checks
 ORACLE = "oracle"  # the physical floor, not a recipe: never a competitor
 # Not competitors of drainhook's recipes: those, the oracle, and drainhook-st (drainhook
 # with vLLM's --shutdown-timeout, run to measure that flag).
@@ -68,7 +68,7 @@ class Run:
         """A drainhook recipe's S, I and D (real seconds); None if it did not run."""
         if key in ("drainhook", "drainhook-st"):
             return SETTLE, INTERVAL, DEADLINE
-        if key == "drainhook+st" and self.plan is not None:
+        if key == "drainhook+plan" and self.plan is not None:
             return self.plan.settle, self.plan.interval, self.plan.deadline
         return None
 

@@ -4,7 +4,7 @@ flags, and G.
 Each hook is nothing, the kubelet's own sleep action (no process), or an exec
 hook: a real command the kubelet emulator starts in its own process group.
 A recipe may set vLLM's `--shutdown-timeout` (on vLLM scenarios only) and its
-own G. `drainhook+st` takes its values from `drainhook plan --grace 60
+own G. `drainhook+plan` takes its values from `drainhook plan --grace 60
 --engine vllm`, asked once per run (`ask_plan`), the recipe drainhook's docs
 recommend. `drainhook-st` is drainhook's defaults with `--shutdown-timeout
 R - 1`, run only where it measures what that flag costs and buys.
@@ -237,10 +237,11 @@ STRATEGIES: tuple[Strategy, ...] = (
         only=("idle", "short", "outlive", "router-lag-20", "rollout"),
     ),
     Strategy(
-        "drainhook+st",
-        "drainhook+st",
+        "drainhook+plan",
+        "drainhook+plan",
         f"`drainhook wait` with what `drainhook plan --grace {PLAN_GRACE:g} --engine vllm` "
-        "gives, and its vLLM `--shutdown-timeout` advice; G as planned.",
+        "gives (the recipe `plan` and `inject` write), with its vLLM `--shutdown-timeout` "
+        "advice, if any; G as planned.",
         "exec",
         grace=PLAN_GRACE,
         from_plan=True,

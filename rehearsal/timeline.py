@@ -39,7 +39,7 @@ RECIPE_SLEEP = 15.0  # KServe 0.19 (every vLLM preset) and the llm-d guides: pre
 RECIPE_SHUTDOWN_TIMEOUT = 45.0  # KServe: G - 15; llm-d: 45
 KSERVE_GRACE = 60.0
 LLMD_GRACE = 75.0
-PLAN_GRACE = 60.0  # drainhook+st: `drainhook plan --grace 60 --engine vllm`
+PLAN_GRACE = 60.0  # drainhook+plan: `drainhook plan --grace 60 --engine vllm`
 # drainhook-st: drainhook's defaults with vLLM's --shutdown-timeout R - 1, to measure
 # what the flag costs and buys against drainhook alone at the same G.
 MEASURED_SHUTDOWN_TIMEOUT = EXIT_RESERVE - 1.0

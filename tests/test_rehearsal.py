@@ -116,7 +116,7 @@ def test_rollout_row_keeps_the_cell_fields_and_adds_the_rollout() -> None:
 def test_drainhook_st_takes_the_plans_values_scaled() -> None:
     plan = strategies.parse_plan(PLAN_JSON)
     assert (plan.grace, plan.deadline, plan.shutdown_timeout) == (60.0, 55.0, 4.0)
-    recipe = strategies.BY_KEY["drainhook+st"].resolved(plan)
+    recipe = strategies.BY_KEY["drainhook+plan"].resolved(plan)
     assert (recipe.grace, recipe.shutdown_timeout) == (60.0, 4.0)
     argv = recipe.command(HookTarget("http://127.0.0.1:9/metrics", Scale(0.5)), plan)
     assert argv[:6] == [
@@ -137,7 +137,7 @@ def test_drainhook_st_takes_the_plans_values_scaled() -> None:
         "--read-timeout": "0.5",
     }
     with pytest.raises(ValueError):
-        strategies.BY_KEY["drainhook+st"].resolved(None)
+        strategies.BY_KEY["drainhook+plan"].resolved(None)
 
 
 def test_a_plan_without_its_engine_args_is_an_error() -> None:
@@ -150,15 +150,16 @@ def test_a_plan_without_its_engine_args_is_an_error() -> None:
 
 
 def test_drainhook_plan_itself_advises_what_the_recipe_reads() -> None:
-    """The real CLI, as a process: G 60 for vLLM gives R 5 and --shutdown-timeout 4."""
+    """The real CLI, as a process: G 60 for vLLM gives R 5 and, with S = 5 s, no
+    --shutdown-timeout (0: vLLM's default)."""
     plan = strategies.ask_plan(60.0)
     assert (plan.grace, plan.exit_reserve, plan.deadline, plan.shutdown_timeout) == (
         60.0,
         5.0,
         55.0,
-        4.0,
+        0.0,
     )
-    assert strategies.ask_plan(30.0).shutdown_timeout == 4.0
+    assert strategies.ask_plan(30.0).shutdown_timeout == 0.0
 
 
 def test_recipes_set_their_g_and_vllm_flag() -> None:
@@ -267,7 +268,7 @@ def test_hooks_run_as_inside_a_pod() -> None:
 def test_the_router_lag_20_scenario_keeps_its_own_lag() -> None:
     lagging = scenarios.BY_KEY["router-lag-20"]
     assert lagging.lag(2.0) == 20.0 and scenarios.BY_KEY["long"].lag(2.0) == 2.0
-    # Its work ends by 24 s: before drainhook's D (25 s at G 30) and drainhook+st's (55 s).
+    # Its work ends by 24 s: before drainhook's D (25 s at G 30) and drainhook+plan's (55 s).
     assert lagging.ends_before_deadline(2.0, 25.0) and not lagging.ends_before_deadline(2.0, 23.0)
 
 
@@ -277,14 +278,18 @@ def test_the_router_lag_20_scenario_keeps_its_own_lag() -> None:
 def made_run(drainhook_hold: float, kserve_hold: float, drainhook_cut: int = 0) -> runs.Run:
     plan = strategies.parse_plan(PLAN_JSON)
     mine = [
-        cell("drainhook+st", replica=i, held_s=drainhook_hold, cut=drainhook_cut) for i in range(8)
+        cell("drainhook+plan", replica=i, held_s=drainhook_hold, cut=drainhook_cut)
+        for i in range(8)
     ]
     base = [cell("kserve", replica=i, held_s=kserve_hold) for i in range(8)]
     idle = [
-        cell("drainhook+st", scenario="idle", held_s=drainhook_hold, completed=0),
+        cell("drainhook+plan", scenario="idle", held_s=drainhook_hold, completed=0),
         cell("kserve", scenario="idle", held_s=kserve_hold, completed=0),
     ]
-    rollouts = [rollout.Rollout("drainhook+st", mine, 60.0), rollout.Rollout("kserve", base, 60.0)]
+    rollouts = [
+        rollout.Rollout("drainhook+plan", mine, 60.0),
+        rollout.Rollout("kserve", base, 60.0),
+    ]
     return runs.Run(idle, rollouts, Scale(0.5), 1.0, plan)
 
 
@@ -297,7 +302,7 @@ def made_run(drainhook_hold: float, kserve_hold: float, drainhook_cut: int = 0) 
     ],
 )
 def test_rollout_halving_claim(mine: float, base: float, cut: int, holds: bool) -> None:
-    claim = claims._rollout_half(made_run(mine, base, cut), "drainhook+st")
+    claim = claims._rollout_half(made_run(mine, base, cut), "drainhook+plan")
     assert claim is not None and claim.holds is holds
     assert "accelerator-seconds" in claim.evidence
     assert (claim.why == "") is holds
@@ -306,9 +311,9 @@ def test_rollout_halving_claim(mine: float, base: float, cut: int, holds: bool) 
 @pytest.mark.parametrize(
     ("mine", "holds"),
     [
-        (6.25, True),  # 1.25 s over the oracle's 5 s: I + I/4 exactly
-        (6.3, True),  # within I + I/4 + 100 ms
-        (6.4, False),  # past it
+        (5.25, True),  # 0.25 s over the oracle's 5 s: ratio 1.05 exactly
+        (5.5, False),  # I/2 over: within I/2 + 100 ms, but ratio 1.10 > 1.05
+        (5.6, False),  # past I/2 + 100 ms too
     ],
 )
 def test_rollout_oracle_claim_states_the_hold_against_the_physical_floor(
@@ -323,8 +328,8 @@ def test_rollout_oracle_claim_states_the_hold_against_the_physical_floor(
     claim = claims._rollout_oracle(run, "drainhook")
     assert claim is not None and claim.holds is holds
     assert f"{mine - 5:+.2f} s per replica" in claim.evidence
-    assert f"ratio {mine / 5:.2f}" in claim.evidence
-    assert claims._rollout_oracle(made_run(3.0, 8.0), "drainhook+st") is None  # no oracle ran
+    assert f"ratio {mine / 5:.3f}" in claim.evidence
+    assert claims._rollout_oracle(made_run(3.0, 8.0), "drainhook+plan") is None  # no oracle ran
     table = "\n".join(report.rollout_table(run))
     # Each recipe's hold against the oracle's and kserve's, in seconds and as a ratio.
     assert f"| drainhook | 30 | 8 | {mine:.1f}-{mine:.1f} | {mine:.2f} | {mine - 5:+.2f} |" in table
@@ -334,8 +339,8 @@ def test_rollout_oracle_claim_states_the_hold_against_the_physical_floor(
 
 
 def test_idle_halving_claim() -> None:
-    assert claims._idle_half(made_run(3.0, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
-    assert not claims._idle_half(made_run(4.5, 8.0), "drainhook+st").holds  # type: ignore[union-attr]
+    assert claims._idle_half(made_run(3.0, 8.0), "drainhook+plan").holds  # type: ignore[union-attr]
+    assert not claims._idle_half(made_run(4.5, 8.0), "drainhook+plan").holds  # type: ignore[union-attr]
     assert claims._idle_half(made_run(3.0, 8.0), "drainhook") is None  # it did not run
 
 
@@ -355,7 +360,7 @@ def test_release_after_work_claim(sigterm: float, holds: bool) -> None:
     claim = claims._released_after_work(run, "drainhook")
     assert claim is not None and claim.holds is holds
     assert "`sglang-lag`: last request ended at 2.00 s" in claim.evidence
-    assert claims._released_after_work(run, "drainhook+st") is None  # no such cell
+    assert claims._released_after_work(run, "drainhook+plan") is None  # no such cell
 
 
 def test_a_wedged_engines_cuts_are_explained_against_no_hooks_refusals() -> None:
@@ -372,18 +377,18 @@ def test_a_wedged_engines_cuts_are_explained_against_no_hooks_refusals() -> None
 
 
 def test_a_wedged_engine_held_to_g_is_put_down_to_g_not_the_flag() -> None:
-    """`hung` under drainhook+st (G 60, --shutdown-timeout 4): the others' shorter holds
+    """`hung` under drainhook+plan (G 60, --shutdown-timeout 4): the others' shorter holds
     are their G of 30 s; the report says so and does not blame the recipe's own flag
     (nor the poll script's read phase)."""
     hung = [
         cell("poll-script", scenario="hung", completed=0, cut=7, held_s=15.0, grace=30.0),
-        cell("drainhook+st", scenario="hung", completed=0, cut=7, held_s=30.0, grace=60.0,
+        cell("drainhook+plan", scenario="hung", completed=0, cut=7, held_s=30.0, grace=60.0,
              shutdown_timeout=4.0),
     ]  # fmt: skip
     run = runs.Run(hung, [], Scale(0.5), 1.0, None)
     (line,) = [ln for ln in claims.better(run) if ln.startswith("- **hung**")]
     assert "poll script (held 30.00 s vs 60.00 s, G 30)" in line, line
-    assert "until its own G, 30 s here against drainhook+st's 60" in line, line
+    assert "until its own G, 30 s here against drainhook+plan's 60" in line, line
     assert "--shutdown-timeout 4` keeps the engine" not in line, line
     assert "phase difference" not in line, line
 
@@ -397,7 +402,7 @@ def test_report_written_again_from_the_kept_data(tmp_path: Any) -> None:
     assert again.plan == run.plan
     report.write(tmp_path / "rehearsal.md", again, "long")
     text = (tmp_path / "rehearsal.md").read_text()
-    assert "| drainhook+st | 60 | 8 |" in text
+    assert "| drainhook+plan | 60 | 8 |" in text
     assert (tmp_path / "rehearsal-rollout.svg").read_text().startswith("<svg")
 
 
