@@ -48,10 +48,11 @@ HOOK_HARD_EXIT = [sys.executable, "-c", HARD_EXIT]
 
 
 def clean_env() -> dict[str, str]:
-    """The caller's environment without DRAINHOOK_*, KUBERNETES_* (inside a Pod
-    the hook discovers listeners: never this machine's) or PYTHONWARNINGS."""
+    """The caller's environment without DRAINHOOK_*, KUBERNETES_* or
+    PYTHONWARNINGS; every read logged (the benchmarks time each read)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DRAINHOOK_", "KUBERNETES_"))}
     env.pop("PYTHONWARNINGS", None)
+    env["DRAINHOOK_LOG_READS"] = "all"
     return env
 
 

@@ -8,7 +8,8 @@ answering 404 and half a 200 with a mesh proxy's own metrics (about 2 KB, no
 engine gauges). Inside, a driver runs the hook `--reps` times with the
 configured target 127.0.0.1:8000 (nothing listens there: refused), and as
 many times with the engine's own port (no search: the baseline), alternating,
-each with `--settle 0 --interval 0.2` and KUBERNETES_SERVICE_HOST set. From
+each with `--settle 0 --interval 0.2` and KUBERNETES_SERVICE_HOST set (the
+moved one with `--discover`, which a Pod no longer turns on by itself). From
 the hook's own `discovery` log line:
 
 - `found`: from the refused read's return to the found engine's read
@@ -80,7 +81,7 @@ def inside(reps: int) -> dict[str, Any]:
     }
     tried = 0
     for _ in range(reps):
-        moved = run_hook(["wait", "--port", str(CONFIGURED), *TIMELINE], env)
+        moved = run_hook(["wait", "--port", str(CONFIGURED), "--discover", *TIMELINE], env)
         assert moved.code == 0 and moved.summary["reads"] == "2", moved.stderr
         (line,) = [x for x in moved.stderr.splitlines() if " discovery " in x]
         found = _log_fields(line)
