@@ -133,10 +133,20 @@ def write_termination(path: str | os.PathLike[str], create: bool, text: str) -> 
     return None
 
 
-def say(line: str) -> None:
-    """One line on stderr, written plainly; a closed stderr loses it."""
+def say(line: str, log_file: str | os.PathLike[str] | None = None) -> None:
+    """One line on stderr, and in `log_file` when given (`--log-file`: where an
+    operator reads the hook's lines), written plainly; a failure loses the line."""
+    data = (" ".join(line.split()) + "\n").encode("utf-8", "replace")
     with contextlib.suppress(OSError):
-        os.write(2, (" ".join(line.split()) + "\n").encode("utf-8", "replace"))
+        os.write(2, data)
+    if log_file is not None:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+        with contextlib.suppress(OSError):
+            fd = os.open(log_file, flags, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
 
 
 def hold(
@@ -145,6 +155,7 @@ def hold(
     t0: float,
     deadline: float,
     termination: tuple[str | os.PathLike[str], bool] | None,
+    log_file: str | os.PathLike[str] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
@@ -154,7 +165,7 @@ def hold(
     meanwhile ends the process at once (the entry point's handlers)."""
     global held
     held = True
-    say(f"{line}; holding as a blind sleep until D = {deadline:g} s")
+    say(f"{line}; holding as a blind sleep until D = {deadline:g} s", log_file)
     failure = line.split(": ", 1)[-1]
     until = t0 + max(0.0, deadline - EXIT_ALLOWANCE)
     while (now := clock()) < until:
@@ -175,6 +186,7 @@ def hold_plain(line: str, argv: Sequence[str], t0: float) -> None:
         t0=t0,
         deadline=plain_deadline(argv, environ),
         termination=plain_termination(argv, environ),
+        log_file=flag_value(argv, environ, "--log-file") or None,
     )
 
 

@@ -83,12 +83,15 @@ def assert_held(run: Run, code: int, first_line: str) -> list[str]:
 def test_a_planted_bug_holds_a_busy_engine_to_d(
     target: str, more: tuple[str, ...], tmp_path: Path
 ) -> None:
-    message = tmp_path / "termination"
+    message, log = tmp_path / "termination", tmp_path / "hook.log"
     with Loopback(serve(BUSY)) as srv:
-        argv = ["wait", "--url", srv.url, *TIMELINE, *more, "--termination-log", str(message)]
+        argv = ["wait", "--url", srv.url, *TIMELINE, *more, "--termination-log", str(message),
+                "--log-file", str(log)]  # fmt: skip
         run = planted(target, argv, tmp_path)
     lines = assert_held(run, exits.INTERNAL, "drainhook: internal error: RuntimeError: planted")
     assert not [line for line in lines if "outcome=" in line]  # no summary: the run broke
+    # The line reaches --log-file too (kubectl logs, with /proc/1/fd/1).
+    assert log.read_text().splitlines()[-1] == lines[-1]
     text = message.read_text()
     assert text.startswith("drainhook: failed safe at ")
     assert text.endswith(f"(held to D = {D:g} s): internal error: RuntimeError: planted")
@@ -120,10 +123,12 @@ def test_a_bug_while_idle_holds_too(tmp_path: Path) -> None:
     ids=["value", "flag", "from-variables", "max-wait"],
 )  # fmt: skip
 def test_a_usage_error_holds_to_d_and_exits_2(
-    hook: Hook, args: list[str], env: dict[str, str], first: str
+    hook: Hook, args: list[str], env: dict[str, str], first: str, tmp_path: Path
 ) -> None:
-    run = hook("wait", *args, env=env)
-    assert_held(run, exits.USAGE, first)
+    log = tmp_path / "hook.log"
+    run = hook("wait", *args, f"--log-file={log}", env=env)
+    lines = assert_held(run, exits.USAGE, first)
+    assert log.read_text().splitlines() == lines[-1:]  # the --log-file read plainly
 
 
 def test_a_broken_install_holds_to_d() -> None:

@@ -13,12 +13,13 @@ import json
 import math
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from drainhook.hook.config import EXIT_ALLOWANCE
-from tests.conftest import SPAWN_LATE, late
+from tests.conftest import SPAWN_LATE, WAKE_LATE, late
 from tests.support.logs import connections_fit, fields, hook_lines
 from tests.support.loopback import (
     Behaviour,
@@ -28,6 +29,7 @@ from tests.support.loopback import (
     drip_headers,
     hang,
     never_read,
+    read_request,
     reset_after,
     response_bytes,
     route,
@@ -540,3 +542,46 @@ def test_url_userinfo_is_sent_but_never_shown(hook: Hook, tmp_path: Path, log_fo
     assert shown_url in shown  # the target, without userinfo
     for secret in ("s3cr3t", "scraper", "@127.0.0.1"):
         assert secret not in shown
+
+
+# ---- release at the floor (CONTRACT §1) ---------------------------------------------
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.25, 0.5, 0.75])
+def test_release_within_half_an_interval_of_the_engine_going_idle(hook: Hook, phase: float) -> None:
+    """The last request ends at S + 2I + phase x I from the hook's spawn (I = 0.4 s,
+    D = 2.5 s); the connection signal answers every idle read. The reads come every
+    I/4 while the count is 1, the first idle one within I/4 of the end, the
+    confirming one I/4 after it: the release (the confirming read's arrival) at
+    most I/2 + 0.05 s after the end, and never before two idle reads."""
+    interval, settle = 0.4, 0.2
+    one = b"vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"
+    arrivals: list[tuple[float, bytes]] = []
+    idle_at: list[float] = []
+
+    def engine(conn: socket.socket) -> None:
+        read_request(conn)
+        now = time.monotonic()
+        body = one if now < idle_at[0] else IDLE
+        arrivals.append((now, body))
+        conn.sendall(response_bytes(body))
+
+    with Loopback(engine) as srv:
+        idle_at.append(time.monotonic() + settle + 2 * interval + phase * interval / 4)
+        timeline = ("--settle", str(settle), "--interval", str(interval))
+        run = hook("wait", "--url", srv.url, *timeline, "--grace", "3", "--exit-reserve", "0.5")
+    assert_drained_at_the_floor(run, arrivals, idle_at[0], interval)
+
+
+def assert_drained_at_the_floor(
+    run: Run, arrivals: list[tuple[float, bytes]], idle: float, interval: float
+) -> None:
+    assert run.code == 0, run.stderr
+    bodies = [body for _, body in arrivals]
+    assert bodies[-2:] == [IDLE, IDLE] and bodies[-3] != IDLE, run.stderr  # exactly two
+    first, confirming = arrivals[-2][0], arrivals[-1][0]
+    assert idle <= first <= late(idle + interval / 4, WAKE_LATE, run.starved), run.stderr
+    assert confirming - first >= interval / 4 - 0.005  # the quick step, no quicker
+    release = confirming - idle
+    assert release <= late(interval / 2 + 0.05, WAKE_LATE, run.starved), (release, run.stderr)
+    print(f"released {release * 1000:.0f} ms after the engine went idle")

@@ -51,6 +51,7 @@ def run_wait(config: WaitConfig, t0: float) -> int:
             t0=t0,
             deadline=config.deadline,
             termination=None if termination is None else (termination.path, termination.create),
+            log_file=config.log_file,
         )
         return code
 
