@@ -38,7 +38,7 @@ PLAIN = ROOT / "examples" / "plain"
 LOG = ["--log-file", "/proc/1/fd/1"]
 # One stderr line: "drainhook inject: SOURCE#N KIND/NAME: LEVEL: TEXT".
 LINE = re.compile(r"^drainhook inject: (\S+)#(\d+) (\S+)/(\S+): (\w+): (.+)$")
-LEVELS = {"refused", "injected", "replaced", "changed", "warning"}
+LEVELS = {"refused", "injected", "replaced", "changed", "warning", "skipped"}
 VIA_IMAGE = Options("image-volume", "registry.example/drainhook:0.1.0", wait_params=WAIT)
 VIA_INIT = Options("init", "registry.example/drainhook:0.1.0", wait_params=WAIT)
 
@@ -735,3 +735,90 @@ def test_each_apps_kind_is_wired(kind: str) -> None:
         "/usr/local/bin/drainhook", "wait", "--grace", "30", "--engine", "vllm", *LOG,
     ]  # fmt: skip
     assert LINE.match(result.lines[0]).group(3, 5) == (kind, "injected")  # type: ignore[union-attr]
+
+
+# -- kinds: kubectl's List, a bare Pod, an Argo Rollout wired; the rest named -----------
+
+POD_SPEC = (
+    "    containers:\n    - name: vllm\n      image: vllm/vllm-openai:v0.18.0\n      args: [m]\n"
+)
+
+
+def test_a_kubectl_list_is_wired_item_by_item() -> None:
+    """What `kubectl get deploy,cm -o yaml` prints: a v1 List. Each Deployment
+    item is wired as one on its own would be; the other items are as they were."""
+    deployment = _deployment(VLLM + "          args: [m]\n")
+    item = "\n".join("  " + line if line else line for line in deployment.splitlines())
+    text = (
+        'apiVersion: v1\nkind: List\nmetadata:\n  resourceVersion: ""\nitems:\n'
+        f"- {item.lstrip()}\n"
+        "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: c\n  data: {k: v}\n"
+    )
+    (doc,), result = run(("list.yaml", text))
+    assert result.code == 0, result.lines
+    alone, _ = run(("d.yaml", deployment))
+    assert doc["items"][0] == alone[0]
+    assert doc["items"][1] == {"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": "c"}, "data": {"k": "v"}}  # fmt: skip
+    assert "items[0].spec.template.spec: vllm" in result.lines[0]
+
+
+@pytest.mark.parametrize(
+    ("head", "path"),
+    [
+        ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n", ("spec",)),
+        ("apiVersion: argoproj.io/v1alpha1\nkind: Rollout\nmetadata:\n  name: r\nspec:\n"
+         "  selector:\n    matchLabels: {app: r}\n  template:\n    metadata:\n"
+         "      labels: {app: r}\n    spec:\n", ("spec", "template", "spec")),
+    ],
+    ids=["pod", "argo-rollout"],
+)  # fmt: skip
+def test_a_bare_pod_and_an_argo_rollout_are_wired(head: str, path: tuple[str, ...]) -> None:
+    indent = " " * (2 * (len(path) - 1))
+    text = head + "".join(indent + line + "\n" for line in POD_SPEC.splitlines())
+    (doc,), result = run(("w.yaml", text))
+    assert result.code == 0 and levels(result)[0] == "injected", result.lines
+    spec = doc
+    for key in path:
+        spec = spec[key]
+    engine = containers(spec)["vllm"]
+    assert prestop(engine)[:4] == ["/usr/local/bin/drainhook", "wait", "--grace", "30"]
+    assert engine["args"] == ["m", "--enable-server-load-tracking"]
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("apiVersion: serving.kserve.io/v1alpha1\nkind: LLMInferenceServiceConfig\n"
+         "metadata:\n  name: kserve-config-llm-template\nspec:\n  template:\n"
+         "    containers:\n    - name: main\n      image: vllm/vllm-openai:v0.18.0\n"
+         "      lifecycle:\n        preStop:\n          exec:\n"
+         "            command: [/bin/sh, -c, sleep 15]\n", "spec.template"),
+        ("apiVersion: orchestration.aibrix.ai/v1alpha1\nkind: StormService\nmetadata:\n"
+         "  name: s\nspec:\n  template:\n    spec:\n      roles:\n      - name: decode\n"
+         "        template:\n          spec:\n            containers:\n"
+         "            - name: vllm\n              image: vllm/vllm-openai:v0.18.0\n",
+         "spec.template.spec.roles[0].template.spec"),
+        ("apiVersion: workload.serving.volcano.sh/v1alpha1\nkind: ModelServing\nmetadata:\n"
+         "  name: m\nspec:\n  template:\n    roles:\n    - name: prefill\n"
+         "      entryTemplate:\n        spec:\n          containers:\n"
+         "          - name: sglang\n            image: lmsysorg/sglang:v0.5.3\n",
+         "spec.template.roles[0].entryTemplate.spec"),
+    ],
+    ids=["kserve-preset-config", "aibrix-storm-service", "kthena-model-serving"],
+)  # fmt: skip
+def test_a_kind_inject_does_not_know_is_named_not_passed_in_silence(text: str, where: str) -> None:
+    (doc,), result = run(("x.yaml", text))
+    assert result.code == 0
+    assert result.stdout == text  # unchanged, byte for byte
+    (line,) = result.lines
+    m = LINE.match(line)
+    assert m is not None and m.group(5) == "skipped", line
+    assert f"pod specs at {where} not wired: inject does not know this kind" in line
+    assert doc == yaml.safe_load(text)
+
+
+def test_a_known_kind_without_an_engine_says_nothing() -> None:
+    nginx = _deployment("        - name: web\n          image: nginx:1.27\n")
+    _, result = run(("d.yaml", nginx))
+    assert result.lines == () and result.stdout == nginx

@@ -130,7 +130,8 @@ class Options:
 class Message:
     """One line on stderr about one document: `refused` (written unchanged),
     `injected`, `replaced` (a sleep hook), `changed` (a value other than the one
-    given), `warning` (advice inject could not apply)."""
+    given), `warning` (advice inject could not apply), `skipped` (pod specs of a
+    kind inject does not know, written unchanged)."""
 
     where: str  # "SOURCE#N KIND/NAME"
     level: str
@@ -170,14 +171,26 @@ KNATIVE_WORDS = "Knative rejects `lifecycle` on its containers (no preStop hook 
 
 def sites(doc: typing.Any, options: Options) -> list[Site]:
     """The pod specs of a workload inject knows, leaders before their workers; none
-    for anything else. Raises Refused for a kind it knows and must not touch."""
+    for anything else. Raises Refused for a kind it knows and must not touch. A
+    `List` (what `kubectl get -o yaml` prints) is each of its items."""
     if not isinstance(doc, CommentedMap):
         return []
     api, kind, spec = str(doc.get("apiVersion", "")), doc.get("kind"), doc.get("spec")
     group = api.split("/")[0]
+    if api == "v1" and kind == "List" and isinstance(doc.get("items"), list):
+        found = []
+        for i, item in enumerate(doc["items"]):
+            for site in sites(item, options):
+                site.path = f"items[{i}].{site.path}"
+                found.append(site)
+        return found
     if not isinstance(spec, CommentedMap):
         return []
-    if group == "apps" and kind in APPS:
+    if api == "v1" and kind == "Pod":
+        meta = doc.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        return [Site("spec", spec, labels or {})]
+    if (group == "apps" and kind in APPS) or (group == "argoproj.io" and kind == "Rollout"):
         return _templates([("spec.template", spec.get("template"))])
     if group == "leaderworkerset.x-k8s.io" and kind == "LeaderWorkerSet":
         lwt = spec.get("leaderWorkerTemplate")
@@ -199,6 +212,38 @@ def sites(doc: typing.Any, options: Options) -> list[Site]:
         if any(_engine_containers(s, options) for s in found):
             raise Refused(f"a Knative Service: {KNATIVE_WORDS}")
     return []
+
+
+# The kinds `sites` reads, by (API group, kind): a document of another kind that
+# holds pod specs is named on stderr instead of passing by in silence.
+KNOWN = {("apps", k) for k in APPS} | {
+    ("", "Pod"), ("", "List"), ("argoproj.io", "Rollout"),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+    ("serving.kserve.io", "LLMInferenceService"), ("serving.kserve.io", "InferenceService"),
+    ("serving.knative.dev", "Service"),
+}  # fmt: skip
+
+
+def _known(doc: Mapping[str, typing.Any]) -> bool:
+    api = str(doc.get("apiVersion", ""))
+    return (api.split("/")[0] if "/" in api else "", doc.get("kind")) in KNOWN
+
+
+def pod_specs(value: typing.Any, path: str = "") -> Iterator[str]:
+    """Where a document holds pod specs (a `containers` list of named mappings),
+    dotted: what a kind inject does not know may still carry an engine."""
+    if isinstance(value, Mapping):
+        containers = value.get("containers")
+        if isinstance(containers, list) and any(
+            isinstance(c, Mapping) and "name" in c for c in containers
+        ):
+            yield path or "."
+            return
+        for key, inner in value.items():
+            yield from pod_specs(inner, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from pod_specs(inner, f"{path}[{i}]")
 
 
 def _templates(pairs: Sequence[tuple[str, typing.Any]]) -> list[Site]:
@@ -857,6 +902,14 @@ def inject_document(doc: Document, options: Options) -> Outcome:
             injected += [f"{site.path}: {n}" for n in names]
     except Refused as exc:
         return Outcome(doc.text, False, True, [Message(where, "refused", str(exc))])
+    if not found and isinstance(doc.data, Mapping) and not _known(doc.data):
+        held = list(pod_specs(doc.data))
+        if held:
+            kind = doc.data.get("kind", "?")
+            messages = [Message(where, "skipped", f"{kind}: pod specs at {', '.join(held)} "
+                                "not wired: inject does not know this kind (wire the "
+                                "workload it renders, or add the hook by hand)")]  # fmt: skip
+            return Outcome(doc.text, False, False, messages)
     if not injected or _plain(work) == before:
         return Outcome(doc.text, False, False, messages if injected else [])
     doc = Document(doc.source, doc.index, doc.text, doc.marker, work, doc.indent)

@@ -24,9 +24,15 @@ def validate(doc: dict[str, typing.Any]) -> None:
                 raise AssertionError(f"{version}: {str(exc).splitlines()[0]}") from None
 
 
+# Kinds with pod templates that inject does not wire: it names them on stderr.
+SKIPPED_KINDS = ("LLMInferenceServiceConfig", "StormService", "ModelServing")
+
+
 def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
     api, kind = doc.get("apiVersion", ""), doc.get("kind")
     group = api.split("/")[0]
+    if api == "v1" and kind == "List":  # kubectl's List: each item against its own
+        return [o for item in doc.get("items", []) for o in schema_objects(item)]
     if "." not in group or (group.endswith(".k8s.io") and group != "leaderworkerset.x-k8s.io"):
         return [doc]  # a core or apps kind: its own schema
     spec = doc.get("spec") or {}
@@ -40,8 +46,12 @@ def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
     elif kind == "InferenceService":
         predictor = dict(spec["predictor"])
         templates.append({"spec": predictor})
+    elif kind == "Rollout" and group == "argoproj.io":
+        templates.append(spec["template"])
     elif kind == "Service" and group == "serving.knative.dev":
         return []  # left unchanged: Knative's RevisionTemplateSpec is not a PodTemplateSpec
+    elif kind in SKIPPED_KINDS:
+        return []  # kinds inject names and leaves unchanged
     else:
         raise AssertionError(f"no schema for {api} {kind}")
     return [
