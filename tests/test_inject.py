@@ -822,3 +822,43 @@ def test_a_known_kind_without_an_engine_says_nothing() -> None:
     nginx = _deployment("        - name: web\n          image: nginx:1.27\n")
     _, result = run(("d.yaml", nginx))
     assert result.lines == () and result.stdout == nginx
+
+
+# -- templates: never guessed over (CONTRACT §4) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (_deployment(VLLM, "      terminationGracePeriodSeconds: ${GRACE_SECONDS}\n"),
+         "spec.template.spec.terminationGracePeriodSeconds: ${GRACE_SECONDS}"),
+        (_deployment(VLLM).replace("spec:\n  selector", "spec:\n  replicas: "
+                                   "{{.Values.replicaCount}}\n  selector", 1),
+         "spec.replicas: a key"),
+        (_deployment(VLLM.replace("vllm/vllm-openai:v0.18.0",
+                                  '"vllm/vllm-openai:{{ .Values.image.tag }}"')),
+         "spec.template.spec.containers[0].image: vllm/vllm-openai:{{ .Values.image.tag }}"),
+    ],
+    ids=["envsubst-grace", "helm-parsed-as-a-map", "helm-in-a-value"],
+)  # fmt: skip
+def test_an_unrendered_template_is_refused_never_overwritten(text: str, shown: str) -> None:
+    """Before: `${GRACE_SECONDS}` became 30 with exit 0 and no word, and Helm's
+    `{{.Values.replicaCount}}` came out as `{{.Values.replicaCount: null}: null}`."""
+    result = inject_texts([("t.yaml", text)], Options(wait_params=WAIT))
+    assert result.code == 1 and result.stdout == text  # written unchanged, byte for byte
+    (line,) = result.lines
+    assert ": refused: unrendered: template expressions (" in line and shown in line, line
+    assert "helm template" in line
+
+
+def test_a_shell_variable_kubernetes_expansion_and_a_chat_template_are_not_templates() -> None:
+    """`${PORT}` inside an `sh -c` script is the shell's, `$(MODEL)` Kubernetes' own,
+    and a chat template's `{{ messages }}` the engine's: the document is wired."""
+    container = (
+        VLLM + "          command: [sh, -c, 'exec vllm serve $(MODEL) --port ${PORT:-8000}']\n"
+        "          env:\n          - {name: TEMPLATE, value: '{{ messages }}'}\n"
+    )
+    (doc,), result = run(("d.yaml", _deployment(container)))
+    assert result.code == 0 and levels(result)[0] == "injected", result.lines
+    engine = containers(doc["spec"]["template"]["spec"])["vllm"]
+    assert prestop(engine)[1] == "wait"

@@ -229,6 +229,41 @@ def _known(doc: Mapping[str, typing.Any]) -> bool:
     return (api.split("/")[0] if "/" in api else "", doc.get("kind")) in KNOWN
 
 
+# A template that parsed as YAML: a whole value that is an envsubst `${VAR}`, or a
+# Helm action anywhere in a value (`{{ .Values.x }}`, `{{- include ...`), or a key
+# that is no scalar (Helm's `{{ x }}` read as a flow mapping). A shell's `${VAR}`
+# inside a script, Kubernetes' own `$(VAR)` and a chat template's `{{ messages }}`
+# are none of these.
+_TEMPLATE = re.compile(
+    r"^\s*\$\{[^}]*\}\s*$|\{\{-?\s*(?:[.$]|(?:include|toYaml|template|tpl|if|"
+    r"range|with|end|default|quote|required|printf|lookup)\b)"
+)
+
+
+def templated(value: typing.Any, path: str = "") -> Iterator[str]:
+    """Where a parsed document holds template expressions (CONTRACT §4: it is
+    unrendered): `path: text` of each."""
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if not isinstance(key, (str, int, float, bool)) or (
+                isinstance(key, str) and _TEMPLATE.search(key)
+            ):
+                yield f"{path or '.'}: a key {_short(key)}"  # Helm's `{{ x }}` as a flow map
+                continue
+            yield from templated(inner, where)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from templated(inner, f"{path}[{i}]")
+    elif isinstance(value, str) and _TEMPLATE.search(value):
+        yield f"{path}: {_short(value)}"
+
+
+def _short(value: typing.Any) -> str:
+    text = " ".join(str(_plain(value)).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def pod_specs(value: typing.Any, path: str = "") -> Iterator[str]:
     """Where a document holds pod specs (a `containers` list of named mappings),
     dotted: what a kind inject does not know may still carry an engine."""
@@ -892,6 +927,12 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     def say(level: str, text: str) -> None:
         messages.append(Message(where, level, text))
 
+    found_templates = list(templated(doc.data))
+    if found_templates:
+        shown = "; ".join(found_templates[:3]) + ("; ..." if len(found_templates) > 3 else "")
+        return Outcome(doc.text, False, True, [Message(where, "refused", (
+            f"unrendered: template expressions ({shown}); run inject on what the template "
+            "renders (helm template, kustomize build, envsubst)"))])  # fmt: skip
     before = _plain(doc.data)
     work = copy.deepcopy(doc.data)
     try:
