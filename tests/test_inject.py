@@ -83,8 +83,8 @@ def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_
     engine = containers(spec)["vllm"]
     assert spec["terminationGracePeriodSeconds"] == 75
     assert prestop(engine) == [
-        "/usr/local/bin/drainhook", "wait", "--grace", "75", "--engine", "vllm",
-        "--port", "8200", *LOG,
+        "/usr/local/bin/drainhook", "wait", "--grace", "75", "--settle", "15", "--engine",
+        "vllm", "--port", "8200", *LOG,
     ]  # fmt: skip
     args = engine["args"]
     assert args[args.index("--shutdown-timeout") + 1] == "0"
@@ -366,10 +366,42 @@ def test_every_form_of_a_sleep_hook_is_replaced(sleep: str) -> None:
     (doc,), result = run(("d.yaml", text))
     c = doc["spec"]["template"]["spec"]["containers"][0]
     assert c["lifecycle"] == {"preStop": {"exec": {"command": prestop(c)}}}
-    assert prestop(c)[:2] == ["/usr/local/bin/drainhook", "wait"]
+    # G 30 unset: raised to 15 + 20 + 5, so that the kept settle leaves the default's
+    # 20 s to drain (test_a_sleep_longer_than_the_default_settle_is_kept_as_the_settle).
+    assert prestop(c)[:6] == ["/usr/local/bin/drainhook", "wait", "--grace", "40",
+                              "--settle", "15"]  # fmt: skip
     assert next(ln for ln in result.lines if ": replaced: " in ln).endswith(
-        "preStop sleep 15 (a blind wait) by drainhook wait"
+        "preStop sleep 15 (a blind wait) by drainhook wait, its 15s kept as the settle "
+        "(a router's measured propagation)"
     )
+
+
+@pytest.mark.parametrize(
+    ("sleep", "grace", "settle", "written"),
+    [
+        ("30", None, "30", 55),  # production-stack: 30 s, its balancer's, measured
+        ("30", "120", "30", 120),  # room enough already
+        ("5", None, None, 30),  # no longer than the default settle: not kept
+        ("3", None, None, 30),
+    ],
+)
+def test_a_sleep_longer_than_the_default_settle_is_kept_as_the_settle(
+    sleep: str, grace: str | None, settle: str | None, written: int
+) -> None:
+    """CONTRACT §4: a sleep's authors measured their routers' propagation. Kept as
+    S, G rises to keep the default's 20 s to drain after it and R after that."""
+    pod = f"      terminationGracePeriodSeconds: {grace}\n" if grace else ""
+    hook = ("          lifecycle:\n            preStop:\n              exec:\n"
+            f"                command: [/bin/sh, -c, 'sleep {sleep}']\n")  # fmt: skip
+    (doc,), result = run(("d.yaml", _deployment(VLLM + hook, pod)))
+    assert result.code == 0
+    spec = doc["spec"]["template"]["spec"]
+    words = prestop(spec["containers"][0])
+    assert spec["terminationGracePeriodSeconds"] == written
+    assert words[2:4] == ["--grace", str(written)]
+    assert (words[words.index("--settle") + 1] if "--settle" in words else None) == settle
+    _, params, _ = parse_hook(words)
+    assert params["grace"] - params["settle"] - params["exit_reserve"] >= 20
 
 
 def inputs() -> list[Path]:

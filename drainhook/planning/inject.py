@@ -34,7 +34,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString, FoldedScalarStrin
 from drainhook import exits
 from drainhook.engines.gauges import default_port
 from drainhook.errors import DrainhookError, UsageError
-from drainhook.hook.config import DEFAULT_GRACE
+from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
 from drainhook.numfmt import number
 from drainhook.planning import manifests
 from drainhook.planning.manifests import Document, insert_before, mapping, sequence
@@ -67,6 +67,9 @@ INIT_NAME = "install-drainhook"
 INIT_VOLUME = "hook"
 INIT_MOUNT = "/hook"
 INIT_SIZE = "64Mi"
+# The time to drain between S and D in the default timeline (G 30 - S 5 - R 5): what
+# a pod spec keeps after a long sleep is kept as its settle.
+DRAIN_WINDOW = DEFAULT_GRACE - DEFAULT_SETTLE - wait_config().exit_reserve
 # A LeaderWorkerSet worker's hook waits on its leader (examples/lws-vllm.yaml):
 # its deadline falls this long after the leader's kill, so a worker holding a
 # stage of the model outlives whatever the leader still finishes.
@@ -704,6 +707,10 @@ def _decide(
             "its own hook"
         )
     hook = parse_hook(what, f"container {name}", params) if kind == "drainhook" else Hook({}, [])
+    if kind == "sleep" and _numeric(str(what)) and float(what) > DEFAULT_SETTLE:
+        # A sleep longer than the default settle is a measured propagation time (a
+        # load balancer's): it stays, as the settle (CONTRACT §4).
+        hook.timeline["settle"] = float(what)
     argv = argv_of(container)
     port = _port(argv)
     port = port if port is not None and port != default_port(engine) else None
@@ -982,6 +989,19 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
     given = _grace(site.spec, site.default_grace)
     grace = given
     why = ""
+    for w in wirings:  # a sleep kept as the settle keeps the default's time to drain after it
+        settle = w.hook.timeline.get("settle")
+        if w.prestop == "sleep" and settle is not None:
+            reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
+            floor = settle + DRAIN_WINDOW + reserve
+            if grace < floor:
+                grace, why = (
+                    floor,
+                    (
+                        f"the replaced sleep's {number(settle)}s kept as the settle, then "
+                        f"{number(DRAIN_WINDOW)}s to drain and the exit reserve"
+                    ),
+                )
     if worker:
         assert site.leader is not None
         lead = site.leader.wired
@@ -1028,8 +1048,10 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
             if warning.code != "vllm-shutdown-timeout":  # inject follows that advice itself
                 say("warning", f"container {name}: {warning.code}: {warning.message}")
         if w.prestop == "sleep":
+            kept = w.hook.timeline.get("settle")
             say("replaced", f"container {name}: preStop sleep {w.slept} (a blind wait) "
-                "by drainhook wait")  # fmt: skip
+                "by drainhook wait" + (f", its {number(kept)}s kept as the settle (a "
+                "router's measured propagation)" if kept else ""))  # fmt: skip
         if not worker:
             _apply_engine_flags(w, applied, say)
         else:
