@@ -238,8 +238,9 @@ def test_inject_runs_in_the_directory_build() -> None:
     """inject's YAML library is in the bundle (imported only by that command) and
     writes what the package writes."""
     manifest = ROOT / "tests" / "manifests" / "llm-d-decode.yaml"
-    from_python = run([sys.executable, "-m", "drainhook", "inject", str(manifest)], {})
-    from_binary = run([BINARY, "inject", str(manifest)], {})
+    args = ["inject", "--via", "image", str(manifest)]
+    from_python = run([sys.executable, "-m", "drainhook", *args], {})
+    from_binary = run([BINARY, *args], {})
     assert from_binary.returncode == from_python.returncode == 0, from_binary.stderr
     assert from_binary.stdout == from_python.stdout
     assert from_binary.stderr == from_python.stderr

@@ -670,9 +670,11 @@ def test_the_schema_check_can_fail() -> None:
 # -- the command line ----------------------------------------------------------------
 
 
-def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, stdin: str = "", via: tuple[str, ...] = ("--via", "image")
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "drainhook", "inject", *args],
+        [sys.executable, "-m", "drainhook", "inject", *via, *args],
         input=stdin,
         env=base_env(),
         cwd=ROOT,
@@ -709,7 +711,7 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
     bad.write_text("a: [1\n")
     for args in (["--via", "init", "tests/manifests"], [str(tmp_path / "none.yaml")], [str(bad)],
                  ["--via", "image", "--image", "x", "tests/manifests"]):  # fmt: skip
-        run_ = cli(*args)
+        run_ = cli(*args, via=())
         assert run_.returncode == 2, (args, run_.stderr)
         assert run_.stdout == ""
         assert len(run_.stderr.splitlines()) == 1 and run_.stderr.startswith("drainhook"), args
@@ -894,3 +896,14 @@ def test_a_shell_variable_kubernetes_expansion_and_a_chat_template_are_not_templ
     assert result.code == 0 and levels(result)[0] == "injected", result.lines
     engine = containers(doc["spec"]["template"]["spec"])["vllm"]
     assert prestop(engine)[1] == "wait"
+
+
+def test_without_via_nothing_is_written_and_the_choices_are_named() -> None:
+    """Upstream engine images hold no drainhook: a preStop running
+    /usr/local/bin/drainhook there fails, and the kubelet sends SIGTERM at once,
+    losing even the sleep it replaced (CONTRACT §4). --via is the user's choice."""
+    run_ = cli("tests/manifests/llm-d-decode.yaml", via=())
+    assert (run_.returncode, run_.stdout) == (2, "")
+    (line,) = run_.stderr.splitlines()
+    assert line.startswith("drainhook: inject needs --via: image (")
+    assert "image-volume --image REF" in line and "init --image REF" in line

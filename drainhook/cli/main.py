@@ -218,10 +218,9 @@ def install(directory: Path) -> int:
 @click.option(
     "--via",
     type=click.Choice(["image", "image-volume", "init"]),
-    default="image",
-    show_default=True,
-    help="How the binary reaches the engine: in its image; an image volume of "
-    "drainhook's image (Kubernetes >= 1.35); an initContainer that installs it.",
+    help="How the binary reaches the engine (required: upstream engine images hold "
+    "none): in its image, at --binary; an image volume of drainhook's image "
+    "(Kubernetes >= 1.35); an initContainer that installs it.",
 )
 @click.option("--image", metavar="REF", help="drainhook's image, for image-volume and init.")
 @click.option(
@@ -240,8 +239,8 @@ def install(directory: Path) -> int:
     help="The engine, where its command, args and image do not show it.",
 )
 def inject(
-    paths: tuple[str, ...], via: str, image: str | None, binary: str, container: str | None,
-    engine: str,
+    paths: tuple[str, ...], via: str | None, image: str | None, binary: str,
+    container: str | None, engine: str,
 ) -> int:  # fmt: skip
     """Wire the hook into manifests: files, directories, `-` or nothing for stdin.
 
@@ -258,6 +257,14 @@ def inject(
     """
     from drainhook.planning.inject import Options, run_inject
 
+    if via is None:
+        # A preStop that runs a binary the image does not hold fails, and the kubelet
+        # then sends SIGTERM at once: worse than the sleep it replaced (CONTRACT §4).
+        raise UsageError(
+            "inject needs --via: image (your engine image holds drainhook at --binary), "
+            "image-volume --image REF (Kubernetes >= 1.35) or init --image REF (any "
+            "cluster); upstream engine images hold no drainhook"
+        )
     params = tuple(wait.params)
     return run_inject(paths, Options(via, image, binary, container, engine, params))
 
