@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from drainhook.cli.main import wait
+from drainhook.errors import UsageError
 from drainhook.planning import inject as injecting
 from drainhook.planning import manifests
 from drainhook.planning import plan as planning
@@ -87,15 +88,21 @@ def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_
         "vllm", "--port", "8200", *LOG,
     ]  # fmt: skip
     args = engine["args"]
-    assert args[args.index("--shutdown-timeout") + 1] == "0"
+    assert args[args.index("--shutdown-timeout") + 1] == "0"  # a change: no version needed
     assert args.count("--shutdown-timeout") == 1
-    assert args[-1] == "--enable-server-load-tracking"
+    # llm-d's image tag is llm-d's version, not vLLM's: a flag to add is named, not written.
+    assert "--enable-server-load-tracking" not in args
     assert engine["command"] == ["vllm", "serve"]
     # The native sidecar (the routing proxy) is as it was.
     assert spec["initContainers"] == before["spec"]["template"]["spec"]["initContainers"]
-    assert levels(result) == ["injected", "replaced", "changed", "changed"]
+    assert levels(result) == ["injected", "replaced", "changed", "warning"]
     assert "preStop sleep 15" in result.lines[1]
     assert "--shutdown-timeout 45 -> 0" in result.lines[2]
+    assert "--enable-server-load-tracking not written" in result.lines[3]
+    assert "names no vllm version" in result.lines[3] and "--engine-version" in result.lines[3]
+    (told,), _ = run(file(path), options=Options(engine_version="0.32", wait_params=WAIT))
+    told_args = containers(told["spec"]["template"]["spec"])["vllm"]["args"]
+    assert told_args[-1] == "--enable-server-load-tracking"
     # The hook is one drainhook's own CLI takes, with plan's numbers.
     _, params, _ = parse_hook(prestop(engine))
     assert params["grace"] == 75 and tuple(params["port"]) == (8200,)
@@ -114,13 +121,17 @@ def test_kserve_llm_inference_service_decode_and_prefill() -> None:
     assert decode["terminationGracePeriodSeconds"] == prefill["terminationGracePeriodSeconds"] == 60
     assert prestop(containers(decode)["main"]) == hook == prestop(containers(prefill)["main"])
     args = containers(decode)["main"]["args"]
-    assert args[-1] == "--enable-server-load-tracking"
+    # llm-d's image: no vLLM version, so /load's flag is named, not written.
+    assert "--enable-server-load-tracking" not in args
     assert "--shutdown-timeout" not in args  # not advised with the 5 s settle
     assert "args" not in containers(prefill)["main"]  # the preset's stay the preset's
     lines = [ln for ln in result.lines if "#0 " in ln]
-    warned = [ln for ln in lines if ": warning: " in ln]
+    warned = [ln for ln in lines if ": warning: " in ln and "spec.prefill.template:" in ln]
     assert len(warned) == 2 and all("spec.prefill.template: container main:" in w for w in warned)
     assert "vllm-prefill-linger" in warned[0]
+    # The decode template's image is llm-d's: /load's flag named, not written.
+    (unversioned,) = [ln for ln in lines if ": warning: spec.template: container main:" in ln]
+    assert "--enable-server-load-tracking not written" in unversioned
     # Multi-node: the CR had no command, so none is written; the worker waits on the
     # leader (LWS underneath), its deadline after the leader's kill.
     leader, worker = multi["spec"]["template"], multi["spec"]["worker"]
@@ -689,7 +700,7 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
     ok = cli("tests/manifests/llm-d-decode.yaml")
     assert ok.returncode == 0
     assert [LINE.match(ln).group(5) for ln in ok.stderr.splitlines()] == [  # type: ignore[union-attr]
-        "injected", "replaced", "changed", "changed",
+        "injected", "replaced", "changed", "warning",
     ]  # fmt: skip
     refused = cli("tests/manifests")
     assert refused.returncode == 1
@@ -907,3 +918,35 @@ def test_without_via_nothing_is_written_and_the_choices_are_named() -> None:
     (line,) = run_.stderr.splitlines()
     assert line.startswith("drainhook: inject needs --via: image (")
     assert "image-volume --image REF" in line and "init --image REF" in line
+
+
+@pytest.mark.parametrize("tag", [":latest", ":2025-05-05-v1", "", "@sha256:" + "ab" * 32])
+def test_an_image_whose_tag_names_no_version_gets_no_flag_only_a_word(tag: str) -> None:
+    """A dated tag, :latest, no tag, a digest: the vLLM inside may be older than a
+    flag, and a flag it rejects crash-loops the Pod (CONTRACT §4). The hook is
+    written; each flag is named for the user to add; --engine-version decides."""
+    hook = (
+        "          lifecycle:\n            preStop:\n              exec:\n"
+        "                command: [/usr/local/bin/drainhook, wait, --settle, '2']\n"
+    )
+    container = VLLM.replace("vllm/vllm-openai:v0.18.0", f"vllm/vllm-openai{tag}")
+    text = _deployment(container + "          args: [m]\n" + hook)
+    (doc,), result = run(("d.yaml", text))
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    assert prestop(c)[1] == "wait" and c["args"] == ["m"]
+    named = [ln for ln in result.lines if "not written" in ln]
+    assert len(named) == 2, result.lines
+    assert "--shutdown-timeout 4 not written" in named[0]
+    assert "--enable-server-load-tracking not written" in named[1]
+    # Told: 0.17 takes /load's flag (0.9) but not --shutdown-timeout (0.18).
+    (told,), said = run(("d.yaml", text), options=Options(engine_version="0.17",
+                                                          wait_params=WAIT))  # fmt: skip
+    assert told["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "m", "--enable-server-load-tracking",
+    ]  # fmt: skip
+    assert any("--shutdown-timeout not written" in ln and "0.17" in ln for ln in said.lines)
+
+
+def test_a_bad_engine_version_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match=r"--engine-version must be X\.Y"):
+        inject_texts([("d.yaml", "")], Options(engine_version="new", wait_params=WAIT))

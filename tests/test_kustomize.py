@@ -98,7 +98,8 @@ def test_the_component_wires_what_inject_wires(tmp_path: Path) -> None:
     with_shutdown, base = guide_deployments()
     built = by_name(list(yaml.safe_load_all(build(tmp_path, base))))
     injected = inject_texts(
-        [("guide.yaml", with_shutdown)], Options("init", IMAGE, wait_params=WAIT)
+        [("guide.yaml", with_shutdown)],
+        Options("init", IMAGE, engine_version="0.32", wait_params=WAIT),
     )
     assert injected.code == 0, injected.lines
     wanted = by_name(list(yaml.safe_load_all(injected.stdout)))
@@ -137,6 +138,8 @@ def test_the_component_wires_what_inject_wires(tmp_path: Path) -> None:
 def test_inject_finds_nothing_to_do_after_the_component(tmp_path: Path) -> None:
     _, base = guide_deployments()
     out = build(tmp_path, base)
-    again = inject_texts([("built.yaml", out)], Options("init", IMAGE, wait_params=WAIT))
+    again = inject_texts(
+        [("built.yaml", out)], Options("init", IMAGE, engine_version="0.32", wait_params=WAIT)
+    )
     assert again.stdout == out
     assert [ln for ln in again.lines if ": warning: " not in ln] == []

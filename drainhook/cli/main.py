@@ -232,6 +232,12 @@ def install(directory: Path) -> int:
 )
 @click.option("--container", metavar="NAME", help="The engine container (default: recognised).")
 @click.option(
+    "--engine-version",
+    metavar="X.Y",
+    help="The engine's version, where its image tag names none (:latest, a date): the "
+    "engine flags are written only where the version is known to take them.",
+)
+@click.option(
     "--engine",
     type=click.Choice(["auto", "vllm", "sglang"]),
     default="auto",
@@ -240,7 +246,7 @@ def install(directory: Path) -> int:
 )
 def inject(
     paths: tuple[str, ...], via: str | None, image: str | None, binary: str,
-    container: str | None, engine: str,
+    container: str | None, engine_version: str | None, engine: str,
 ) -> int:  # fmt: skip
     """Wire the hook into manifests: files, directories, `-` or nothing for stdin.
 
@@ -266,7 +272,7 @@ def inject(
             "cluster); upstream engine images hold no drainhook"
         )
     params = tuple(wait.params)
-    return run_inject(paths, Options(via, image, binary, container, engine, params))
+    return run_inject(paths, Options(via, image, binary, container, engine, engine_version, params))
 
 
 @cli.command()

@@ -98,6 +98,7 @@ class Options:
     binary: str = DEFAULT_BINARY  # --via image: where the engine image holds it
     container: str | None = None
     engine: str = "auto"
+    engine_version: str | None = None  # X.Y: what the image tags cannot say
     # `wait`'s own click parameters, handed in by the command line (planning sits
     # below cli/): an existing hook's flags are read by them (parse_hook).
     wait_params: tuple[click.Parameter, ...] = ()
@@ -115,6 +116,8 @@ class Options:
             raise UsageError(f"--binary is for --via image (--via {self.via} puts the hook itself)")
         if not self.wait_params:
             raise DrainhookError("inject was not handed wait's options")
+        if self.engine_version is not None and _version(self.engine_version) is None:
+            raise UsageError(f"--engine-version must be X.Y (0.18), not {self.engine_version!r}")
         if not self.binary.startswith("/"):
             raise UsageError(
                 f"--binary must be an absolute path (an exec hook), not {self.binary!r}"
@@ -397,6 +400,11 @@ def recognise(container: Mapping[str, typing.Any]) -> str | None:
         if engine in name:
             return engine
     return None
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+.].*)?$", text.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def image_version(container: Mapping[str, typing.Any], engine: str) -> tuple[int, int] | None:
@@ -841,14 +849,23 @@ def _engine_flag_edits(w: Wiring, flag: EngineFlag) -> tuple[str, list[str] | st
 
 
 def _apply_engine_flags(
-    w: Wiring, applied: typing.Any, say: typing.Callable[[str, str], None]
+    w: Wiring, applied: typing.Any, say: typing.Callable[[str, str], None], given: str | None
 ) -> None:
+    """The engine flags the advice names, written where the engine's version is known
+    to take them (CONTRACT §4: a flag an older engine rejects crash-loops the Pod):
+    `given` (--engine-version), else the image's tag; a flag already there is only
+    ever changed, which needs no version."""
     name = w.container.get("name")
+    version = _version(given) if given is not None else image_version(w.container, w.engine)
     for flag in engine_flags(applied.plan):
         edit = _engine_flag_edits(w, flag)
         if edit is None:
             continue
-        version = image_version(w.container, w.engine)
+        if flag.since is not None and edit[0] == "add" and version is None:
+            say("warning", f"container {name}: {' '.join(flag.args)} not written ({flag.why}): "
+                f"the image's tag names no {w.engine} version; add it yourself if it is "
+                f"{w.engine} {flag.since} or newer, or give --engine-version")  # fmt: skip
+            continue
         if flag.since is not None and version is not None:
             since = tuple(int(x) for x in flag.since.split("."))
             if version < since:
@@ -1053,7 +1070,7 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
                 "by drainhook wait" + (f", its {number(kept)}s kept as the settle (a "
                 "router's measured propagation)" if kept else ""))  # fmt: skip
         if not worker:
-            _apply_engine_flags(w, applied, say)
+            _apply_engine_flags(w, applied, say, options.engine_version)
         else:
             env = _list(w.container, "env", ("lifecycle", "resources"))
             _upsert(env, mapping(("name", "DRAINHOOK_HOST"), ("value", "$(LWS_LEADER_ADDRESS)")))
