@@ -950,3 +950,26 @@ def test_an_image_whose_tag_names_no_version_gets_no_flag_only_a_word(tag: str) 
 def test_a_bad_engine_version_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match=r"--engine-version must be X\.Y"):
         inject_texts([("d.yaml", "")], Options(engine_version="new", wait_params=WAIT))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "          args: [m, --ssl-certfile, /certs/tls.crt, --ssl-keyfile, /certs/tls.key]\n",
+        "          args: [m, '--ssl-certfile=/certs/tls.crt']\n",
+        "          args: [m]\n          readinessProbe:\n            httpGet:\n"
+        "              path: /health\n              port: 8000\n              scheme: HTTPS\n",
+    ],
+    ids=["vllm-ssl-flag", "flag-with-equals", "kserve-https-probe"],
+)
+def test_an_https_engine_is_read_over_https(extra: str) -> None:
+    """Read as its clients read it (CONTRACT §4): over http the hook's every read of
+    a TLS listener fails, and it holds each Pod to D (about 55 s on KServe)."""
+    (doc,), result = run(("d.yaml", _deployment(VLLM + extra)))
+    assert result.code == 0, result.lines
+    words = prestop(doc["spec"]["template"]["spec"]["containers"][0])
+    assert words[words.index("--scheme") + 1] == "https"
+    _, params, _ = parse_hook(words)
+    assert params["scheme"] == "https"
+    plain, _ = run(("d.yaml", _deployment(VLLM + "          args: [m]\n")))
+    assert "--scheme" not in prestop(plain[0]["spec"]["template"]["spec"]["containers"][0])

@@ -702,6 +702,7 @@ class Wiring:
     slept: typing.Any = None
     worker: bool = False  # a LeaderWorkerSet worker's: it waits on its leader
     api_servers: int | None = None  # vLLM's API-server processes, from its flags
+    https: bool = False  # the engine serves TLS: the hook reads it as its clients do
 
 
 def _decide(
@@ -724,7 +725,21 @@ def _decide(
     port = port if port is not None and port != default_port(engine) else None
     return Wiring(container, engine, hook, argv, _role(site, argv), port, kind,
                   what if kind == "sleep" else None,
-                  api_servers=api_servers(engine, argv))  # fmt: skip
+                  api_servers=api_servers(engine, argv),
+                  https=serves_tls(container, argv))  # fmt: skip
+
+
+def serves_tls(container: Mapping[str, typing.Any], argv: Argv | None) -> bool:
+    """Whether the engine serves https: its own flags (vLLM's and SGLang's
+    --ssl-certfile) or a probe of the container that says HTTPS (KServe's)."""
+    if argv is not None and argv.value("--ssl-certfile") not in (None, False):
+        return True
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        spec = container.get(probe)
+        get = spec.get("httpGet") if isinstance(spec, Mapping) else None
+        if isinstance(get, Mapping) and str(get.get("scheme", "")).upper() == "HTTPS":
+            return True
+    return False
 
 
 def _config_for(w: Wiring, grace: float, binary: str) -> typing.Any:
@@ -749,6 +764,8 @@ def _command(w: Wiring, applied: typing.Any, binary: str, worker: bool) -> list[
         args += words
     if w.port is not None and not given & {"--port", "--url", "--annotations"}:
         args += ["--port", str(w.port)]
+    if w.https and not given & {"--scheme", "--url", "--annotations"}:
+        args += ["--scheme", "https"]  # a loopback listener: read without verification
     if worker and "--exit-zero" not in given:
         args.append("--exit-zero")
     if "--log-file" not in given:
