@@ -973,3 +973,40 @@ def test_an_https_engine_is_read_over_https(extra: str) -> None:
     assert params["scheme"] == "https"
     plain, _ = run(("d.yaml", _deployment(VLLM + "          args: [m]\n")))
     assert "--scheme" not in prestop(plain[0]["spec"]["template"]["spec"]["containers"][0])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        '[/bin/sh, -c, "vllm serve m \\\\\\n  --port 8000 \\\\\\n  --max-model-len 4096\\n"]',
+        "[bash, -lc, 'exec vllm serve m --port 8000']",
+        '[/bin/bash, -ec, "set -x\\nexec vllm serve m \\\\\\n  --port 8000"]',
+        "[sh, -exc, 'vllm serve m --port 8000']",
+    ],
+    ids=["continued-lines", "bash-lc", "bash-ec-continued", "sh-exc"],
+)
+def test_shell_scripts_as_upstream_writes_them_get_the_flags(command: str) -> None:
+    """Before: vLLM got no flags and a false "it has no command or args here"
+    (issue 35, item 3). The flags go at the end of the engine's command."""
+    (doc,), result = run(("d.yaml", _deployment(VLLM + f"          command: {command}\n")))
+    assert result.code == 0, result.lines
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    script = c["command"][2]
+    assert script.rstrip().endswith("--enable-server-load-tracking"), script
+    assert not [ln for ln in result.lines if "no command or args" in ln]
+    # The script's own lines are kept: only the flag is added at its end.
+    original = yaml.safe_load(f"c: {command}")["c"][2]
+    assert script.startswith(original.rstrip())
+
+
+def test_an_sglang_script_with_continued_lines_gets_enable_metrics() -> None:
+    """Before: refused (exit 1), --enable-metrics could not be added."""
+    sglang = (
+        "        - name: sglang\n          image: lmsysorg/sglang:v0.5.3\n"
+        '          command: [bash, -c, "python3 -m sglang.launch_server \\\\\\n'
+        '  --model-path m \\\\\\n  --port 30000"]\n'
+    )
+    (doc,), result = run(("d.yaml", _deployment(sglang)))
+    assert result.code == 0, result.lines
+    script = doc["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert script.endswith("--port 30000 --enable-metrics"), script

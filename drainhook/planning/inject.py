@@ -457,10 +457,15 @@ class Argv:
         assert self.index is not None
         return str(self.seq[self.index])
 
+    @property
+    def joined(self) -> str:
+        """The script with its lines continued by `\\` joined, as the shell reads it."""
+        return re.sub(r"\\\r?\n", " ", self.script)
+
     def value(self, flag: str) -> str | bool | None:
         """The value given to flag (the last one: argparse's rule), True for a switch
         that is there, None when it is not."""
-        words = shlex.split(self.script) if self.index is not None else [str(w) for w in self.seq]
+        words = shlex.split(self.joined) if self.index is not None else [str(w) for w in self.seq]
         found: str | bool | None = None
         for i, w in enumerate(words):
             if w == flag:
@@ -488,7 +493,7 @@ class Argv:
     def can_append(self) -> bool:
         if self.index is None:
             return True
-        tail = re.split(r"&&|\|\||;|\n", self.script.rstrip())[-1]
+        tail = re.split(r"&&|\|\||;|\n", self.joined.rstrip())[-1]
         try:
             words = shlex.split(tail)
         except ValueError:
@@ -519,6 +524,17 @@ class Argv:
         self.seq[self.index] = new
 
 
+def _script_option(seq: typing.Any) -> int | None:
+    """Where a shell's `-c` is in seq, alone or among other short options (`bash -lc`,
+    `sh -ec`, `-exc`): the script is the next word."""
+    if not isinstance(seq, list):
+        return None
+    for i, w in enumerate(seq):
+        if re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", str(w)):
+            return i
+    return None
+
+
 def _numeric(value: str) -> bool:
     return re.fullmatch(r"-?\d+(\.\d+)?", value) is not None
 
@@ -529,11 +545,10 @@ def argv_of(container: CommentedMap) -> Argv | None:
     command, args = container.get("command"), container.get("args")
     if isinstance(command, list) and command and str(command[0]).rsplit("/", 1)[-1] in SHELLS:
         for seq in (command, args):
-            if isinstance(seq, list) and "-c" in [str(w) for w in seq]:
-                at = [str(w) for w in seq].index("-c")
-                if at + 1 < len(seq):
-                    return Argv(seq, at + 1)
-        if isinstance(args, list) and args and "-c" in [str(w) for w in command]:
+            at = _script_option(seq)
+            if at is not None and at + 1 < len(seq):
+                return Argv(seq, at + 1)
+        if isinstance(args, list) and args and _script_option(command) is not None:
             return Argv(args, 0)
         return None
     if isinstance(args, list):
@@ -677,7 +692,7 @@ def _prestop(container: CommentedMap) -> tuple[str, typing.Any]:
     if len(command) >= 2 and command[0].rsplit("/", 1)[-1] == "drainhook" and command[1] == "wait":
         return "drainhook", command
     text = " ".join(command[2:]) if command[:1] and command[0].rsplit("/", 1)[-1] in SHELLS else ""
-    text = text if command[1:2] == ["-c"] else " ".join(command)
+    text = text if _script_option(command[1:2]) == 0 else " ".join(command)
     if m := _SLEEP.match(text.strip()):
         return "sleep", m.group(1)
     kind = next(iter(prestop), "?") if isinstance(prestop, Mapping) else "?"
