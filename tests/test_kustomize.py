@@ -55,6 +55,9 @@ def guide_deployments() -> tuple[str, str]:
     with_shutdown = decode + "---\n" + prefill
     assert with_shutdown.count(SLEEP) == 2 and with_shutdown.count("Seconds: 75\n") == 2
     base = with_shutdown.replace(SLEEP, "").replace("      terminationGracePeriodSeconds: 75\n", "")
+    # The guides' own Deployments carry no llm-d.ai/inferenceServing label (issue 35,
+    # item 8): the component must find them as graceful-shutdown does, every one.
+    base = "".join(ln for ln in base.splitlines(True) if "llm-d.ai/inferenceServing" not in ln)
     return with_shutdown, base
 
 
