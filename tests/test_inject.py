@@ -1010,3 +1010,46 @@ def test_an_sglang_script_with_continued_lines_gets_enable_metrics() -> None:
     assert result.code == 0, result.lines
     script = doc["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert script.endswith("--port 30000 --enable-metrics"), script
+
+
+# -- restricted Pods, and a change of --via ------------------------------------------
+
+
+def test_the_installer_passes_pod_security_restricted() -> None:
+    """`--via init`'s initContainer runs as a non-root user with nothing to escalate
+    (issue 35, item 10): a namespace enforcing Pod Security `restricted`, or a pod
+    with runAsNonRoot, admits it. Each field restricted checks, as it checks it."""
+    pod = "      securityContext: {runAsNonRoot: true}\n"
+    (doc,), result = run(("d.yaml", _deployment(VLLM + "          args: [m]\n", pod)),
+                         options=VIA_INIT)  # fmt: skip
+    assert result.code == 0
+    (init,) = doc["spec"]["template"]["spec"]["initContainers"]
+    sc = init["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"]["type"] in ("RuntimeDefault", "Localhost")
+
+
+def test_switching_via_leaves_nothing_of_the_old_way_behind() -> None:
+    """init, then image-volume, then image: each run takes away what the last one
+    put in (the installer, its emptyDir and mount; the image volume and its mount),
+    and a user's own volume of another name stays."""
+    user = "      volumes:\n      - name: models\n        emptyDir: {}\n"
+    text = _deployment(VLLM + "          args: [m]\n", user)
+    (first,), _ = run(("d.yaml", text), options=VIA_INIT)
+    spec = first["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["install-drainhook"]
+    assert sorted(v["name"] for v in spec["volumes"]) == ["hook", "models"]
+    again = yaml.safe_dump(first, sort_keys=False)
+    (second,), _ = run(("d.yaml", again), options=VIA_IMAGE)
+    spec = second["spec"]["template"]["spec"]
+    assert "initContainers" not in spec
+    assert sorted(v["name"] for v in spec["volumes"]) == ["drainhook", "models"]
+    mounts = [m["name"] for m in spec["containers"][0]["volumeMounts"]]
+    assert mounts == ["drainhook"]
+    (third,), _ = run(("d.yaml", yaml.safe_dump(second, sort_keys=False)))
+    spec = third["spec"]["template"]["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["models"]
+    assert "volumeMounts" not in spec["containers"][0]
+    assert prestop(spec["containers"][0])[0] == "/usr/local/bin/drainhook"

@@ -67,6 +67,7 @@ INIT_NAME = "install-drainhook"
 INIT_VOLUME = "hook"
 INIT_MOUNT = "/hook"
 INIT_SIZE = "64Mi"
+INSTALL_UID = 65534  # nobody: the installer runs as a user no image needs to name
 # The time to drain between S and D in the default timeline (G 30 - S 5 - R 5): what
 # a pod spec keeps after a long sleep is kept as its settle.
 DRAIN_WINDOW = DEFAULT_GRACE - DEFAULT_SETTLE - wait_config().exit_reserve
@@ -830,7 +831,14 @@ def _list(m: CommentedMap, key: str, before: Sequence[str] = ()) -> CommentedSeq
 
 
 def _bring_binary(spec: CommentedMap, container: CommentedMap, options: Options) -> None:
-    """Make the hook's binary reach the container, by --via."""
+    """Make the hook's binary reach the container, by --via; what another --via put
+    there before (an image volume, the installer) is taken away."""
+    if options.via != "image-volume":
+        _drop(spec, "volumes", VOLUME_NAME, lambda v: "image" in v)
+        _drop(container, "volumeMounts", VOLUME_NAME, lambda m: m.get("mountPath") == VOLUME_MOUNT)
+    if options.via != "init" and _drop(spec, "initContainers", INIT_NAME, lambda c: True):
+        _drop(spec, "volumes", INIT_VOLUME, lambda v: "emptyDir" in v)
+        _drop(container, "volumeMounts", INIT_VOLUME, lambda m: m.get("mountPath") == INIT_MOUNT)
     if options.via == "image-volume":
         _upsert(
             _list(spec, "volumes"),
@@ -848,6 +856,7 @@ def _bring_binary(spec: CommentedMap, container: CommentedMap, options: Options)
             _list(spec, "initContainers", ("containers",)),
             mapping(("name", INIT_NAME), ("image", options.image),
                     ("command", sequence([IMAGE_LAUNCHER, "install", INIT_MOUNT])),
+                    ("securityContext", _restricted()),
                     ("volumeMounts", sequence([mapping(("name", INIT_VOLUME),
                                                        ("mountPath", INIT_MOUNT))]))),
         )  # fmt: skip
@@ -859,6 +868,36 @@ def _bring_binary(spec: CommentedMap, container: CommentedMap, options: Options)
             _list(container, "volumeMounts"),
             mapping(("name", INIT_VOLUME), ("mountPath", INIT_MOUNT), ("readOnly", True)),
         )
+
+
+def _restricted() -> CommentedMap:
+    """The installer's securityContext: what Pod Security's `restricted` level asks
+    (and `runAsNonRoot` with it: drainhook's image names no user, so one is given).
+    `install` writes into the emptyDir, which the kubelet makes world-writable."""
+    return mapping(
+        ("runAsNonRoot", True),
+        ("runAsUser", INSTALL_UID),
+        ("allowPrivilegeEscalation", False),
+        ("capabilities", mapping(("drop", sequence(["ALL"])))),
+        ("seccompProfile", mapping(("type", "RuntimeDefault"))),
+    )
+
+
+def _drop(
+    m: CommentedMap, key: str, name: str, ours: typing.Callable[[Mapping[str, typing.Any]], bool]
+) -> bool:
+    """Take the entry `name` out of m[key] when it is ours (a user's entry of that
+    name stays); the list goes when it is left empty. Whether one was taken."""
+    items = m.get(key)
+    if not isinstance(items, list):
+        return False
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and item.get("name") == name and ours(item):
+            del items[i]
+            if not items:
+                del m[key]
+            return True
+    return False
 
 
 def _engine_flag_edits(w: Wiring, flag: EngineFlag) -> tuple[str, list[str] | str] | None:
