@@ -1053,3 +1053,46 @@ def test_switching_via_leaves_nothing_of_the_old_way_behind() -> None:
     assert [v["name"] for v in spec["volumes"]] == ["models"]
     assert "volumeMounts" not in spec["containers"][0]
     assert prestop(spec["containers"][0])[0] == "/usr/local/bin/drainhook"
+
+
+# -- the rest seen in the field --------------------------------------------------------
+
+
+def test_crlf_line_endings_stay_crlf() -> None:
+    """A manifest saved with CRLF: the wired document comes back with CRLF, an
+    untouched one byte for byte."""
+    engine = _deployment(VLLM + "          args: [m]\n").replace("\n", "\r\n")
+    other = "apiVersion: v1\r\nkind: ConfigMap\r\nmetadata: {name: c}\r\n"
+    result = inject_texts([("d.yaml", engine + "---\r\n" + other)], Options(wait_params=WAIT))
+    assert result.code == 0
+    wired, untouched = result.stdout.split("---\r\n")
+    assert "\n" not in wired.replace("\r\n", "") and "--enable-server-load-tracking" in wired
+    assert untouched == other
+
+
+def test_a_parse_error_names_its_line(tmp_path: Path) -> None:
+    text = "apiVersion: v1\nkind: ConfigMap\n---\napiVersion: v1\nkind: ConfigMap\ndata: [1\n"
+    with pytest.raises(UsageError, match=r"^x.yaml#1: not YAML at line 7: "):
+        inject_texts([("x.yaml", text)], Options(wait_params=WAIT))
+
+
+def test_a_port_from_the_containers_env_is_resolved() -> None:
+    """`--port $(PORT)` is Kubernetes' own expansion of the container's env: the hook
+    reads the port it names."""
+    container = VLLM + "          args: [m, --port, $(PORT)]\n          env:\n" \
+        "          - {name: PORT, value: '8123'}\n"  # fmt: skip
+    (doc,), _ = run(("d.yaml", _deployment(container)))
+    words = prestop(doc["spec"]["template"]["spec"]["containers"][0])
+    assert words[words.index("--port") + 1] == "8123"
+
+
+def test_a_multi_node_sglang_is_named() -> None:
+    """Every rank gets a hook; only rank 0 serves HTTP: said, for the user to point
+    the other ranks at rank 0."""
+    sglang = (
+        "        - name: sglang\n          image: lmsysorg/sglang:v0.5.3\n"
+        "          args: [--model-path, m, --nnodes, '2', --node-rank, $(POD_INDEX)]\n"
+    )
+    _, result = run(("s.yaml", _deployment(sglang)))
+    (said,) = [ln for ln in result.lines if "--nnodes" in ln]
+    assert ": warning: " in said and "over 2 nodes" in said and "DRAINHOOK_HOST" in said

@@ -559,8 +559,15 @@ def argv_of(container: CommentedMap) -> Argv | None:
     return None
 
 
-def _port(argv: Argv | None) -> int | None:
+def _port(argv: Argv | None, container: Mapping[str, typing.Any]) -> int | None:
+    """The engine's --port; `$(NAME)` is Kubernetes' expansion of the container's
+    own env, read where NAME has a literal value there."""
     value = argv.value("--port") if argv is not None else None
+    if isinstance(value, str) and (m := re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", value)):
+        env = container.get("env")
+        found = [e.get("value") for e in env or [] if isinstance(e, Mapping)
+                 and e.get("name") == m.group(1)] if isinstance(env, list) else []  # fmt: skip
+        value = str(found[-1]) if found and found[-1] is not None else None
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
@@ -737,7 +744,7 @@ def _decide(
         # load balancer's): it stays, as the settle (CONTRACT §4).
         hook.timeline["settle"] = float(what)
     argv = argv_of(container)
-    port = _port(argv)
+    port = _port(argv, container)
     port = port if port is not None and port != default_port(engine) else None
     return Wiring(container, engine, hook, argv, _role(site, argv), port, kind,
                   what if kind == "sleep" else None,
@@ -1140,6 +1147,13 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
             say("replaced", f"container {name}: preStop sleep {w.slept} (a blind wait) "
                 "by drainhook wait" + (f", its {number(kept)}s kept as the settle (a "
                 "router's measured propagation)" if kept else ""))  # fmt: skip
+        nodes = _count(w.argv, "--nnodes") if w.argv is not None and w.engine == "sglang" else None
+        if nodes is not None and nodes > 1 and not worker:
+            say("warning", f"container {name}: an SGLang over {nodes} nodes (--nnodes): only "
+                "rank 0 serves HTTP, so every other rank's hook finds nothing to read and "
+                "returns after the settle, and its SIGTERM can stop rank 0's work; point "
+                "those ranks' hooks at rank 0 (DRAINHOOK_HOST, --allow-remote, --exit-zero) "
+                "as a LeaderWorkerSet's workers are")  # fmt: skip
         if not worker:
             _apply_engine_flags(w, applied, say, options.engine_version)
         else:

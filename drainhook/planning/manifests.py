@@ -135,21 +135,30 @@ def parse(source: str, text: str) -> list[Document]:
     """Every document of one input, parsed; a YAML error is a usage error naming it."""
     indent = guess_indent(text)
     docs = []
+    line = 0  # the line each document's body starts on, from 0
     for n, (marker, body) in enumerate(split(text)):
+        line += marker.count("\n")
         try:
             data = _yaml(indent).load(body)
         except YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise UsageError(f"{source}#{n}: not YAML: {problem}") from None
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {line + mark.line + 1}" if mark is not None else ""
+            raise UsageError(f"{source}#{n}: not YAML{at}: {problem}") from None
         docs.append(Document(source, n, marker + body, marker, data, indent))
+        line += body.count("\n")
     return docs
 
 
 def dump(doc: Document) -> str:
-    """A changed document's text: its `---` line, then the data serialised."""
+    """A changed document's text: its `---` line, then the data serialised, with the
+    line endings the document came with (CRLF stays CRLF)."""
     out = io.StringIO()
     _yaml(doc.indent).dump(doc.data, out)
-    return doc.marker + out.getvalue()
+    text = doc.marker + out.getvalue()
+    if "\r\n" in doc.text:
+        text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+    return text
 
 
 def join(texts: Sequence[str]) -> str:
