@@ -115,7 +115,7 @@ def test_wait_releases_soon_after_the_last_stream_ends(
     hook: Hook, engine: LiveVllm, record: Any
 ) -> None:
     """`wait --grace 30 --settle 2` (I = 1 s) with two streams running: `drained`
-    within I/2 + 0.1 s of the last stream's end, never before I/4 of it (the first
+    within I/2 + 0.05 s of the last stream's end, never before I/4 of it (the first
     idle read within I/4, read every I/4 once the first stream has ended; the
     confirming read I/4 later, the server's /load and the connections answering that
     zero: CONTRACT §1), both streams complete."""
@@ -134,7 +134,10 @@ def test_wait_releases_soon_after_the_last_stream_ends(
     last = max(s.last_byte or 0.0 for s in ended)
     release = returned - last
     interval = 1.0
-    assert interval / 4 - 0.05 <= release <= interval / 2 + 0.1 + starved, (release, run.stderr)
+    # The contract's I/2 + 0.05 s, and a read's tolerance (the last byte is the
+    # client's instant; the engine's count falls a moment after it).
+    latest = late(interval / 2 + 0.05, READ_LATE, starved)
+    assert interval / 4 - 0.05 <= release <= latest, (release, run.stderr)
     record(
         "wait released after the last stream",
         release_s=round(release, 3),
