@@ -148,23 +148,28 @@ def test_a_broken_install_holds_to_d() -> None:
 
 
 def test_a_packaged_build_that_cannot_import_a_module_holds_to_d(tmp_path: Path) -> None:
-    """The directory build with one of its own modules gone (`_ssl`, which the
-    reads import): `wait` holds to D and says which; `probe` exits at once."""
+    """The directory build with one of its own modules broken (`_ssl`, which the
+    reads import): `wait` holds to D and says which; `probe` exits at once. A
+    module file gone altogether is the launcher's to catch: the same hold."""
     binary = os.environ.get("DRAINHOOK_BINARY")
     if not binary:
         pytest.skip("no packaged build: DRAINHOOK_BINARY is unset (scripts/test sets it)")
     build = tmp_path / "drainhook"
     shutil.copytree(Path(binary).parent, build, symlinks=True)
-    gone = list(build.rglob("_ssl.*.so"))
-    assert gone, "the build has no _ssl module to remove"
-    for path in gone:
-        path.unlink()
+    broken = list(build.rglob("_ssl.*.so"))
+    assert broken, "the build has no _ssl module to break"
+    for path in broken:
+        path.write_bytes(b"not an ELF object: a layer that did not unpack whole\n")
     run = measure([str(build / "drainhook"), "wait", *TIMELINE], env=base_env())
-    lines = assert_held(run, exits.INTERNAL, "drainhook: cannot start: ModuleNotFoundError")
-    assert "_ssl" in lines[0]
+    lines = assert_held(run, exits.INTERNAL, "drainhook: cannot start: ImportError")
+    assert "_ssl" in lines[-1]
     probe = measure([str(build / "drainhook"), "probe"], env=base_env())
     assert probe.code == exits.INTERNAL, probe.stderr
     assert probe.elapsed < late(0.0, 2 * SPAWN_LATE, probe.starved)
+    for path in broken:
+        path.unlink()
+    gone = measure([str(build / "drainhook"), "wait", *TIMELINE], env=base_env())
+    assert_held(gone, exits.INTERNAL, "drainhook: incomplete bundle: missing ")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

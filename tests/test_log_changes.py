@@ -19,19 +19,9 @@ from drainhook.engines.verdict import Reading, Signals, Verdict
 from drainhook.hook.drain import Outcome, drain
 from drainhook.hook.log import HEARTBEAT, Log
 from drainhook.hook.timeline import Timeline
+from tests.support.clock import Clock
 from tests.support.loopback import Loopback, serve
 from tests.support.process import Hook, base_env
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def counted(n: float, held_by_server: bool = False) -> Reading:

@@ -23,6 +23,7 @@ from drainhook.hook.run import exit_code
 from drainhook.hook.stall import Stall, StallWatch
 from drainhook.hook.timeline import Timeline
 from drainhook.reading.sources import AutoReader
+from tests.support.clock import Clock
 from tests.support.loopback import sample
 
 W = 30.0
@@ -290,18 +291,6 @@ def test_loads_counters_and_external_queues() -> None:
 
 
 # -- the loop ---------------------------------------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds > 0
-        self.now += seconds
 
 
 def loop(readings: Sequence[Reading], *, deadline: float, window: float = W) -> tuple[object, ...]:

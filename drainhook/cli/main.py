@@ -309,7 +309,7 @@ def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
     except click.ClickException as exc:
         return error(f"drainhook: {exc.format_message()}", exits.USAGE)
     except click.Abort:
-        return exits.USAGE
+        return error("drainhook: aborted", exits.USAGE)
     except DrainhookError as exc:
         return error(f"drainhook: {exc}", exc.exit_code)
     except Exception as exc:  # a bug; never a traceback (CONTRACT §6)

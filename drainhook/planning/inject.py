@@ -1082,21 +1082,7 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
     wirings = [_decide(site, c, engine, options.wait_params) for c, engine in chosen]
     worker = site.leader is not None and bool(site.leader.wired)
     given = _grace(site.spec, site.default_grace)
-    grace = given
-    why = ""
-    for w in wirings:  # a sleep kept as the settle keeps the default's time to drain after it
-        settle = w.hook.timeline.get("settle")
-        if w.prestop == "sleep" and settle is not None:
-            reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
-            floor = settle + DRAIN_WINDOW + reserve
-            if grace < floor:
-                grace, why = (
-                    floor,
-                    (
-                        f"the replaced sleep's {number(settle)}s kept as the settle, then "
-                        f"{number(DRAIN_WINDOW)}s to drain and the exit reserve"
-                    ),
-                )
+    grace, why = _after_kept_sleep(wirings, given)
     if worker:
         assert site.leader is not None
         lead = site.leader.wired
@@ -1147,14 +1133,8 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
             say("replaced", f"container {name}: preStop sleep {w.slept} (a blind wait) "
                 "by drainhook wait" + (f", its {number(kept)}s kept as the settle (a "
                 "router's measured propagation)" if kept else ""))  # fmt: skip
-        nodes = _count(w.argv, "--nnodes") if w.argv is not None and w.engine == "sglang" else None
-        if nodes is not None and nodes > 1 and not worker:
-            say("warning", f"container {name}: an SGLang over {nodes} nodes (--nnodes): only "
-                "rank 0 serves HTTP, so every other rank's hook finds nothing to read and "
-                "returns after the settle, and its SIGTERM can stop rank 0's work; point "
-                "those ranks' hooks at rank 0 (DRAINHOOK_HOST, --allow-remote, --exit-zero) "
-                "as a LeaderWorkerSet's workers are")  # fmt: skip
         if not worker:
+            _say_multi_node(w, say)
             _apply_engine_flags(w, applied, say, options.engine_version)
         else:
             env = _list(w.container, "env", ("lifecycle", "resources"))
@@ -1166,6 +1146,34 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
         names.append(str(name))
     site.wired = {"grace": grace, "engine": wirings[0].engine, "port": wirings[0].port}
     return names
+
+
+def _after_kept_sleep(wirings: Sequence[Wiring], grace: float) -> tuple[float, str]:
+    """G, raised where a sleep kept as the settle would leave less than the default
+    timeline's time to drain after it (and R after that); why, when raised."""
+    why = ""
+    for w in wirings:
+        settle = w.hook.timeline.get("settle")
+        if w.prestop == "sleep" and settle is not None:
+            reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
+            if grace < settle + DRAIN_WINDOW + reserve:
+                grace = settle + DRAIN_WINDOW + reserve
+                why = (
+                    f"the replaced sleep's {number(settle)}s kept as the settle, then "
+                    f"{number(DRAIN_WINDOW)}s to drain and the exit reserve"
+                )
+    return grace, why
+
+
+def _say_multi_node(w: Wiring, say: typing.Callable[[str, str], None]) -> None:
+    """An SGLang over several nodes: every rank's Pod gets the hook, only rank 0 serves."""
+    nodes = _count(w.argv, "--nnodes") if w.argv is not None and w.engine == "sglang" else None
+    if nodes is not None and nodes > 1:
+        say("warning", f"container {w.container.get('name')}: an SGLang over {nodes} nodes "
+            "(--nnodes): only rank 0 serves HTTP, so every other rank's hook finds nothing "
+            "to read and returns after the settle, and its SIGTERM can stop rank 0's work; "
+            "point those ranks' hooks at rank 0 (DRAINHOOK_HOST, --allow-remote, "
+            "--exit-zero) as a LeaderWorkerSet's workers are")  # fmt: skip
 
 
 # -- the command --------------------------------------------------------------------
