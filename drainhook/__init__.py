@@ -1,25 +1,16 @@
 """drainhook: a Kubernetes preStop hook that lets an LLM engine finish its requests.
 
-The modules, in reading order:
+The package's rooms (docs/development.md, "Layout"; tests/test_layout.py holds
+the rule that each imports only the ones above it):
 
-- gauges: the engine table (which gauges count)
-- verdict: a read's verdict, and counted values -> verdict
-- exposition, loads: the /metrics and /v1/loads scanners (body -> verdict)
-- errors: the error family, each kind with its exit code
-- target, auth: where to read (URL, annotations, loopback rule, TLS, API key)
-- read: one HTTP read -> one verdict; rounds: several targets as one read,
-  merge: identical series on several targets counted once
-- sources: SGLang's live count (/metrics with /v1/loads beside it, --source auto)
-- listeners, discover: listener discovery (/proc/net -> reads; the search, and
-  the reader that searches when every target refused)
-- drain: the loop (reads -> outcome), under an injected clock
-- config: the frozen config; report: log lines and probe output
-- termination: the outcome's one line for the Pod's status
-- hook: the hook's run (config in, outcome and exit code out)
-- flags, cli: the command line (flags and environment -> config); __main__
-- plan, install: the other commands; histogram, observe: `plan --observe`
-  (body -> latency histogram -> G); signals, clock, build_info: the process
-- sim: the simulated engine of `demo` and the rehearsal, off the hook's import path
+- the top level: errors, exits, numfmt, build_info, failsafe (the shared
+  vocabulary, and wait's hold when it cannot run)
+- engines/: what a body means (the gauge table, the scanners, verdicts)
+- reading/: where and how to read (targets, HTTP, the side signals, rounds,
+  the connections, listener discovery)
+- hook/: the run (the loop, stall watch, signals, log, termination message)
+- planning/: advice (plan, plan --observe, inject); sim/: the simulated engine
+- cli/: the command line, which wires them all; __main__: the entry point
 """
 
 __version__ = "0.1.0"

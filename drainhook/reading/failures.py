@@ -11,7 +11,8 @@ verdict (CONTRACT §2):
     a 5xx or 429 status ................................... unknown
     another non-2xx (3xx, 4xx) before any 2xx ............. unreachable
     another non-2xx after the target has answered 2xx ..... unknown
-    a body over the cap, or in an encoding not asked for .. unknown
+    a body over the cap, or in an encoding not decoded .... unknown
+      (identity is asked for; gzip and deflate sent anyway are decoded)
     anything else (a bug) ................................. unknown
 
 httpcore's other exceptions cannot come out of a read: one read at a time
