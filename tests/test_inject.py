@@ -1096,3 +1096,24 @@ def test_a_multi_node_sglang_is_named() -> None:
     _, result = run(("s.yaml", _deployment(sglang)))
     (said,) = [ln for ln in result.lines if "--nnodes" in ln]
     assert ": warning: " in said and "over 2 nodes" in said and "DRAINHOOK_HOST" in said
+
+
+def test_comments_among_the_replaced_commands_words_are_kept() -> None:
+    """Comment lines between the words of a replaced preStop command (issue 35, item
+    9: 23 such lines were dropped) come after the new command's last word, in order;
+    those above it stay above it; injecting again changes nothing."""
+    hook = (
+        "          lifecycle:\n            preStop:\n              exec:\n"
+        "                # Give the router time to notice.\n"
+        "                command:\n                # the shell\n                - /bin/sh\n"
+        "                - -c\n                # the wait itself\n                - sleep 15\n"
+        "                # end\n"
+    )
+    text = _deployment(VLLM + "          args: [m]\n" + hook)
+    _, result = run(("d.yaml", text))
+    out = [line.strip() for line in result.stdout.splitlines()]
+    at = out.index("- /proc/1/fd/1")
+    assert out[at + 1 :] == ["# the shell", "# the wait itself", "# end"]
+    assert out[out.index("command:") - 1] == "# Give the router time to notice."
+    again = inject_texts([("d.yaml", result.stdout)], Options(via="image", wait_params=WAIT))
+    assert again.stdout == result.stdout

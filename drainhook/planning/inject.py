@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 
 import click
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import CommentMark
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, FoldedScalarString
+from ruamel.yaml.tokens import CommentToken
 
 from drainhook import exits
 from drainhook.engines.gauges import default_port
@@ -810,13 +812,36 @@ def _set_prestop(container: CommentedMap, command: Sequence[str]) -> None:
         if _plain(exe.get("command")) == _plain(seq):
             return  # as it is, in its own style
         # A comment after the old command (its last line's, and any comment lines
-        # below it) is kept after the new one's last word, not left above it.
+        # below it) is kept after the new one's last word, and so are the comments
+        # among the old command's words (the words they spoke of are gone).
+        inner = _comment_lines(exe.get("command"))
         after = exe.ca.items.pop("command", None)
-        if after and len(after) > 2 and after[2] is not None:
-            seq.ca.items[len(seq) - 1] = [after[2], None]
+        eol = after[2] if after and len(after) > 2 else None
+        if eol is not None or inner:
+            text = str(eol.value) if eol is not None else "\n"
+            text += "" if text.endswith("\n") else "\n"
+            text += "".join(" " * column + line + "\n" for column, line in inner)
+            column = eol.column if eol is not None else inner[0][0]
+            seq.ca.items[len(seq) - 1] = [CommentToken(text, CommentMark(column), None), None]
         exe["command"] = seq
     else:
         lifecycle["preStop"] = mapping(("exec", mapping(("command", seq))))
+
+
+def _comment_lines(old: typing.Any) -> list[tuple[int, str]]:
+    """The comment lines among an old command's words (before its first, after each),
+    in order, with the column each stood at."""
+    if not isinstance(old, CommentedSeq):
+        return []
+    tokens = list(old.ca.comment[1] or []) if old.ca.comment and len(old.ca.comment) > 1 else []
+    for i in sorted(old.ca.items):
+        tokens += [t for t in old.ca.items[i][:1] if t is not None]
+    lines: list[tuple[int, str]] = []
+    for token in tokens:
+        column = getattr(token, "column", 0) or 0
+        lines += [(column, ln.strip()) for ln in str(token.value).splitlines()
+                  if ln.strip().startswith("#")]  # fmt: skip
+    return lines
 
 
 def _upsert(items: CommentedSeq, value: CommentedMap) -> None:
