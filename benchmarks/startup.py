@@ -133,7 +133,7 @@ PLANNING = (
     "drainhook.planning.plan",
     "drainhook.planning.observe",
     "drainhook.planning.histogram",
-    "drainhook.sim",
+    "sim",
 )
 
 

@@ -1,7 +1,7 @@
 """The rehearsal: kubelet-emulated Pod deletions under live traffic, drain recipes side by side.
 
 Every part is a real process on loopback: the simulated engine (drainhook's
-own model, drainhook/sim/, run by `python -m rehearsal.engine`, vLLM- or
+own model, sim/, run by `python -m rehearsal.engine`, vLLM- or
 SGLang-shaped), a client load generator (`python -m rehearsal.load`) that
 records every request, and the preStop hook of each recipe, run by a kubelet
 emulator (`kubelet.py`). Each cell (a recipe in a scenario) is a child process

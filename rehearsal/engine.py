@@ -1,6 +1,6 @@
 """The simulated engine as a process: `python -m rehearsal.engine --kind vllm|sglang ...`.
 
-A thin runner over drainhook's engine model (drainhook/sim/): it scales the
+A thin runner over drainhook's engine model (sim/): it scales the
 timeline, serves on 127.0.0.1 and a free port, prints `READY <port> <origin>`
 on stdout (origin: the time.monotonic() SGLang's SIGTERM watchdog counts
 from), turns SIGTERM into the model's shutdown and ends the process when the
@@ -27,8 +27,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from drainhook.sim import EngineConfig, SimEngine, SimServer
-from drainhook.sim.model import Duration, tokens_duration
+from sim import EngineConfig, SimEngine, SimServer
+from sim.model import Duration, tokens_duration
 from rehearsal.timeline import (
     SGLANG_EXIT,
     SGLANG_LOG_INTERVAL,

@@ -4,7 +4,7 @@ Once started it prints `READY` and reads its work from stdin: a JSON object
 `{"port": P, "plan": [{"id": ..., "at": MONOTONIC}, ...]}` (so that a runner
 can start it beside the engine and fix the timeline once both are up). One
 streaming `POST /v1/completions` per entry, sent at `at` on its own thread and
-connection (drainhook.sim.client: the demo's client). Every request ends in
+connection (sim.client: the demo's client). Every request ends in
 exactly one outcome, written at once as a JSON line to `--out` (stamped with
 time.monotonic(), which the engine and the runner share):
 
@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-from drainhook.sim.client import complete
+from sim.client import complete
 
 MODEL = "rehearsal/Sim-8B"
 

@@ -19,7 +19,7 @@ from tests.support.process import base_env
 # load: the advisory package and the simulator, whole (tests/test_layout.py keeps
 # every module of hook/, reading/ and engines/ from importing them), and inject's
 # YAML libraries.
-NOT_THE_HOOK = ("drainhook.planning", "drainhook.sim", "ruamel", "yaml")
+NOT_THE_HOOK = ("drainhook.planning", "sim", "ruamel", "yaml")
 
 _MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 

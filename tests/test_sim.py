@@ -1,4 +1,4 @@
-"""The simulated engine (drainhook/sim/), over real HTTP on loopback, in this process.
+"""The simulated engine (sim/), over real HTTP on loopback, in this process.
 
 What SIGTERM does to it, path by path, as the demo and the rehearsal rely on.
 vLLM with one API server is calibrated to the live vLLM 0.32 (CONTRACT §7):
@@ -20,6 +20,8 @@ import contextlib
 import http.client
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,10 +30,10 @@ from typing import Any
 from drainhook.engines.exposition import scan
 from drainhook.engines.loads import scan_loads
 from drainhook.engines.verdict import Verdict
-from drainhook.sim import EngineConfig, RequestOutcome, SimEngine, SimServer, complete
+from sim import EngineConfig, RequestOutcome, SimEngine, SimServer, complete
 from tests.conftest import WAKE_LATE, late
 from tests.support.loopback import get
-from tests.support.process import base_env
+from tests.support.process import ROOT, base_env
 
 TOKEN = 0.02  # s per streamed event
 EXIT = 0.05  # s the process takes to exit once its work is over (SGLang)
@@ -316,11 +318,9 @@ def test_sglang_notices_sigterm_on_its_watchdog_grid_and_drains() -> None:
 
 
 def test_demo_drains_every_stream() -> None:
-    import subprocess
-    import sys
-
     done = subprocess.run(
-        [sys.executable, "-m", "drainhook", "demo"],
+        [sys.executable, "-m", "drainhook", "demo"],  # scripts/demo's command, in a checkout
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,6 +1,6 @@
 """The simulated engine's windows: where a request is in the server and in no gauge.
 
-Read in vLLM 0.32's and SGLang 0.5.23's code (drainhook/sim/model.py,
+Read in vLLM 0.32's and SGLang 0.5.23's code (sim/model.py,
 front.py): the body's upload; vLLM's render (after the body is parsed, before
 the scheduler: `/load` counts it with load tracking, 0 without, one count per
 API-server process); a request whose render ends after the engine core went
@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from drainhook.sim import EngineConfig, SimEngine, SimServer, complete
-from drainhook.sim.client import COMPLETED
+from sim import EngineConfig, SimEngine, SimServer, complete
+from sim.client import COMPLETED
 from tests.support.loopback import get
 
 TOKEN = 0.02

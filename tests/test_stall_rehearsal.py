@@ -21,7 +21,7 @@ import pytest
 
 from drainhook.engines.exposition import scan
 from drainhook.engines.verdict import Verdict
-from drainhook.sim import EngineConfig, SimEngine, SimServer, complete
+from sim import EngineConfig, SimEngine, SimServer, complete
 from rehearsal import scenarios
 from rehearsal.timeline import INTERVAL, KSERVE_GRACE, SETTLE
 from tests.conftest import POD_LATE, WAKE_LATE, late

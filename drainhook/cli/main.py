@@ -278,9 +278,17 @@ def inject(
 @cli.command()
 def demo() -> int:
     """Drain a simulated vLLM engine with live requests, on a short timeline."""
-    from drainhook.sim import run_demo
-
-    return run_demo()
+    try:  # the simulated engine lives beside the package, never in the binary
+        from sim import run_demo  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        click.echo(
+            "drainhook: demo runs the simulated engine, which ships beside the package, "
+            "not in it: run scripts/demo in a checkout",
+            err=True,
+        )
+        return 2
+    code: int = run_demo()
+    return code
 
 
 def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:

@@ -2,7 +2,7 @@
 (CONTRACT §1, §5).
 
 `cli` turns flags and environment into the config and calls here; `demo`
-(drainhook.sim) and the tests call here directly. Nothing here reads a flag,
+(sim) and the tests call here directly. Nothing here reads a flag,
 a variable or the click context. The readers come from drainhook.reading.assemble.
 """
 

@@ -1,6 +1,6 @@
-"""The simulated LLM engine: one model for `drainhook demo` and the rehearsal.
+"""The simulated LLM engine: one model for `scripts/demo` and the rehearsal.
 
-Not on the hook's import path: only `drainhook demo` and tooling (the
+Beside the package, not in it (nor in the binary): `scripts/demo` and tooling (the
 rehearsal, tests) import it.
 
 - `model.py`: the engine's state: request accounting per DP rank, what its
@@ -9,13 +9,13 @@ rehearsal, tests) import it.
 - `pages.py`: the /metrics text (vLLM, SGLang) and SGLang's /v1/loads body.
 - `server.py`: the HTTP front on loopback (streaming completions, the pages).
 - `client.py`: one streaming completion and how it ended for the client.
-- `demo.py`: `drainhook demo`.
+- `demo.py`: `scripts/demo` .
 """
 
-from drainhook.sim.client import RequestOutcome, complete
-from drainhook.sim.demo import run_demo
-from drainhook.sim.model import Answer, EngineConfig, Fate, SimEngine
-from drainhook.sim.server import SimServer
+from sim.client import RequestOutcome, complete
+from sim.demo import run_demo
+from sim.model import Answer, EngineConfig, Fate, SimEngine
+from sim.server import SimServer
 
 __all__ = [
     "Answer",

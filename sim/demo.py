@@ -1,4 +1,4 @@
-"""`drainhook demo`: the simulated engine with live streams, drained on a 10 s timeline."""
+"""`drainhook demo` (scripts/demo): the simulated engine with live streams, drained on a 10 s timeline."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 
 import click
 
-from drainhook.sim.client import COMPLETED, CUT, RequestOutcome, complete
-from drainhook.sim.model import EngineConfig, SimEngine
-from drainhook.sim.server import SimServer
+from sim.client import COMPLETED, CUT, RequestOutcome, complete
+from sim.model import EngineConfig, SimEngine
+from sim.server import SimServer
 
 TOKENS = (20, 30, 45, 50, 60)  # streams of 50 ms tokens: 1.0 .. 3.0 s
 

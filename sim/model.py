@@ -89,9 +89,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from drainhook.sim import pages
-from drainhook.sim.front import ServerCounts
-from drainhook.sim.pages import Shown
+from sim import pages
+from sim.front import ServerCounts
+from sim.pages import Shown
 
 EventLog = Callable[..., None]  # log(event, **fields)
 Duration = Callable[[Mapping[str, Any]], float]  # a completion request's body -> seconds

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from drainhook.sim import pages
-from drainhook.sim.model import (
+from sim import pages
+from sim.model import (
     ENGINE_DEAD_ERROR,
     ENGINE_LOST_ERROR,
     SHUTDOWN_ERROR,
