@@ -27,8 +27,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from sim import EngineConfig, SimEngine, SimServer
-from sim.model import Duration, tokens_duration
 from rehearsal.timeline import (
     SGLANG_EXIT,
     SGLANG_LOG_INTERVAL,
@@ -39,6 +37,8 @@ from rehearsal.timeline import (
     VLLM_LISTENER_CLOSE,
     Scale,
 )
+from sim import EngineConfig, SimEngine, SimServer
+from sim.model import Duration, tokens_duration
 
 MODEL = "rehearsal/Sim-8B"
 

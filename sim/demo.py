@@ -1,4 +1,4 @@
-"""`drainhook demo` (scripts/demo): the simulated engine with live streams, drained on a 10 s timeline."""
+"""`drainhook demo` (scripts/demo): the simulated engine with live streams, drained."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from drainhook.engines.verdict import Reading, Signals, Verdict, with_signals
 from drainhook.reading import connections as c
-from drainhook.reading.connections import ConnectionsReader, Socket, TcpInfo, Unavailable
+from drainhook.reading.connections import Socket, TcpInfo, Unavailable
+from drainhook.reading.sources import EngineReader
 from tests.conftest import SPAWN_LATE, late
 from tests.support.logs import fields
 from tests.support.podns import Pod
@@ -206,7 +207,7 @@ def test_an_upload_makes_an_idle_read_busy() -> None:
         dumps.append(timeout)
         return [sock(PORT, 40000, TcpInfo(100, 0, 1, 1))]
 
-    reader = ConnectionsReader(Fixed([IDLE]), PORT, dumper=dumper, own=set)
+    reader = EngineReader(Fixed([IDLE]), port=PORT, dumper=dumper, own=set)
     got = reader.read(1.0)
     assert (got.verdict, got.in_flight) == (Verdict.BUSY, 1.0)
     assert got.signals == Signals(0.0, None, 1.0)
@@ -221,9 +222,9 @@ def test_a_busy_read_is_not_followed_by_a_dump_unless_every() -> None:
         calls.append(1)
         return []
 
-    got = ConnectionsReader(Fixed([BUSY]), PORT, dumper=dumper, own=set).read(1.0)
+    got = EngineReader(Fixed([BUSY]), port=PORT, dumper=dumper, own=set).read(1.0)
     assert (got.in_flight, calls) == (2.0, [])
-    got = ConnectionsReader(Fixed([BUSY]), PORT, every=True, dumper=dumper, own=set).read(1.0)
+    got = EngineReader(Fixed([BUSY]), port=PORT, every=True, dumper=dumper, own=set).read(1.0)
     assert got.signals == Signals(2.0, None, 0.0) and calls == [1]
 
 
@@ -234,7 +235,7 @@ def test_where_sock_diag_is_unavailable_the_signal_is_missing_and_asked_no_more(
         calls.append(1)
         raise Unavailable("sock_diag refused (EPERM)")
 
-    reader = ConnectionsReader(Fixed([IDLE]), PORT, dumper=dumper, own=set)
+    reader = EngineReader(Fixed([IDLE]), port=PORT, dumper=dumper, own=set)
     first, second = reader.read(1.0), reader.read(1.0)
     for got in (first, second):
         assert (got.verdict, got.in_flight) == (Verdict.IDLE, 0.0)  # the others decide
@@ -247,7 +248,7 @@ def test_where_sock_diag_is_unavailable_the_signal_is_missing_and_asked_no_more(
 
 def test_doubt_is_never_dumped_on() -> None:
     doubt = Reading.failed(Verdict.UNKNOWN, "read timed out", 1.0)
-    got = ConnectionsReader(Fixed([doubt]), PORT, dumper=lambda _t, _p: [], own=set).read(1.0)
+    got = EngineReader(Fixed([doubt]), port=PORT, dumper=lambda _t, _p: [], own=set).read(1.0)
     assert got is doubt
 
 

@@ -21,7 +21,6 @@ import pytest
 from drainhook.engines.verdict import Reading, Series, Verdict
 from drainhook.reading.discovery.listeners import Listener
 from drainhook.reading.discovery.search import (
-    DiscoveringReader,
     Discovery,
     SearchRecord,
     Tried,
@@ -29,6 +28,7 @@ from drainhook.reading.discovery.search import (
     read_candidates,
     search,
 )
+from drainhook.reading.rounds import Discover, Round
 from drainhook.reading.target import parse_url
 
 READ_TIMEOUT = 1.0
@@ -366,7 +366,7 @@ def test_no_thread_at_all_fails_each_read_without_waiting(pods: Callable[..., Po
     assert [t.why for t in found.tried] == ["no thread: can't start new thread"] * 2
 
 
-# ---- DiscoveringReader: the hook's reader, searching on a first read that was refused ------
+# ---- a Round with discovery: the hook's reader, searching on a first read that was refused ------
 
 
 REFUSED = Reading.failed(
@@ -407,8 +407,8 @@ def discovering(
     on_refused: bool = True,
     always: bool = False,
     listed: list[int] | None = None,
-) -> tuple[DiscoveringReader, list[str], list[SearchRecord]]:
-    """A DiscoveringReader over one configured target (127.0.0.1:8000) in a Pod whose
+) -> tuple[Round, list[str], list[SearchRecord]]:
+    """A Round with discovery over one configured target (127.0.0.1:8000) in a Pod whose
     other listeners answer `found` (URL -> readings); `listed` counts the looks at /proc."""
     log: list[str] = []
     searches: list[SearchRecord] = []
@@ -418,8 +418,7 @@ def discovering(
             listed.append(1)
         return WILDCARD
 
-    reader = DiscoveringReader(
-        [Scripted(CONFIGURED.display, configured, log)],
+    discover = Discover(
         [CONFIGURED],
         lambda u: Scripted(u, found[u], log),  # one script per URL, shared
         read_timeout=READ_TIMEOUT,
@@ -428,6 +427,7 @@ def discovering(
         listeners=listeners,
         on_search=searches.append,
     )
+    reader = Round([Scripted(CONFIGURED.display, configured, log)], discover=discover)
     return reader, log, searches
 
 

@@ -16,7 +16,7 @@ from drainhook.cli import install
 from drainhook.cli import main as cli
 from drainhook.errors import DrainhookError, InstallError, Malformed, UsageError
 from drainhook.hook import run as hook
-from drainhook.hook.run import PROBE_EXIT
+from drainhook.hook.probe import PROBE_EXIT
 from tests.support.process import base_env
 
 OUTCOME_CODES = {*exits.WAIT.values(), 130, 143, *PROBE_EXIT.values()}

@@ -19,7 +19,8 @@ from drainhook.errors import (
     UsageError,
 )
 from drainhook.hook.drain import Outcome, Result
-from drainhook.hook.run import PROBE_EXIT, exit_code
+from drainhook.hook.probe import PROBE_EXIT
+from drainhook.hook.run import exit_code
 
 # CONTRACT §5: the outcome of `wait` and its exit.
 CONTRACT_WAIT = {
@@ -82,7 +83,8 @@ def test_each_error_kind_exits_with_its_code(kind: type[DrainhookError], code: i
 def test_inject_exits_as_the_contract_says() -> None:
     """CONTRACT §4: `inject` exits 1 if any document was refused, else 0; 2 usage."""
     from drainhook.cli.main import wait
-    from drainhook.planning.inject import Options, Refused, inject_texts
+    from drainhook.planning.inject import inject_texts
+    from drainhook.planning.pods import Options, Refused
 
     WAIT = tuple(wait.params)
 

@@ -312,11 +312,11 @@ def test_the_fast_path_reads_as_the_full_grammar(
         max_size=12,
     )
 )
-def test_plain_lines_read_as_the_full_way(
+def test_lines_read_the_same_indented_or_not(
     lines: list[tuple[str, list[tuple[str, str]], str, str]],
 ) -> None:
-    """The one-match path (a line that starts with the name) and the full grammar (the
-    same line indented, which only the full way reads) find the same series and problems."""
+    """A line that starts with the name and the same line indented (blanks before a
+    name are allowed) find the same series and problems: one grammar reads both."""
     text = []
     for suffix, pairs, le, value in lines:
         labels = [f'{k}="{v}"' for k, v in pairs] + ([f'le="{le}"'] if suffix == "_bucket" else [])

@@ -15,14 +15,16 @@ from drainhook.engines.loads import LoadsScanner
 from drainhook.engines.verdict import Verdict
 from drainhook.hook.config import EXIT_ALLOWANCE, WaitConfig
 from drainhook.hook.drain import Outcome, Result
-from drainhook.hook.run import exit_code, run_probe, run_wait
-from drainhook.reading.assemble import hook_reader, reader_for, scanner_for
+from drainhook.hook.probe import run_probe
+from drainhook.hook.run import exit_code, run_wait
+from drainhook.reading.assemble import (
+    discovers,
+    hook_reader,
+    last_search,
+    reader_for,
+    scanner_for,
+)
 from drainhook.reading.config import ReadConfig
-from drainhook.reading.connections import ConnectionsReader
-from drainhook.reading.discovery.search import DiscoveringReader
-from drainhook.reading.read import Reader
-from drainhook.reading.rounds import Round
-from drainhook.reading.sources import AutoReader, ServerLoadReader
 from drainhook.reading.target import parse_url
 from tests.conftest import HOOK_LATE, READ_LATE, late
 from tests.support.loopback import Loopback, route, sample, sequence, serve
@@ -83,61 +85,107 @@ def test_the_scanner_follows_the_source() -> None:
     assert scanner_for(ReadConfig(target=target, source="loads", engine="sglang")) == LoadsScanner()
 
 
-def test_one_target_is_one_reader_and_several_a_round() -> None:
-    a, b = parse_url("http://127.0.0.1:8000/metrics"), parse_url("http://127.0.0.1:8001/metrics")
-    # (connections=False: the connection signal's layer is checked last)
-    readers = [
-        reader_for(ReadConfig(target=a, source="metrics", connections=False)),
-        # --source auto: /v1/loads beside /metrics for SGLang, /load for vLLM
-        reader_for(ReadConfig(target=a, engine="sglang", connections=False)),
-        # vLLM serves no /v1/loads
-        reader_for(ReadConfig(target=a, engine="vllm", connections=False)),
-        reader_for(ReadConfig(target=a, more=(b,))),
-        reader_for(ReadConfig(target=a, source="metrics")),  # in the Pod: the connections
-    ]
-    try:
-        assert [type(r) for r in readers] == [
-            Reader,
-            AutoReader,
-            ServerLoadReader,
-            Round,
-            ConnectionsReader,
-        ]
-        assert [r.name for r in readers] == [
-            a.display,
-            a.display,
-            a.display,
-            f"{a.display},{b.display}",
-            a.display,
-        ]
-    finally:
-        for r in readers:
-            r.close()
+SGLANG_LOADS_IDLE = json.dumps(
+    {"loads": [{"dp_rank": 0, "num_running_reqs": 0, "num_waiting_reqs": 0}]}
+).encode()
 
 
-def test_no_discovering_reader_unless_discovery_can_search() -> None:
-    """Discovery off (or a target outside the Pod): the configured targets' reader
-    itself; on, or probe --discover (`always`): a DiscoveringReader over it."""
-    here = parse_url("http://127.0.0.1:8000/metrics")
-    remote = parse_url("http://10.0.0.7:8000/metrics")
-    cases = [
-        (ReadConfig(target=here, source="metrics"), False, ConnectionsReader),
-        (ReadConfig(target=here, source="metrics", connections=False), False, Reader),
-        (ReadConfig(target=here, source="metrics", discover=True), False, DiscoveringReader),
+@pytest.mark.parametrize(
+    ("fields", "body", "paths", "source", "server", "connections"),
+    [
+        # --source metrics, no connections: /metrics alone
+        ({"source": "metrics", "connections": False}, IDLE, ["/metrics"], "metrics", None, None),
+        # --source auto: SGLang's /v1/loads counted in its scheduler's stead
+        ({"connections": False}, SGLANG_IDLE, ["/metrics", "/v1/loads"], "loads", 0, None),
+        # --source auto: vLLM's /load, the server's count
+        ({"connections": False}, IDLE, ["/metrics", "/load"], "metrics", 0, None),
+        # an engine named: its own side source
         (
-            ReadConfig(target=remote, source="metrics", discover=True, allow_remote=True),
-            False,
-            Reader,
+            {"connections": False, "engine": "sglang"},
+            SGLANG_IDLE,
+            ["/metrics", "/v1/loads"],
+            "loads",
+            0,
+            None,
         ),
-        (ReadConfig(target=here, source="metrics"), True, DiscoveringReader),
-    ]
-    for reach, always, kind in cases:
-        reader = hook_reader(reach, always=always)
+        # in the Pod (loopback): the connection signal after the HTTP reads
+        ({"source": "metrics"}, IDLE, ["/metrics"], "metrics", None, 0),
+    ],
+)
+def test_a_target_reads_its_engines_side_source_and_the_connections(
+    fields: dict[str, object],
+    body: bytes,
+    paths: list[str],
+    source: str,
+    server: float | None,
+    connections: float | None,
+) -> None:
+    heads: list[bytes] = []
+    routes = {"/metrics": body, "/v1/loads": SGLANG_LOADS_IDLE, "/load": b'{"server_load": 0}'}
+    with Loopback(route(routes, heads), own_load=False) as srv:
+        reach = ReadConfig(target=parse_url(srv.url), **fields)  # type: ignore[arg-type]
+        reader = reader_for(reach)
         try:
-            assert type(reader) is kind, (reach, always)
-            assert reader.name == reach.display
+            reading = reader.read(1.0)
         finally:
             reader.close()
+    assert [h.split()[1].decode() for h in heads] == paths
+    assert (reading.verdict, reading.in_flight, reading.source) == (Verdict.IDLE, 0, source)
+    assert reader.name == reach.display
+    signals = reading.signals
+    assert (signals.server if signals else None) == server
+    if connections is None:
+        assert signals is None or signals.connections is None
+    else:  # counted, or missing with its reason where sock_diag is not offered
+        assert signals is not None
+        assert signals.connections == connections or "connections" in dict(signals.missing)
+
+
+def test_several_targets_are_read_as_one_round() -> None:
+    heads: list[bytes] = []
+    with Loopback(route({"/metrics": BUSY}, heads)) as a, Loopback(route({"/metrics": IDLE})) as b:
+        reach = ReadConfig(
+            target=parse_url(a.url), more=(parse_url(b.url),), source="metrics", connections=False
+        )
+        reader = reader_for(reach)
+        try:
+            reading = reader.read(1.0)
+        finally:
+            reader.close()
+    assert reader.name == f"{reach.target.display},{reach.more[0].display}"
+    assert (reading.verdict, reading.in_flight, len(reading.parts)) == (Verdict.BUSY, 6, 2)
+
+
+@pytest.mark.parametrize(
+    ("fields", "always", "searches"),
+    [
+        ({}, False, False),  # discovery off (the default)
+        ({"discover": True}, False, True),
+        ({"discover": True, "allow_remote": True}, False, False),  # a target outside the Pod
+        ({}, True, True),  # probe --discover
+    ],
+)
+def test_a_refused_first_read_searches_only_when_discovery_can(
+    fields: dict[str, object], always: bool, searches: bool
+) -> None:
+    """Discovery off, or a target outside the Pod: a refused first read searches
+    nothing. (The search itself, over a Pod's listeners, runs in a network
+    namespace: tests/test_discover.py, tests/test_discovery_cli.py.)"""
+    remote = "allow_remote" in fields
+    url = "http://192.0.2.1:9/metrics" if remote else f"http://127.0.0.1:{free_port()}/metrics"
+    reach = ReadConfig(target=parse_url(url), source="metrics", read_timeout=0.2, **fields)  # type: ignore[arg-type]
+    assert (discovers(reach) or always) is searches
+    if searches:
+        return  # never on this machine's listeners
+    found: list[object] = []
+    reader = hook_reader(reach, always=always, on_search=found.append)
+    try:
+        if not remote:
+            assert reader.read(0.5).verdict is Verdict.UNREACHABLE
+    finally:
+        reader.close()
+    assert reader.name == reach.display
+    assert (last_search(reader), found) == (None, [])
 
 
 @pytest.mark.parametrize(

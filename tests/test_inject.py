@@ -27,7 +27,8 @@ from drainhook.errors import UsageError
 from drainhook.planning import inject as injecting
 from drainhook.planning import manifests
 from drainhook.planning import plan as planning
-from drainhook.planning.inject import Options, inject_texts
+from drainhook.planning.inject import inject_texts
+from drainhook.planning.pods import Options
 from tests.support.injecting import MANIFESTS, containers, prestop, validate
 from tests.support.manifests import parse_hook
 from tests.support.process import ROOT, base_env

@@ -19,7 +19,8 @@ from pathlib import Path
 import yaml
 
 from drainhook.cli.main import wait
-from drainhook.planning.inject import Options, inject_texts
+from drainhook.planning.inject import inject_texts
+from drainhook.planning.pods import Options
 from tests.support.injecting import MANIFESTS, containers, prestop, validate
 from tests.support.process import ROOT
 

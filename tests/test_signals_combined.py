@@ -21,7 +21,7 @@ from drainhook.engines.gauges import BY_NAME, SGLANG_NOT_WORK
 from drainhook.engines.verdict import Progress, Reading, Series, Signals, Verdict, with_signals
 from drainhook.hook.stall import StallWatch
 from drainhook.reading.rounds import combine_readings
-from drainhook.reading.sources import AutoReader
+from drainhook.reading.sources import EngineReader
 from tests.support.loopback import sample
 
 IDLE, BUSY, UNKNOWN = Verdict.IDLE, Verdict.BUSY, Verdict.UNKNOWN
@@ -191,15 +191,15 @@ def _loads(running: int) -> Reading:
 
 def test_the_servers_count_stands_beside_a_counted_v1_loads() -> None:
     metrics = Reading.from_scan(scan(sample("sglang-mp-dp2-server-only.txt")), 1.0, "metrics")
-    reader = AutoReader(_Fixed("m", metrics), _Fixed("l", _loads(0)))
+    reader = EngineReader(_Fixed("m", metrics), sides={"/v1/loads": _Fixed("l", _loads(0))})
     got = reader.read(1.0)
     assert got.source == "loads"
     assert got.signals is not None and (got.signals.scheduler, got.signals.server) == (0.0, 1.0)
     assert (got.verdict, got.in_flight) == (BUSY, 1.0)
     idle = Reading.from_scan(scan(sample("sglang-mp-dp2-idle.txt")), 1.0, "metrics")
-    got = AutoReader(_Fixed("m", idle), _Fixed("l", _loads(2))).read(1.0)
+    got = EngineReader(_Fixed("m", idle), sides={"/v1/loads": _Fixed("l", _loads(2))}).read(1.0)
     assert (got.verdict, got.in_flight) == (BUSY, 2.0)
-    got = AutoReader(_Fixed("m", idle), _Fixed("l", _loads(0))).read(1.0)
+    got = EngineReader(_Fixed("m", idle), sides={"/v1/loads": _Fixed("l", _loads(0))}).read(1.0)
     assert (got.verdict, got.in_flight) == (IDLE, 0.0)
 
 

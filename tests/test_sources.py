@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from drainhook.engines.verdict import Reading, Series, Verdict
-from drainhook.reading.sources import AutoReader, is_sglang
+from drainhook.reading.sources import EngineReader, is_sglang
 from tests.conftest import HOOK_LATE, SPAWN_LATE, late
 from tests.support.logs import fields, hook_lines
 from tests.support.loopback import Behaviour, Loopback, read_request, response_bytes
@@ -93,10 +93,11 @@ class Scripted:
 
 def auto(
     metrics: list[Reading], live_: list[Reading], *, takes: float = 0.0, engine: str = "auto"
-) -> tuple[AutoReader, Scripted, Scripted]:
+) -> tuple[EngineReader, Scripted, Scripted]:
     clock = Clock()
     m, lo = Scripted(clock, metrics, takes), Scripted(clock, live_)
-    return AutoReader(m, lo, engine=engine, clock=clock), m, lo
+    reader = EngineReader(m, sides={"/v1/loads": lo}, engine=engine, clock=clock)  # type: ignore[dict-item]
+    return reader, m, lo
 
 
 def test_a_valid_loads_body_is_counted_instead_within_the_same_timeout() -> None:

@@ -22,7 +22,7 @@ from drainhook.hook.drain import Outcome, drain
 from drainhook.hook.run import exit_code
 from drainhook.hook.stall import Stall, StallWatch
 from drainhook.hook.timeline import Timeline
-from drainhook.reading.sources import AutoReader
+from drainhook.reading.sources import EngineReader
 from tests.support.clock import Clock
 from tests.support.loopback import sample
 
@@ -370,7 +370,8 @@ def test_a_read_counted_from_v1_loads_keeps_both_bodies_counters_and_its_externa
         Verdict.BUSY, "sglang", 3.0, (Series("num_running_reqs", (), 3.0),), None, 1.0,
         progress=Progress((Series("decode_moments.0", (), 7.0),), 1.0),
     )  # fmt: skip
-    got = AutoReader(Fixed(metrics), Fixed(loads)).read(1.0)
+    sides = {"/v1/loads": Fixed(loads)}
+    got = EngineReader(Fixed(metrics), sides=sides).read(1.0)  # type: ignore[arg-type]
     assert (got.source, got.in_flight) == ("loads", 3.0)
     assert got.progress is not None
     assert [c.name for c in got.progress.counters] == [

@@ -21,9 +21,9 @@ import pytest
 
 from drainhook.engines.exposition import scan
 from drainhook.engines.verdict import Verdict
-from sim import EngineConfig, SimEngine, SimServer, complete
 from rehearsal import scenarios
 from rehearsal.timeline import INTERVAL, KSERVE_GRACE, SETTLE
+from sim import EngineConfig, SimEngine, SimServer, complete
 from tests.conftest import POD_LATE, WAKE_LATE, late
 from tests.support.rehearsal import SCALE, rehearse
 

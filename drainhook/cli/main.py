@@ -29,7 +29,7 @@ from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.errors import DrainhookError, UsageError
 from drainhook.hook.clock import start_time
 from drainhook.hook.config import WaitConfig
-from drainhook.hook.run import run_probe, run_wait
+from drainhook.hook.run import run_wait
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -85,6 +85,8 @@ def probe(ctx: click.Context, /, as_json: bool, **params: typing.Any) -> int:
     reach = reach_of(ctx, params)
     # --discover asked for (and not overridden): list the Pod's engine listeners
     # even when the target answers ("where are my engine's metrics?").
+    from drainhook.hook.probe import run_probe
+
     shown, code = run_probe(reach, as_json, list_all=reach.discover and params["discover"])
     click.echo(shown)
     return code
@@ -261,7 +263,8 @@ def inject(
 
     Exit: 0, 1 a document refused, 2 usage or unreadable input.
     """
-    from drainhook.planning.inject import Options, run_inject
+    from drainhook.planning.inject import run_inject
+    from drainhook.planning.pods import Options
 
     if via is None:
         # A preStop that runs a binary the image does not hold fails, and the kubelet

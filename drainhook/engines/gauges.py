@@ -112,6 +112,30 @@ SGLANG_NOT_WORK: frozenset[str] = frozenset(
 
 
 @dataclass(frozen=True)
+class SideSource:
+    """A path an engine serves beside /metrics that the read asks on the same
+    listener (CONTRACT §2a): what it counts (`scheduler`: SGLang's /v1/loads stands
+    in for the scheduler's gauges; `server`: vLLM's /load is the server's count),
+    and the statuses that say it will never answer this hook (not asked again)."""
+
+    path: str
+    counts: str
+    off_for_good: dict[int, str]
+
+
+def _guarded(engine: str, absent: str) -> dict[int, str]:
+    key = f"{engine}'s --api-key guards it; give the key with --api-key-file"
+    return {401: key, 403: key, 404: absent}
+
+
+# SGLang's per-DP-rank load report (--source loads, auto; drainhook.engines.loads).
+LOADS = SideSource("/v1/loads", "scheduler", _guarded("SGLang", "this SGLang has no /v1/loads"))
+# vLLM's server count: `GET /load` -> {"server_load": N}, counted by
+# `load_aware_call` with --enable-server-load-tracking (0 without it, in 0.32).
+SERVER_LOAD = SideSource("/load", "server", _guarded("vLLM", "a vLLM without the /load route"))
+
+
+@dataclass(frozen=True)
 class Engine:
     """One engine's counted gauges, by canonical name (with `:`)."""
 
@@ -131,8 +155,9 @@ class Engine:
     loads_progress: tuple[tuple[str | int, ...], ...] = ()
     loads_external: tuple[ExternalWait, ...] = ()
     # CONTRACT §2a: the HTTP server's own count in /metrics (None: it has none;
-    # vLLM's is `GET /load`, a path of its own: SERVER_LOAD_PATH).
+    # vLLM's is `GET /load`, its side source).
     server: ServerGauge | None = None
+    side: SideSource | None = None  # read after /metrics with --source auto
 
     @property
     def counted(self) -> tuple[str, ...]:
@@ -190,6 +215,7 @@ ENGINES: tuple[Engine, ...] = (
             ),
             ExternalWait("vllm:num_requests_kv_fetch_by_stage", counted=False, group="deferred"),
         ),
+        side=SERVER_LOAD,
     ),
     # SGLang (seen through 0.5.23): the disaggregation queues hold requests the
     # running/queue gauges do not; `num_prefill_prealloc_queue_reqs` is the
@@ -272,12 +298,11 @@ ENGINES: tuple[Engine, ...] = (
         # pure-ASGI middleware, utils/http_middleware_patch.py; before it, down at
         # the response's start), in the same /metrics body (--enable-metrics).
         server=ServerGauge("sglang:http_requests_active", "endpoint", SGLANG_NOT_WORK),
+        side=LOADS,
     ),
 )
 
-# vLLM's server count (CONTRACT §2a): `GET /load` -> {"server_load": N}, counted
-# by `load_aware_call` with --enable-server-load-tracking (0 without it, in 0.32).
-SERVER_LOAD_PATH = "/load"
+SERVER_LOAD_PATH = SERVER_LOAD.path
 
 ENGINE_NAMES: tuple[str, ...] = tuple(e.name for e in ENGINES)
 

@@ -168,10 +168,8 @@ def drain(
             if idle_run >= timeline.confirm:
                 wait_until(clock() + timeline.linger)
                 return result(Outcome.DRAINED)
-            # The next read is due a step (I, or I/4 while the work drains) after
-            # this one started: after a read that ran long it starts at once, and a
-            # late start (a slow unpack, a stopped process) still spaces the
-            # confirming reads by I.
+            # Due a step after this read started (Cadence): a long read is followed
+            # at once, and a late start still spaces the confirming reads.
             due = now + cadence.after(last)
     except Interrupted as exc:
         return result(Outcome.INTERRUPTED, exc.signum)

@@ -30,7 +30,9 @@ from drainhook.hook.drain import Result
 from drainhook.hook.stall import Stall
 from drainhook.hook.termination import hang_note
 from drainhook.numfmt import json_number, shown
-from drainhook.reading.discovery.search import SearchRecord
+
+if typing.TYPE_CHECKING:  # discovery is loaded only when it runs
+    from drainhook.reading.discovery.search import SearchRecord
 
 Value = str | int | float | None | list[str] | dict[str, object]
 

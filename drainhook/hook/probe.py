@@ -4,12 +4,16 @@ stable `probe --json` object (schema 1: fields may be added, never renamed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from drainhook.engines.verdict import Reading, Series
+from drainhook import exits
+from drainhook.engines.verdict import Reading, Series, Verdict
 from drainhook.hook.log import text_value
 from drainhook.hook.stall import counter_totals
 from drainhook.numfmt import json_number, shown
+from drainhook.reading.assemble import hook_reader, last_search, reader_for
+from drainhook.reading.config import LOADS_PATH, ReadConfig
 from drainhook.reading.discovery.search import SearchRecord
 
 SCHEMA = 1
@@ -200,3 +204,45 @@ def probe_both(readings: tuple[Reading, Reading], targets: tuple[str, str], as_j
     ]
     blocks = [probe_text(r, t) for r, t in zip(readings, targets, strict=True)]
     return "\n\n".join(["\n".join(table), *blocks])
+
+
+PROBE_EXIT = {verdict: exits.PROBE[verdict.value] for verdict in Verdict}
+
+
+def run_probe(reach: ReadConfig, as_json: bool, list_all: bool = False) -> tuple[str, int]:
+    """`probe`: one read now; the text to print and the exit code.
+
+    With `--source both`: /metrics as the flags name it, then /v1/loads on the
+    same listeners; the exit code is the /metrics read's. Listener discovery
+    as `wait` does it on its first read (the verdict is then the found
+    listeners'); `list_all` (`--discover`): search whatever the target gave,
+    and list the engine listeners found.
+    """
+    if reach.source == "both":
+        metrics = dataclasses.replace(reach, source="metrics")
+        loads = dataclasses.replace(
+            reach,
+            source="loads",
+            target=reach.target.with_path(LOADS_PATH),
+            more=tuple(t.with_path(LOADS_PATH) for t in reach.more),
+        )
+        pair = (read_once(metrics), read_once(loads))
+        shown = probe_both(pair, (metrics.display, loads.display), as_json)
+        return shown, PROBE_EXIT[pair[0].verdict]
+    # Every signal read, whatever the scheduler's count, to show each apart (§2a).
+    reader = hook_reader(dataclasses.replace(reach, every_signal=True), always=list_all)
+    try:
+        reading = reader.read(reach.read_timeout)
+    finally:
+        reader.close()
+    out = probe_json if as_json else probe_text
+    return out(reading, reach.display, last_search(reader)), PROBE_EXIT[reading.verdict]
+
+
+def read_once(reach: ReadConfig) -> Reading:
+    """One read of reach within its read timeout (no discovery)."""
+    reader = reader_for(reach)
+    try:
+        return reader.read(reach.read_timeout)
+    finally:
+        reader.close()

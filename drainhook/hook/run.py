@@ -13,22 +13,18 @@ import signal
 import time
 
 from drainhook import exits, failsafe
-from drainhook.engines.verdict import Reading, Verdict
 from drainhook.errors import DrainhookError
 from drainhook.hook import signals, termination
 from drainhook.hook.config import WaitConfig
 from drainhook.hook.drain import Interrupted, Outcome, Result, drain
 from drainhook.hook.log import Log
-from drainhook.hook.probe import probe_both, probe_json, probe_text
 from drainhook.hook.stall import StallWatch
 from drainhook.hook.timeline import instants, timeline_warnings
 from drainhook.reading import TargetReader
-from drainhook.reading.assemble import hook_reader, last_search, reader_for
-from drainhook.reading.config import LOADS_PATH, ReadConfig
-from drainhook.reading.discovery.listeners import read_listeners
+from drainhook.reading.assemble import hook_reader, last_search
+from drainhook.reading.config import ReadConfig
 
 # The codes by name, as tests and tools have used them; drainhook.exits holds them all.
-PROBE_EXIT = {verdict: exits.PROBE[verdict.value] for verdict in Verdict}
 
 
 def run_wait(config: WaitConfig, t0: float) -> int:
@@ -104,6 +100,8 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
 
 def listening_ports(reach: ReadConfig) -> tuple[int, ...]:
     """The TCP ports that listen in this network namespace, but the targets'."""
+    from drainhook.reading.discovery.listeners import read_listeners  # this path only
+
     mine = {t.port for t in reach.targets}
     return tuple(sorted({one.port for one in read_listeners()} - mine))
 
@@ -115,42 +113,3 @@ def exit_code(result: Result, exit_zero: bool = False) -> int:
     if result.outcome is Outcome.INTERRUPTED:
         return exits.interrupted(result.signum or signal.SIGTERM)
     return exits.WAIT[result.outcome.value]
-
-
-def run_probe(reach: ReadConfig, as_json: bool, list_all: bool = False) -> tuple[str, int]:
-    """`probe`: one read now; the text to print and the exit code.
-
-    With `--source both`: /metrics as the flags name it, then /v1/loads on the
-    same listeners; the exit code is the /metrics read's. Listener discovery
-    as `wait` does it on its first read (the verdict is then the found
-    listeners'); `list_all` (`--discover`): search whatever the target gave,
-    and list the engine listeners found.
-    """
-    if reach.source == "both":
-        metrics = dataclasses.replace(reach, source="metrics")
-        loads = dataclasses.replace(
-            reach,
-            source="loads",
-            target=reach.target.with_path(LOADS_PATH),
-            more=tuple(t.with_path(LOADS_PATH) for t in reach.more),
-        )
-        pair = (read_once(metrics), read_once(loads))
-        shown = probe_both(pair, (metrics.display, loads.display), as_json)
-        return shown, PROBE_EXIT[pair[0].verdict]
-    # Every signal read, whatever the scheduler's count, to show each apart (§2a).
-    reader = hook_reader(dataclasses.replace(reach, every_signal=True), always=list_all)
-    try:
-        reading = reader.read(reach.read_timeout)
-    finally:
-        reader.close()
-    out = probe_json if as_json else probe_text
-    return out(reading, reach.display, last_search(reader)), PROBE_EXIT[reading.verdict]
-
-
-def read_once(reach: ReadConfig) -> Reading:
-    """One read of reach within its read timeout (no discovery)."""
-    reader = reader_for(reach)
-    try:
-        return reader.read(reach.read_timeout)
-    finally:
-        reader.close()

@@ -37,7 +37,6 @@ from drainhook.engines.gauges import spellings
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
 from drainhook.engines.grammar import (
     BLANKS,
-    MAX_LABELS,
     META,
     NAME_END,
     NUMBER,
@@ -180,7 +179,6 @@ def scan_families(
         needles += [(spelled.encode(), families[name]) for spelled in spellings(name)]
     looked = 0
     for needle, family in needles:
-        plain = _plain_line(needle)
         at = body.find(needle, 0)  # an mmap searches from its position by default
         while at >= 0:
             looked += 1
@@ -193,17 +191,10 @@ def scan_families(
             here, at = at, nxt
             if family.problem:
                 continue
-            # The common line in one match; anything else through the full grammar.
-            fast = plain.fullmatch(body, here, end) if here == start else None
-            sample = _fast_sample(fast) if fast is not None else None
-            if sample is None:
-                line = _line(body, needle, family, start, here, end)
-                if line is None:
-                    continue
-                suffix = line[0]
-            else:
-                suffix = sample[0]
-                family.seen = True
+            line = _line(body, needle, family, start, here, end)
+            if line is None:
+                continue
+            suffix = line[0]
             family.read_bytes += end - start
             if family.read_bytes > MAX_FAMILY_BYTES:
                 family.fail(f"lines over {MAX_FAMILY_BYTES // 1024 // 1024} MiB")
@@ -214,11 +205,7 @@ def scan_families(
             if family.samples > MAX_SAMPLES:
                 family.fail(f"more than {MAX_SAMPLES} samples")
                 continue
-            if sample is not None:
-                _store(family, *sample)
-            else:
-                assert line is not None
-                _add(family, line[0], line[1])
+            _add(family, suffix, line[1])
     for family in families.values():
         if family.problem is None:
             _check(family)
@@ -248,12 +235,6 @@ def _line(
     return suffix, rest
 
 
-# Two ways to read a line, one grammar: the common line in one match of its bytes
-# (`_plain_line`: a label set without escapes, a plain value, an optional
-# timestamp), and everything else through the scanner's full grammar
-# (grammar.parse_rest), which accepts all the first does, and more.
-_PLAIN_PAIR = r'[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"[^"\\\n]*"[ \t]*'
-_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"]*)"')
 # A bucket's upper bound, as the Prometheus parsers read one (no `1_000`, no blanks).
 _LE = re.compile(rf"{NUMBER}|{SPECIAL}")
 
@@ -267,35 +248,6 @@ def _parse(rest: str) -> tuple[Labels, float]:
         if cut < 0:
             raise
         return parse_rest(rest[:cut])
-
-
-_PLAIN_TAIL_B = (
-    rf"[ \t]*\{{((?:{_PLAIN_PAIR},)*(?:{_PLAIN_PAIR})?)\}}"
-    rf"[ \t]*({NUMBER})(?:[ \t]+{NUMBER})?[ \t]*\r?"
-).encode()
-_PLAIN_LINES: dict[bytes, re.Pattern[bytes]] = {}
-
-
-def _plain_line(needle: bytes) -> re.Pattern[bytes]:
-    """A whole plain sample line of the family `needle` names (bytes): suffix, label
-    set without escapes, value, optional timestamp."""
-    found = _PLAIN_LINES.get(needle)
-    if found is None:
-        found = re.compile(re.escape(needle) + rb"(_bucket|_count|_sum)" + _PLAIN_TAIL_B)
-        _PLAIN_LINES[needle] = found
-    return found
-
-
-def _fast_sample(m: re.Match[bytes]) -> tuple[bytes, Labels, float] | None:
-    """(suffix, labels, value) of a plain line, or None to read it the full way (a
-    label value that is not UTF-8, too many labels)."""
-    try:
-        pairs = _PAIR.findall(m.group(2).decode("utf-8"))
-    except UnicodeDecodeError:
-        return None
-    if len(pairs) > MAX_LABELS:
-        return None
-    return m.group(1), tuple(pairs), float(m.group(3))
 
 
 def _add(family: Family, suffix: bytes, rest: str) -> None:

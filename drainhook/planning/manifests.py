@@ -17,7 +17,7 @@ import itertools
 import re
 import sys
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,3 +208,14 @@ def insert_before(m: CommentedMap, key: str, value: typing.Any, before: Sequence
             m.insert(keys.index(b), key, value)
             return
     m[key] = value
+
+
+def plain_data(value: typing.Any) -> typing.Any:
+    """A parsed value as plain dicts, lists and scalars (order-blind mappings)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_data(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value

@@ -1,7 +1,8 @@
 """Where and how to read: targets, one HTTP read under its deadline, rounds,
-sources, discovery. `TargetReader` is the seam between them: a read of one
-target (drainhook.reading.read.Reader), several as one (rounds.Round), SGLang's
-two sources (sources.AutoSource), or the search (discovery.search)."""
+sources, discovery. `TargetReader` is the seam between the three readers: one
+GET (drainhook.reading.read.Reader), one target's signals (sources.EngineReader:
+/metrics, its engine's side source, the connections), and several targets as
+one, with listener discovery (rounds.Round)."""
 
 from __future__ import annotations
 

@@ -1,28 +1,29 @@
 """Reader assembly: a ReadConfig in, the reader that `wait`, `probe` and `plan
 --observe` read through out. The one place that turns the reach flags into
-Readers (drainhook.reading.read): a Reader per target with the scanner its source
-needs (with `--source auto`, an AutoReader over /metrics and SGLang's
-/v1/loads), a Round over several, and listener discovery over them only when
-it is on.
+Readers (drainhook.reading.read): per target, a Reader with the scanner its
+source needs, in an EngineReader with its engine's side source and the
+connections where they apply (drainhook.reading.sources); a Round over
+several, and with listener discovery only when it is on.
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 
 from drainhook.engines.exposition import MetricsScanner
-from drainhook.engines.gauges import SERVER_LOAD_PATH
+from drainhook.engines.gauges import LOADS, SERVER_LOAD
 from drainhook.engines.loads import LoadsScanner
 from drainhook.engines.server_load import ServerLoadScanner
 from drainhook.engines.verdict import Scanner
 from drainhook.reading import TargetReader
-from drainhook.reading.config import LOADS_PATH, ReadConfig
-from drainhook.reading.connections import ConnectionsReader
-from drainhook.reading.discovery.search import DiscoveringReader, SearchRecord
+from drainhook.reading.config import ReadConfig
 from drainhook.reading.read import Reader
-from drainhook.reading.rounds import Round
-from drainhook.reading.sources import AutoReader, ServerLoadReader
+from drainhook.reading.sources import EngineReader
 from drainhook.reading.target import Target, parse_url, ssl_context
+
+if typing.TYPE_CHECKING:  # discovery is loaded only when it runs
+    from drainhook.reading.discovery.search import SearchRecord
 
 
 def scanner_for(reach: ReadConfig) -> Scanner:
@@ -57,31 +58,32 @@ def target_reader(reach: ReadConfig, target: Target, *, in_pod: bool = False) ->
     with SGLang's /v1/loads (an engine that may be SGLang's) and vLLM's /load (one
     that may be vLLM's) beside it; and, for a target in the Pod (loopback, or
     found by discovery), the connection signal on its port (CONTRACT §2a)."""
-    reader: TargetReader
-    if reach.source != "auto":
-        reader = plain_reader(reach, target, in_pod=in_pod)
-    else:
-        metrics = MetricsScanner(reach.engine, progress=reach.progress)
-        reader = plain_reader(reach, target, metrics, in_pod=in_pod)
-        if reach.engine != "vllm":
-            loads = plain_reader(reach, target.with_path(LOADS_PATH), LoadsScanner(), in_pod=in_pod)
-            reader = AutoReader(reader, loads, engine=reach.engine)
-        if reach.engine != "sglang":
-            load = target.with_path(SERVER_LOAD_PATH)
-            load_reader = plain_reader(reach, load, ServerLoadScanner(), in_pod=in_pod)
-            reader = ServerLoadReader(
-                reader, load_reader, engine=reach.engine, every=reach.every_signal
+    metrics = plain_reader(reach, target, in_pod=in_pod)
+    sides: dict[str, Reader] = {}
+    if reach.source == "auto":
+        engines = {"auto": (LOADS, SERVER_LOAD), "sglang": (LOADS,), "vllm": (SERVER_LOAD,)}
+        for side in engines.get(reach.engine, ()):
+            scanner = LoadsScanner() if side is LOADS else ServerLoadScanner()
+            sides[side.path] = plain_reader(
+                reach, target.with_path(side.path), scanner, in_pod=in_pod
             )
-    if reach.connections and (in_pod or target.is_loopback):
-        reader = ConnectionsReader(reader, target.port, every=reach.every_signal)
-    return reader
+    port = target.port if reach.connections and (in_pod or target.is_loopback) else None
+    if not sides and port is None:
+        return metrics
+    return EngineReader(
+        metrics, sides=sides, port=port, engine=reach.engine, every=reach.every_signal
+    )
 
 
 def reader_for(reach: ReadConfig) -> TargetReader:
     """The configured targets' reader, without discovery: one target's, or a
     Round over one per target."""
     readers = [target_reader(reach, target) for target in reach.targets]
-    return readers[0] if len(readers) == 1 else Round(readers)
+    if len(readers) == 1:
+        return readers[0]
+    from drainhook.reading.rounds import Round  # several targets only
+
+    return Round(readers)
 
 
 def discovers(reach: ReadConfig) -> bool:
@@ -103,8 +105,9 @@ def hook_reader(
     --discover); without, no discovering reader at all."""
     if not (discovers(reach) or always):
         return reader_for(reach)
-    return DiscoveringReader(
-        [target_reader(reach, target) for target in reach.targets],
+    from drainhook.reading.rounds import Discover, Round  # discovery only
+
+    discover = Discover(
         reach.targets,
         lambda url: target_reader(reach, parse_url(url), in_pod=True),
         read_timeout=reach.read_timeout,
@@ -113,8 +116,10 @@ def hook_reader(
         always=always,
         on_search=on_search,
     )
+    return Round([target_reader(reach, target) for target in reach.targets], discover=discover)
 
 
 def last_search(reader: TargetReader) -> SearchRecord | None:
     """The search a hook reader ran, if it ran one."""
-    return reader.last_search if isinstance(reader, DiscoveringReader) else None
+    found: SearchRecord | None = getattr(reader, "last_search", None)
+    return found

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from drainhook.engines.gauges import LOADS
 from drainhook.errors import UsageError
 from drainhook.reading.target import Target
 
@@ -15,7 +16,7 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 DEFAULT_SCHEME = "http"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/metrics"
-LOADS_PATH = "/v1/loads"  # SGLang's per-DP-rank load report (--source loads, auto)
+LOADS_PATH = LOADS.path  # SGLang's per-DP-rank load report (--source loads, auto)
 DEFAULT_SOURCE = "auto"
 
 

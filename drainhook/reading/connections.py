@@ -26,7 +26,7 @@ Pure parsing (`request`, `parse`, `tcp_info`, `in_flight`) is apart from the
 socket I/O (`dump`, `own_inodes`), so that the first is tested on packed bytes.
 Where sock_diag is unavailable (a sandboxed runtime: EPERM, EPROTONOSUPPORT, a
 seccomp filter; no /proc), the signal is missing: said once, and the other
-signals decide (`ConnectionsReader`).
+signals decide (drainhook.reading.sources).
 """
 
 from __future__ import annotations
@@ -36,11 +36,8 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-
-from drainhook.engines.verdict import CONNECTIONS, Reading, Signals, Verdict, with_signals
-from drainhook.reading import TargetReader
 
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
@@ -274,64 +271,3 @@ def own_inodes(fd_dir: str = "/proc/self/fd") -> set[int]:
         if link.startswith("socket:[") and link.endswith("]"):
             found.add(int(link[8:-1]))
     return found
-
-
-class ConnectionsReader:
-    """A target's reader with the connection signal beside it: after each read of
-    `inner` (so that no read of the hook is in flight on `port`), one dump, its
-    count the reading's `connections` signal (CONTRACT §2a). Where the dump cannot
-    be made the signal is missing for the rest of the hook, said once (its
-    reason in `Signals.missing`). Made only after a read the other signals call
-    idle (the only reads it can change), unless `every` (probe)."""
-
-    def __init__(
-        self,
-        inner: TargetReader,
-        port: int,
-        *,
-        every: bool = False,
-        dumper: Callable[[float, int], list[Socket]] | None = None,
-        own: Callable[[], set[int]] = own_inodes,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._inner = inner
-        self._port = port
-        self._every = every
-        self._dump = dumper or (lambda timeout, port: dump(timeout, port=port))
-        self._own = own
-        self._clock = clock
-        self._off: str | None = None  # why the signal is missing, once it is
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def read(self, timeout: float) -> Reading:
-        start = self._clock()
-        got = self._inner.read(timeout)
-        if not got.counted or (got.verdict is Verdict.BUSY and not self._every):
-            return got  # doubt stays doubt; busy already (the count is the largest signal)
-        signals = got.signals or Signals(got.scheduler)
-        if self._off is None:
-            left = start + timeout - self._clock()
-            try:
-                if left <= 0:
-                    raise Unavailable("no time left in the read")
-                found = self._dump(left, self._port)
-                # The hook's own sockets are listed (/proc/self/fd) only when a
-                # request is seen at all: most dumps find none.
-                count = in_flight(found, self._port)
-                if count:
-                    count = in_flight(found, self._port, self._own())
-            except Unavailable as exc:
-                why = str(exc)
-                if why != "no time left in the read":
-                    self._off = f"the connection table cannot be read: {why}"
-                return with_signals(got, signals.without(CONNECTIONS, self._off or why))
-            return with_signals(got, Signals(
-                signals.scheduler, signals.server, float(count), signals.missing
-            ))  # fmt: skip
-        return with_signals(got, signals.without(CONNECTIONS, self._off))

@@ -26,20 +26,58 @@ the merge only keeps the total shown from counting a copy twice.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from collections.abc import Callable, Collection, Sequence
+import typing
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 
 from drainhook.engines.verdict import Reading, Signals, Verdict, count, with_signals
 from drainhook.reading import TargetReader
 from drainhook.reading.merge import merge_series
+from drainhook.reading.target import Target
+
+if typing.TYPE_CHECKING:  # discovery is loaded only when a search runs
+    from drainhook.reading.discovery.listeners import Listener
+    from drainhook.reading.discovery.search import Discovery, SearchRecord
+
+
+@dataclass(frozen=True)
+class Discover:
+    """Listener discovery for a round (CONTRACT §2a): what its search needs.
+
+    `make_reader` reads a found URL; `on_refused`: search when every configured
+    target refused the first read; `always` (`probe --discover`): search on the
+    first read whatever it gave, to list what the Pod serves (the reading stays
+    the configured targets' unless they all refused); `on_search` is told of
+    the search as it ends."""
+
+    targets: Sequence[Target]
+    make_reader: Callable[[str], TargetReader]
+    read_timeout: float
+    engine: str = "auto"
+    on_refused: bool = True
+    always: bool = False
+    listeners: Callable[[], Iterable[Listener]] | None = None
+    on_search: Callable[[SearchRecord], None] = lambda _s: None
 
 
 class Round:
-    """Reads every target once per `read`, within one shared timeout.
+    """Reads every target once per `read`, within one shared timeout; one target's
+    reading is its own. `answered`: targets known to have answered already;
+    `replaced`: targets that refused from the start, which discovery stands in
+    for (see `combine_readings`).
 
-    `answered`: targets known to have answered already (listener discovery's
-    finds); `replaced`: targets that refused from the start, which discovery
-    stands in for (see `combine_readings`).
+    With `discover`, the first read searches the Pod's listeners when every
+    target refused it (or always, for probe), within that read's time left
+    (never past D, which bounds the timeout the loop hands in). Found: from
+    then on the round is the configured targets and the found listeners, and
+    this first read is the round made of the search's own reads of them (no
+    listener is read twice for it); the configured targets count as 0 while
+    they refuse. Found nothing: the read stays `unreachable`, its reason
+    naming every listener tried. Only the first read searches: a target that
+    answered and then refuses is an engine that exited. `last_search` holds
+    the search, if one ran.
     """
 
     def __init__(
@@ -49,11 +87,14 @@ class Round:
         *,
         answered: Collection[str] = (),
         replaced: Collection[str] = (),
+        discover: Discover | None = None,
     ) -> None:
         self._readers = list(readers)
         self._clock = clock
         self._answered: set[str] = set(answered)
         self._replaced = frozenset(replaced)
+        self._discover = discover
+        self.last_search: SearchRecord | None = None
 
     @property
     def readers(self) -> tuple[TargetReader, ...]:
@@ -64,21 +105,75 @@ class Round:
         """The targets as shown, comma-separated."""
         return ",".join(r.name for r in self._readers)
 
-    def read(self, timeout: float) -> Reading:
-        start = self._clock()
-        until = start + timeout
-        parts: list[tuple[str, Reading]] = []
-        for reader in self._readers:
-            # Every target ends by the same instant: the round is one read.
-            left = max(until - self._clock(), 1e-6)
-            parts.append((reader.name, reader.read(left)))
-        combined = combine_readings(parts, self._answered, self._replaced)
-        self._answered.update(n for n, r in parts if r.verdict is not Verdict.UNREACHABLE)
-        return dataclasses.replace(combined, read_ms=(self._clock() - start) * 1000.0)
-
     def close(self) -> None:
         for reader in self._readers:
             reader.close()
+
+    def read(self, timeout: float) -> Reading:
+        start = self._clock()
+        until = start + timeout
+        if len(self._readers) == 1:
+            reading = self._readers[0].read(timeout)
+        else:
+            parts: list[tuple[str, Reading]] = []
+            for reader in self._readers:
+                # Every target ends by the same instant: the round is one read.
+                left = max(until - self._clock(), 1e-6)
+                parts.append((reader.name, reader.read(left)))
+            combined = combine_readings(parts, self._answered, self._replaced)
+            self._answered.update(n for n, r in parts if r.verdict is not Verdict.UNREACHABLE)
+            reading = dataclasses.replace(combined, read_ms=(self._clock() - start) * 1000.0)
+        discover, self._discover = self._discover, None  # only the first read searches
+        if discover is None:
+            return reading
+        refused = reading.verdict is Verdict.UNREACHABLE and reading.refused
+        if not (refused and discover.on_refused) and not discover.always:
+            return reading
+        found = self._search(discover, until)
+        if not refused:
+            return reading
+        took = (self._clock() - start) * 1000.0
+        if not found.found:
+            reason = f"{reading.reason}; no engine elsewhere in the Pod: {found.describe()}"
+            return dataclasses.replace(reading, reason=reason, read_ms=took)
+        return dataclasses.replace(self._add_found(discover, reading, found), read_ms=took)
+
+    def _search(self, discover: Discover, until: float) -> Discovery:
+        from drainhook.reading.discovery.listeners import read_listeners
+        from drainhook.reading.discovery.search import SearchRecord, names_engine, search
+
+        first = discover.targets[0]
+        started = self._clock()
+        found = search(
+            discover.make_reader,
+            read_timeout=discover.read_timeout,
+            until=until,
+            scheme=first.scheme,
+            path=first.path,
+            exclude=[(t.connect_host, t.port) for t in discover.targets],
+            clock=self._clock,
+            is_engine=functools.partial(names_engine, engine=discover.engine),
+            listeners=discover.listeners or read_listeners,
+        )
+        configured = tuple(r.name for r in self._readers)
+        self.last_search = SearchRecord(configured, found, started, self._clock())
+        discover.on_search(self.last_search)
+        return found
+
+    def _add_found(self, discover: Discover, refused: Reading, found: Discovery) -> Reading:
+        """The round of every target from now on; its first reading from the
+        search's reads."""
+        readers = [discover.make_reader(t.url) for t in found.found]
+        names = [r.name for r in readers]
+        configured = [r.name for r in self._readers]
+        parts = list(refused.parts) or [(configured[0], refused)]
+        parts += [
+            (n, t.reading) for n, t in zip(names, found.found, strict=True) if t.reading is not None
+        ]
+        self._readers += readers
+        self._answered.update(names)
+        self._replaced = frozenset(configured)
+        return combine_readings(parts, names, configured)
 
 
 def combine_readings(

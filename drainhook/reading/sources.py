@@ -1,26 +1,33 @@
-"""SGLang's live count (CONTRACT §2a, `--source auto`, the default): /metrics,
-and /v1/loads beside it when the body is SGLang's.
+"""One target's read (CONTRACT §2a): its /metrics, then the side source its
+engine declares in the engine table (drainhook.engines.gauges.SideSource), then
+the connection signal on its port: one time budget, one `Signals` build.
 
-While idle, SGLang republishes its scheduler gauges only every 30 s, so its
-/metrics can show requests that ended long ago and hold the hook to the
-deadline; `GET /v1/loads` counts the scheduler's queues when it is asked
-(drainhook.engines.loads). Each read of an `AutoReader` is one read of /metrics and,
-when that body names SGLang, one of /v1/loads on the same listener, both
-within the read's one timeout; a valid /v1/loads body is counted instead.
+**SGLang's /v1/loads** (`--source auto`). While idle, SGLang republishes its
+scheduler gauges only every 30 s, so its /metrics can show requests that ended
+long ago; /v1/loads counts the scheduler's queues when asked
+(drainhook.engines.loads), and a valid body is counted instead of the
+scheduler's gauges (the server's own count, read in the /metrics body, still
+counts). A 401, 403 or 404: /metrics for the rest of the hook, with a warning
+the log shows once. Anything else that is no count (a timeout, a 5xx, a reset,
+a malformed body, no time left): /metrics' verdict for that read, and
+/v1/loads asked again on the next. Never `unreachable` or `unknown` because
+of it: the hook would otherwise end, or hold, on a side source while
+/metrics answers.
 
-What /v1/loads may answer instead, and what the read then counts:
+**vLLM's /load**: its `server_load` is the `server` signal. A 401, 403, 404 or
+a body that is no /load answer: the signal is missing for the rest of the hook
+(`Signals.missing`); any other failure: missing for that read; a count that is
+negative or not a number: doubt, the read is `unknown`. With
+`--api-server-count > 1` one GET reaches one API server's count
+(drainhook.engines.server_load); the connection signal sees them all.
 
-- 401 or 403 (the server has `--api-key`, the hook no `--api-key-file`) or
-  404 (an SGLang without /v1/loads): /metrics, for the rest of the hook; the
-  reading carries a warning, which the log shows once;
-- anything else that is not a count (a timeout, a 5xx, a refused or reset
-  connection, a malformed body) or no time left for it: /metrics' verdict for
-  that read, and /v1/loads is asked again on the next. Never `unreachable`
-  or `unknown` because of /v1/loads: the hook would otherwise end, or hold
-  to the deadline, on a side source while /metrics answers.
+**The connections** (drainhook.reading.connections): after the HTTP reads (so
+that none of the hook's is in flight on the port), one dump; where it cannot
+be made, the signal is missing for the rest of the hook, said once.
 
-A vLLM body, or any body that names no engine, is never followed by a
-/v1/loads read.
+The side source and the dump follow only a read the others call idle (the
+only reads they can change), unless `every` (probe): the count is the largest
+signal. A body that names no engine is never followed by a side read.
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from drainhook.engines.gauges import BY_NAME, SideSource
 from drainhook.engines.server_load import parse_server_load
 from drainhook.engines.verdict import (
+    CONNECTIONS,
     SERVER,
     Progress,
     Reading,
@@ -40,16 +49,12 @@ from drainhook.engines.verdict import (
     with_signals,
 )
 from drainhook.reading import TargetReader
+from drainhook.reading.connections import Socket, Unavailable, dump, in_flight, own_inodes
 from drainhook.reading.read import Reader
 
-# The statuses that say /v1/loads will not answer this hook: it is not asked again.
-_FOR_GOOD = {
-    401: "SGLang's --api-key guards it; give the key with --api-key-file",
-    403: "SGLang's --api-key guards it; give the key with --api-key-file",
-    404: "this SGLang has no /v1/loads",
-}
 # What a read counts when /v1/loads gives no count: said in the warning, a sentence.
 _STALE_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
+_NO_TIME = "no time left in the read"
 
 
 def is_sglang(reading: Reading, engine: str = "auto") -> bool:
@@ -57,23 +62,33 @@ def is_sglang(reading: Reading, engine: str = "auto") -> bool:
     return engine_shown(reading, engine) == "sglang"
 
 
-class AutoReader:
-    """/metrics, then SGLang's /v1/loads on the same listener when the body is
-    SGLang's; `read(timeout)` ends within timeout and never raises."""
+class EngineReader:
+    """One target: /metrics (`metrics`), then the side source of the engine its
+    body names (`sides`: a reader of each side path, by path), then the
+    connections on `port` (None: not read); `read(timeout)` ends within timeout
+    and never raises."""
 
     def __init__(
         self,
         metrics: TargetReader,
-        loads: TargetReader,
         *,
+        sides: dict[str, Reader] | None = None,
+        port: int | None = None,
         engine: str = "auto",
+        every: bool = False,
+        dumper: Callable[[float, int], list[Socket]] | None = None,
+        own: Callable[[], set[int]] = own_inodes,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._metrics = metrics
-        self._loads = loads
+        self._sides = sides or {}
+        self._port = port
         self._engine = engine
+        self._every = every
+        self._dump = dumper or (lambda timeout, port: dump(timeout, port=port))
+        self._own = own
         self._clock = clock
-        self._loads_off: str | None = None  # why /v1/loads is no longer asked
+        self._off: dict[str, str] = {}  # why a side path or the connections are no longer read
 
     @property
     def name(self) -> str:
@@ -81,20 +96,37 @@ class AutoReader:
 
     def close(self) -> None:
         self._metrics.close()
-        self._loads.close()
+        for reader in self._sides.values():
+            reader.close()
 
     def read(self, timeout: float) -> Reading:
         start = self._clock()
-        first = self._metrics.read(timeout)
-        if not is_sglang(first, self._engine):
-            return first
-        if self._loads_off is not None:
-            return _with_warning(first, self._loads_off, first.read_ms)
-        left = start + timeout - self._clock()
+        until = start + timeout
+        got = self._metrics.read(timeout)
+        engine = BY_NAME.get(engine_shown(got, self._engine) or "")
+        side = engine.side if engine is not None else None
+        if side is not None and side.path in self._sides:
+            if side.counts == "scheduler":
+                got = self._scheduler_from(side, got, start, until)
+            elif got.counted and (got.verdict is not Verdict.BUSY or self._every):
+                got = self._server_from(side, got, start, until)
+        if self._port is None or not got.counted:
+            return got  # doubt stays doubt
+        if got.verdict is Verdict.BUSY and not self._every:
+            return got  # busy already: the count is the largest signal
+        return self._connections(got, until)
+
+    def _scheduler_from(
+        self, side: SideSource, first: Reading, start: float, until: float
+    ) -> Reading:
+        """SGLang's /v1/loads read after /metrics: counted in its stead when valid."""
+        if side.path in self._off:
+            return _with_warning(first, self._off[side.path], first.read_ms)
+        left = until - self._clock()
         if left <= 0:
-            why = f"no time left in the read for /v1/loads: that read counts {_STALE_METRICS}"
+            why = f"{_NO_TIME} for {side.path}: that read counts {_STALE_METRICS}"
             return _with_warning(first, why, first.read_ms)
-        live = self._loads.read(left)
+        live = self._sides[side.path].read(left)
         took = (self._clock() - start) * 1000.0
         if live.counted:
             warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
@@ -106,17 +138,65 @@ class AutoReader:
                 return counted
             # /v1/loads stands in for the scheduler's gauges only: the server's own
             # count read in the same /metrics body still counts (CONTRACT §2a).
-            return with_signals(
-                counted, dataclasses.replace(first.signals, scheduler=live.in_flight)
+            signals = dataclasses.replace(first.signals, scheduler=live.in_flight)
+            return with_signals(counted, signals)
+        if live.status in side.off_for_good:
+            why = side.off_for_good[live.status]
+            self._off[side.path] = (
+                f"{side.path} answered HTTP {live.status} ({why}): counting {_STALE_METRICS}"
             )
-        if live.status in _FOR_GOOD:
-            why = _FOR_GOOD[live.status]
-            self._loads_off = (
-                f"/v1/loads answered HTTP {live.status} ({why}): counting {_STALE_METRICS}"
-            )
-            return _with_warning(first, self._loads_off, took)
-        why = f"/v1/loads gave no count ({_kind(live)}): that read counts {_STALE_METRICS}"
+            return _with_warning(first, self._off[side.path], took)
+        why = f"{side.path} gave no count ({_kind(live)}): that read counts {_STALE_METRICS}"
         return _with_warning(first, why, took)
+
+    def _server_from(self, side: SideSource, first: Reading, start: float, until: float) -> Reading:
+        """vLLM's /load read after /metrics: its count the `server` signal."""
+        signals = first.signals or Signals(first.scheduler)
+        if side.path in self._off:
+            return with_signals(first, signals.without(SERVER, self._off[side.path]))
+        left = until - self._clock()
+        if left <= 0:
+            return with_signals(first, signals.without(SERVER, f"{_NO_TIME} for {side.path}"))
+        got = self._sides[side.path].read_with(left, parse_server_load)
+        first = dataclasses.replace(first, read_ms=(self._clock() - start) * 1000.0)
+        if isinstance(got, Reading):  # no 2xx body
+            if got.status in side.off_for_good:
+                why = side.off_for_good[got.status]
+                self._off[side.path] = f"{side.path} answered HTTP {got.status} ({why})"
+                return with_signals(first, signals.without(SERVER, self._off[side.path]))
+            why = f"{side.path} gave no count ({_kind(got)})"
+            return with_signals(first, signals.without(SERVER, why))
+        if got.absent is not None:
+            self._off[side.path] = f"{side.path} is not vLLM's ({got.absent})"
+            return with_signals(first, signals.without(SERVER, self._off[side.path]))
+        if got.value is None:  # doubt: never released on
+            why = f"{side.path}: {got.doubt}"
+            return dataclasses.replace(
+                first, verdict=Verdict.UNKNOWN, in_flight=None, reason=why, signals=signals
+            )
+        return with_signals(first, dataclasses.replace(signals, server=got.value))
+
+    def _connections(self, got: Reading, until: float) -> Reading:
+        """The connection signal on the port, after the HTTP reads."""
+        signals = got.signals or Signals(got.scheduler)
+        if CONNECTIONS in self._off:
+            return with_signals(got, signals.without(CONNECTIONS, self._off[CONNECTIONS]))
+        left = until - self._clock()
+        try:
+            if left <= 0:
+                raise Unavailable(_NO_TIME)
+            found = self._dump(left, self._port or 0)
+            # The hook's own sockets are listed (/proc/self/fd) only when a
+            # request is seen at all: most dumps find none.
+            count = in_flight(found, self._port or 0)
+            if count:
+                count = in_flight(found, self._port or 0, self._own())
+        except Unavailable as exc:
+            why = str(exc)
+            if why != _NO_TIME:
+                self._off[CONNECTIONS] = why = f"the connection table cannot be read: {why}"
+            return with_signals(got, signals.without(CONNECTIONS, why))
+        return with_signals(got, dataclasses.replace(signals, connections=float(count)))
 
 
 def _progress_of(metrics: Progress | None, loads: Progress | None) -> Progress | None:
@@ -140,86 +220,3 @@ def _with_warning(reading: Reading, warning: str, read_ms: float) -> Reading:
     return dataclasses.replace(
         reading, read_ms=read_ms, warnings=(*reading.warnings, warning), source="metrics"
     )
-
-
-# The statuses that say /load will not answer this hook: it is not asked again.
-_LOAD_FOR_GOOD = {
-    401: "vLLM's --api-key guards it; give the key with --api-key-file",
-    403: "vLLM's --api-key guards it; give the key with --api-key-file",
-    404: "a vLLM without the /load route",
-}
-
-
-class ServerLoadReader:
-    """/metrics (or what `metrics` reads), then vLLM's `GET /load` on the same
-    listener when the body is vLLM's and counted, within the read's one timeout:
-    its `server_load` is the reading's `server` signal (CONTRACT §2a).
-
-    A 401, 403 or 404, or a body that is no /load answer: the signal is missing
-    for the rest of the hook (said once: `Signals.missing`), /load asked no more.
-    Any other failure (a timeout, a 5xx, no time left): missing for that read.
-    A /load answer whose count is negative or not a number: doubt, the read is
-    `unknown`. `--api-server-count > 1`: one GET reaches one API server's count
-    (drainhook.engines.server_load), the connection signal sees them all.
-    A read already busy is not followed by /load unless `every` (probe): the
-    count is the largest signal, so /load can change only an idle read.
-    """
-
-    def __init__(
-        self,
-        metrics: TargetReader,
-        load: Reader,
-        *,
-        engine: str = "auto",
-        every: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._metrics = metrics
-        self._load = load
-        self._engine = engine
-        self._every = every
-        self._clock = clock
-        self._off: str | None = None  # why /load is no longer asked
-
-    @property
-    def name(self) -> str:
-        return self._metrics.name
-
-    def close(self) -> None:
-        self._metrics.close()
-        self._load.close()
-
-    def read(self, timeout: float) -> Reading:
-        start = self._clock()
-        first = self._metrics.read(timeout)
-        if not first.counted or engine_shown(first, self._engine) != "vllm":
-            return first
-        if first.verdict is Verdict.BUSY and not self._every:
-            return first  # busy already: the count is the largest signal
-        signals = first.signals or Signals(first.scheduler)
-        if self._off is not None:
-            return with_signals(first, signals.without(SERVER, self._off))
-        left = start + timeout - self._clock()
-        if left <= 0:
-            return with_signals(
-                first, signals.without(SERVER, "no time left in the read for /load")
-            )
-        got = self._load.read_with(left, parse_server_load)
-        took = (self._clock() - start) * 1000.0
-        first = dataclasses.replace(first, read_ms=took)
-        if isinstance(got, Reading):  # no 2xx body
-            if got.status in _LOAD_FOR_GOOD:
-                self._off = f"/load answered HTTP {got.status} ({_LOAD_FOR_GOOD[got.status]})"
-                return with_signals(first, signals.without(SERVER, self._off))
-            return with_signals(
-                first, signals.without(SERVER, f"/load gave no count ({_kind(got)})")
-            )
-        if got.absent is not None:
-            self._off = f"/load is not vLLM's ({got.absent})"
-            return with_signals(first, signals.without(SERVER, self._off))
-        if got.value is None:  # doubt: never released on
-            why = f"/load: {got.doubt}"
-            return dataclasses.replace(
-                first, verdict=Verdict.UNKNOWN, in_flight=None, reason=why, signals=signals
-            )
-        return with_signals(first, dataclasses.replace(signals, server=got.value))

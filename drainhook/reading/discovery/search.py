@@ -5,9 +5,9 @@ The words, each for one thing: *discovery* is the feature; a *search* is one
 run of it (`search`: list the listeners, read each candidate once, keep the
 engines'); `read_candidates` is its reads, all at once and never past D;
 a `Discovery` is what a search found, a `Tried` one candidate's read, and a
-`SearchRecord` a search as the hook ran it (for the log and `probe`). The
-`DiscoveringReader` is the hook's reader that searches on a refused first
-read (drainhook.reading.assemble makes it only when discovery is on).
+`SearchRecord` a search as the hook ran it (for the log and `probe`). A
+`Round` (drainhook.reading.rounds) runs a search on a refused first read when
+discovery is on, and imports this module only then.
 
 Pure but for its threads: the read, the clock and the wait are handed in, so
 a test runs 64 candidates, one of which never answers, under a fake clock.
@@ -22,7 +22,6 @@ are bounded by their own deadline anyway.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 import time
@@ -32,8 +31,6 @@ from dataclasses import dataclass
 from drainhook.engines.verdict import Reading, Verdict, engine_shown
 from drainhook.reading import TargetReader
 from drainhook.reading.discovery.listeners import Listener, candidates, read_listeners
-from drainhook.reading.rounds import Round, combine_readings
-from drainhook.reading.target import Target
 
 ReadOne = Callable[[str, float], Reading]
 # At most this many reads at once: with discovery's 64 candidates, every read
@@ -109,23 +106,16 @@ def read_candidates(
     spawn: Callable[[Callable[[], None], str], None] = _daemon,
     left_out: tuple[str, ...] = (),
 ) -> Discovery:
-    """Read every URL once, `max_parallel` at a time, and keep the engines'
-    (`left_out`: the candidates past the cap, named in the Discovery).
-
-    `read_one(url, timeout)` makes one read that ends within timeout;
-    `until` is the deadline on `clock`'s scale: no read starts at or after it
-    and the call returns by then. `wait(event, timeout)` blocks until the
-    event is set or the timeout passes (a fake clock's wait advances it).
-    `spawn(task, name)` starts a thread; when it cannot (a container's pids
-    limit), fewer reads run at once, and with none running that read fails.
-    """
+    """Read every URL once, `max_parallel` at a time, and keep the engines' (`left_out`:
+    those past the cap). No read starts at or after `until` (on `clock`), and the call
+    returns by then; `wait(event, timeout)` blocks until the event is set or the timeout
+    (a fake clock's advances it); where `spawn` cannot start a thread (a pids limit),
+    fewer reads run at once, and with none running that read fails."""
     urls = list(urls)
     readings: dict[int, Reading] = {}
     landed: dict[int, float] = {}
-    lock = threading.Lock()
-    progress = threading.Event()
-    started = 0
-    max_parallel = max(1, max_parallel)
+    lock, progress = threading.Lock(), threading.Event()
+    started, max_parallel = 0, max(1, max_parallel)
 
     def run(index: int, timeout: float) -> None:
         try:
@@ -160,8 +150,7 @@ def read_candidates(
             wait(progress, left)
 
     with lock:
-        final, when = dict(readings), dict(landed)
-    tried = tuple(Tried(urls[i], final.get(i), when.get(i)) for i in range(started))
+        tried = tuple(Tried(urls[i], readings.get(i), landed.get(i)) for i in range(started))
     found = tuple(t for t in tried if t.reading is not None and is_engine(t.reading))
     return Discovery(found, tried, tuple(urls[started:]), left_out)
 
@@ -223,119 +212,3 @@ class SearchRecord:
         """Seconds from the search's start to the first engine's answer."""
         times = [t.at for t in self.discovery.found if t.at is not None]
         return min(times) - self.started if times else None
-
-
-class DiscoveringReader:
-    """The configured targets' reader, with listener discovery on its first read.
-
-    The first read reads the configured targets. When every one of them
-    refused the connection (nothing listens there) and `on_refused` is set,
-    it searches the Pod's listeners within that read's time left (never past
-    D, which bounds the timeout the loop hands in). Found: from then on every
-    read is a round over the configured targets and the found listeners, and
-    this first read is the round made of the search's own reads of them (no
-    listener is read twice for it). The configured targets refused from the
-    start: they count as 0 while they refuse, and as any other target if an
-    engine answers there later. Found nothing: the read stays `unreachable`,
-    its reason naming every listener tried.
-
-    Only the first read searches: a target that answered and then refuses is
-    an engine that exited (the plain rules apply). `always` (`probe
-    --discover`) searches on the first read whatever it gave, to list what
-    the Pod serves; the reading stays the configured targets' unless they
-    all refused. `last_search` holds the search, if one ran; `on_search` is
-    told of it as it ends.
-    """
-
-    def __init__(
-        self,
-        readers: Sequence[TargetReader],
-        targets: Sequence[Target],
-        make_reader: Callable[[str], TargetReader],
-        *,
-        read_timeout: float,
-        engine: str = "auto",
-        on_refused: bool = True,
-        always: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        listeners: Callable[[], Iterable[Listener]] = read_listeners,
-        on_search: Callable[[SearchRecord], None] = lambda _s: None,
-    ) -> None:
-        self._readers = list(readers)
-        self._configured: TargetReader = (
-            self._readers[0] if len(self._readers) == 1 else Round(self._readers, clock)
-        )
-        self._targets = tuple(targets)
-        self._make_reader = make_reader
-        self._read_timeout = read_timeout
-        self._engine = engine
-        self._on_refused = on_refused
-        self._always = always
-        self._clock = clock
-        self._listeners = listeners
-        self._on_search = on_search
-        self._first = True
-        self._round: Round | None = None  # the configured targets and the found listeners
-        self.last_search: SearchRecord | None = None
-
-    @property
-    def name(self) -> str:
-        """The targets read, as shown: the configured ones, then the found ones."""
-        return (self._round or self._configured).name
-
-    def close(self) -> None:
-        (self._round or self._configured).close()
-
-    def read(self, timeout: float) -> Reading:
-        if self._round is not None:
-            return self._round.read(timeout)
-        start = self._clock()
-        reading = self._configured.read(timeout)
-        if not self._first:
-            return reading
-        self._first = False
-        refused = reading.verdict is Verdict.UNREACHABLE and reading.refused
-        if not (refused and self._on_refused) and not self._always:
-            return reading
-        found = self._search(until=start + timeout)
-        if not refused:
-            return reading
-        took = (self._clock() - start) * 1000.0
-        if not found.found:
-            reason = f"{reading.reason}; no engine elsewhere in the Pod: {found.describe()}"
-            return dataclasses.replace(reading, reason=reason, read_ms=took)
-        return dataclasses.replace(self._drain_found(reading, found), read_ms=took)
-
-    def _search(self, until: float) -> Discovery:
-        first = self._targets[0]
-        started = self._clock()
-        found = search(
-            self._make_reader,
-            read_timeout=self._read_timeout,
-            until=until,
-            scheme=first.scheme,
-            path=first.path,
-            exclude=[(t.connect_host, t.port) for t in self._targets],
-            clock=self._clock,
-            is_engine=functools.partial(names_engine, engine=self._engine),
-            listeners=self._listeners,
-        )
-        configured = tuple(r.name for r in self._readers)
-        self.last_search = SearchRecord(configured, found, started, self._clock())
-        self._on_search(self.last_search)
-        return found
-
-    def _drain_found(self, refused: Reading, found: Discovery) -> Reading:
-        """Make the round of every target from now on; its first reading from the
-        search's reads."""
-        readers = [self._make_reader(t.url) for t in found.found]
-        names = [r.name for r in readers]
-        configured = [r.name for r in self._readers]
-        self._round = Round(
-            [*self._readers, *readers], self._clock, answered=names, replaced=configured
-        )
-        parts = list(refused.parts) or [(configured[0], refused)]
-        parts += [
-            (n, t.reading) for n, t in zip(names, found.found, strict=True) if t.reading is not None
-        ]
-        return combine_readings(parts, names, configured)

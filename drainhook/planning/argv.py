@@ -1,0 +1,295 @@
+"""The engine's command line as `inject` reads and edits it (CONTRACT §4): a
+list, or the tail of a shell script (`argv_of`), the flags that name its
+port, role, API servers and TLS, and an existing `drainhook wait` preStop read
+by `wait`'s own options (`parse_hook`).
+
+Imported only by the `inject` command, lazily, as drainhook.planning.inject.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import click
+from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, FoldedScalarString
+
+from drainhook.planning.pods import SHELLS, SLEEP, TIMELINE, Refused, Site, recognise
+
+
+class Argv:
+    """The engine's command line as `inject` can edit it: a list of arguments (the
+    container's args, or an exec-form command), or the last command of a shell
+    script (`sh -c`), which must be the engine's own."""
+
+    def __init__(self, seq: list[typing.Any], index: int | None = None) -> None:
+        self.seq = seq
+        self.index = index  # the script's place in seq, for a shell script
+
+    @property
+    def script(self) -> str:
+        assert self.index is not None
+        return str(self.seq[self.index])
+
+    @property
+    def joined(self) -> str:
+        """The script with its lines continued by `\\` joined, as the shell reads it."""
+        return re.sub(r"\\\r?\n", " ", self.script)
+
+    def value(self, flag: str) -> str | bool | None:
+        """The value given to flag (the last one: argparse's rule), True for a switch
+        that is there, None when it is not."""
+        words = shlex.split(self.joined) if self.index is not None else [str(w) for w in self.seq]
+        found: str | bool | None = None
+        for i, w in enumerate(words):
+            if w == flag:
+                found = (
+                    words[i + 1]
+                    if i + 1 < len(words) and not words[i + 1].startswith("--")
+                    else True
+                )
+            elif w.startswith(flag + "="):
+                found = w.split("=", 1)[1]
+        return found
+
+    def set(self, flag: str, value: str) -> None:
+        """Give every occurrence of flag this value."""
+        if self.index is None:
+            for i, w in enumerate(list(self.seq)):
+                if str(w) == flag and i + 1 < len(self.seq):
+                    self.seq[i + 1] = DoubleQuotedScalarString(value) if numeric(value) else value
+                elif str(w).startswith(flag + "="):
+                    self.seq[i] = f"{flag}={value}"
+            return
+        pattern = re.compile(rf"(?<!\S){re.escape(flag)}(=|\s+)[^\s;&|]+")
+        self._rewrite(pattern.sub(lambda m: f"{flag}{m.group(1)}{value}", self.script))
+
+    def can_append(self) -> bool:
+        if self.index is None:
+            return True
+        tail = re.split(r"&&|\|\||;|\n", self.joined.rstrip())[-1]
+        try:
+            words = shlex.split(tail)
+        except ValueError:
+            return False
+        if words[:1] == ["exec"]:
+            words = words[1:]
+        if any(w in ("&", "|") or w.startswith((">", "<", "2>")) for w in words):
+            return False
+        return recognise({"command": words}) is not None
+
+    def append(self, args: Sequence[str]) -> None:
+        if self.index is None:
+            self.seq.extend(DoubleQuotedScalarString(a) if numeric(a) else a for a in args)
+            return
+        text = self.script
+        body = text.rstrip()
+        self._rewrite(body + " " + " ".join(shlex.quote(a) for a in args) + text[len(body) :])
+        folds = getattr(self.seq[self.index], "fold_pos", None)
+        if isinstance(folds, list):  # a folded script: the added flags on a line of their own
+            folds.append(len(body))
+
+    def _rewrite(self, text: str) -> None:
+        assert self.index is not None
+        old = self.seq[self.index]
+        new: typing.Any = type(old)(text) if type(old) is not str else text
+        if isinstance(old, FoldedScalarString):  # the folds stay where they were
+            new.fold_pos = list(getattr(old, "fold_pos", []))
+        self.seq[self.index] = new
+
+
+def script_option(seq: typing.Any) -> int | None:
+    """Where a shell's `-c` is in seq, alone or among other short options (`bash -lc`,
+    `sh -ec`, `-exc`): the script is the next word."""
+    if not isinstance(seq, list):
+        return None
+    for i, w in enumerate(seq):
+        if re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", str(w)):
+            return i
+    return None
+
+
+def numeric(value: str) -> bool:
+    return re.fullmatch(r"-?\d+(\.\d+)?", value) is not None
+
+
+def argv_of(container: CommentedMap) -> Argv | None:
+    """Where the engine's flags go, or None where they cannot be written: no
+    command and no args (the image's own, which args would replace)."""
+    command, args = container.get("command"), container.get("args")
+    if isinstance(command, list) and command and str(command[0]).rsplit("/", 1)[-1] in SHELLS:
+        for seq in (command, args):
+            at = script_option(seq)
+            if at is not None and at + 1 < len(seq):
+                return Argv(seq, at + 1)
+        if isinstance(args, list) and args and script_option(command) is not None:
+            return Argv(args, 0)
+        return None
+    if isinstance(args, list):
+        return Argv(args)
+    if isinstance(command, list) and command:
+        return Argv(command)
+    return None
+
+
+def engine_port(argv: Argv | None, container: Mapping[str, typing.Any]) -> int | None:
+    """The engine's --port; `$(NAME)` is Kubernetes' expansion of the container's
+    own env, read where NAME has a literal value there."""
+    value = argv.value("--port") if argv is not None else None
+    if isinstance(value, str) and (m := re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", value)):
+        env = container.get("env")
+        found = [e.get("value") for e in env or [] if isinstance(e, Mapping)
+                 and e.get("name") == m.group(1)] if isinstance(env, list) else []  # fmt: skip
+        value = str(found[-1]) if found and found[-1] is not None else None
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def role_of(site: Site, argv: Argv | None) -> str:
+    """unified, prefill or decode: the platform's word (KServe's prefill template,
+    llm-d's llm-d.ai/role label), else the engine's own flags."""
+    if site.role:
+        return site.role
+    label = str(site.labels.get("llm-d.ai/role", ""))
+    if label in ("prefill", "decode"):
+        return label
+    if argv is None:
+        return "unified"
+    mode = argv.value("--disaggregation-mode")
+    if mode in ("prefill", "decode"):
+        return str(mode)
+    kv = argv.value("--kv-transfer-config")
+    if isinstance(kv, str):
+        if '"kv_producer"' in kv:
+            return "prefill"
+        if '"kv_consumer"' in kv:
+            return "decode"
+    return "unified"
+
+
+def count_of(argv: Argv, *flags: str) -> int | None:
+    for flag in flags:
+        value = argv.value(flag)
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+    return None
+
+
+def _switch(argv: Argv, *flags: str) -> bool:
+    return any(argv.value(flag) not in (None, "false", "False") for flag in flags)
+
+
+def api_servers(engine: str, argv: Argv | None) -> int | None:
+    """vLLM's API-server processes from its flags, by vLLM 0.32's own defaulting
+    (vllm/entrypoints/cli/serve.py): --api-server-count when given; else 1 with
+    an external or multi-port load balancer, --data-parallel-size-local with a
+    hybrid one, --data-parallel-size otherwise. None: not vLLM, no flags to read,
+    or --headless (no API server at all)."""
+    if engine != "vllm" or argv is None or _switch(argv, "--headless"):
+        return None
+    given = count_of(argv, "--api-server-count", "-asc")
+    if given is not None:
+        return given
+    external = _switch(argv, "--data-parallel-external-lb", "-dpe") or (
+        argv.value("--data-parallel-rank") is not None or argv.value("-dpn") is not None
+    )
+    if external or _switch(argv, "--data-parallel-multi-port-external-lb"):
+        return 1
+    hybrid = _switch(argv, "--data-parallel-hybrid-lb", "-dph") or (
+        argv.value("--data-parallel-start-rank") is not None or argv.value("-dpr") is not None
+    )
+    if hybrid:
+        return count_of(argv, "--data-parallel-size-local", "-dpl") or 1
+    return count_of(argv, "--data-parallel-size", "-dp") or 1
+
+
+def _wait_options(params: Sequence[click.Parameter]) -> dict[str, click.Option]:
+    """`wait`'s options by each of their flags, from the command itself."""
+    return {
+        opt: p
+        for p in params
+        if isinstance(p, click.Option)
+        for opt in (*p.opts, *p.secondary_opts)
+    }
+
+
+@dataclass
+class Hook:
+    """A drainhook `wait` preStop as given: the timeline's values, and every other
+    flag in its order (kept as they are)."""
+
+    timeline: dict[str, typing.Any]
+    others: list[list[str]]  # each flag with its value, as written
+
+
+def parse_hook(command: Sequence[str], where: str, params: Sequence[click.Parameter]) -> Hook:
+    """The flags of an existing `drainhook wait` command line, read by `wait`'s own
+    options (`params`); one inject cannot read refuses the document."""
+    options = _wait_options(params)
+    timeline: dict[str, typing.Any] = {}
+    others: list[list[str]] = []
+    words = [str(w) for w in command[2:]]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag, eq, inline = word.partition("=")
+        p = options.get(flag)
+        if p is None:
+            raise Refused(f"{where}: its drainhook hook has {word!r}, which `wait` does not take")
+        if p.is_flag or p.count:
+            given = [word]
+            value: str | None = None
+        elif eq:
+            given, value = [word], inline
+        elif i + 1 < len(words):
+            given, value = [word, words[i + 1]], words[i + 1]
+            i += 1
+        else:
+            raise Refused(f"{where}: its drainhook hook has {flag} without a value")
+        i += 1
+        if p.name in TIMELINE and value is not None:
+            try:
+                timeline[p.name] = p.type.convert(value, p, None)
+            except click.BadParameter as exc:
+                raise Refused(f"{where}: its drainhook hook's {flag}: {exc.message}") from None
+        else:
+            others.append(given)
+    return Hook(timeline, others)
+
+
+def serves_tls(container: Mapping[str, typing.Any], argv: Argv | None) -> bool:
+    """Whether the engine serves https: its own flags (vLLM's and SGLang's
+    --ssl-certfile) or a probe of the container that says HTTPS (KServe's)."""
+    if argv is not None and argv.value("--ssl-certfile") not in (None, False):
+        return True
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        spec = container.get(probe)
+        get = spec.get("httpGet") if isinstance(spec, Mapping) else None
+        if isinstance(get, Mapping) and str(get.get("scheme", "")).upper() == "HTTPS":
+            return True
+    return False
+
+
+def prestop_of(container: CommentedMap) -> tuple[str, typing.Any]:
+    """What the container's preStop is: none, drainhook, sleep, or other; and its
+    command (drainhook's), seconds (a sleep's) or a description (other's)."""
+    lifecycle = container.get("lifecycle")
+    prestop = lifecycle.get("preStop") if isinstance(lifecycle, Mapping) else None
+    if not prestop:
+        return "none", None
+    if isinstance(prestop, Mapping) and isinstance(prestop.get("sleep"), Mapping):
+        return "sleep", prestop["sleep"].get("seconds")
+    exe = prestop.get("exec") if isinstance(prestop, Mapping) else None
+    command = [str(w) for w in (exe.get("command") or [])] if isinstance(exe, Mapping) else []
+    if len(command) >= 2 and command[0].rsplit("/", 1)[-1] == "drainhook" and command[1] == "wait":
+        return "drainhook", command
+    text = " ".join(command[2:]) if command[:1] and command[0].rsplit("/", 1)[-1] in SHELLS else ""
+    text = text if script_option(command[1:2]) == 0 else " ".join(command)
+    if m := SLEEP.match(text.strip()):
+        return "sleep", m.group(1)
+    kind = next(iter(prestop), "?") if isinstance(prestop, Mapping) else "?"
+    shown = " ".join(command) if command else kind
+    return "other", shown

@@ -1,0 +1,453 @@
+"""Where `inject` wires (CONTRACT §4): its options and messages, the pod specs
+of each kind a manifest holds (`sites`), which of their containers is the
+engine (`recognise`) and the engine's version from its image tag.
+
+Imported only by the `inject` command, lazily, as drainhook.planning.inject.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import click
+from ruamel.yaml.comments import CommentedMap
+
+from drainhook import exits
+from drainhook.errors import DrainhookError, UsageError
+from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
+from drainhook.planning.manifests import mapping, plain_data, sequence
+from drainhook.planning.plan import (
+    DEFAULT_BINARY,
+    wait_config,
+)
+
+VIA = ("image", "image-volume", "init")
+
+
+ENGINES = ("auto", "vllm", "sglang")
+
+
+# The kubelet throws a hook's output away (its event says only "PreStopHook
+# failed"): the container's PID 1's stdout puts the hook's lines in `kubectl logs`.
+LOG_FILE = "/proc/1/fd/1"
+
+
+# Where the Dockerfile's default image (FROM scratch) holds the directory build:
+# /drainhook/drainhook/ (the launcher `drainhook`, its bootloader, _internal/).
+IMAGE_BUILD_DIR = "drainhook/drainhook"
+
+
+IMAGE_LAUNCHER = "/" + IMAGE_BUILD_DIR + "/drainhook"
+
+
+# --via image-volume: that image as a volume, its build directory mounted alone
+# (subPath: a directory, as image volumes allow; containerd >= 2.2, CRI-O >= 1.33).
+VOLUME_NAME = "drainhook"
+
+
+VOLUME_MOUNT = "/opt/drainhook"
+
+
+# --via init: `drainhook install /hook` fills an emptyDir; install's own layout
+# puts the launcher at DIR/drainhook/drainhook.
+INIT_NAME = "install-drainhook"
+
+
+INIT_VOLUME = "hook"
+
+
+INIT_MOUNT = "/hook"
+
+
+INIT_SIZE = "64Mi"
+
+
+INSTALL_UID = 65534  # nobody: the installer runs as a user no image needs to name
+
+
+# The time to drain between S and D in the default timeline (G 30 - S 5 - R 5): what
+# a pod spec keeps after a long sleep is kept as its settle.
+DRAIN_WINDOW = DEFAULT_GRACE - DEFAULT_SETTLE - wait_config().exit_reserve
+
+
+# A LeaderWorkerSet worker's hook waits on its leader (examples/lws-vllm.yaml):
+# its deadline falls this long after the leader's kill, so a worker holding a
+# stage of the model outlives whatever the leader still finishes.
+WORKER_MARGIN = 5.0
+
+
+# KServe's LLMInferenceService presets (its vLLM config templates) set
+# terminationGracePeriodSeconds 60; the template a user writes is merged over them.
+KSERVE_PRESET_GRACE = 60.0
+
+
+KSERVE_MAIN = "main"  # the preset's engine container, by name
+
+
+# Routing proxies, gateways and schedulers whose images carry an engine's name.
+NOT_AN_ENGINE = ("router", "proxy", "sidecar", "gateway", "scheduler", "epp")
+
+
+SHELLS = ("sh", "bash", "dash", "ash")
+
+
+# The timeline's flags of `wait`: `plan` renders them (prestop_command); the
+# hook's other flags (--port, --annotations, --exit-zero, ...) are kept as given.
+TIMELINE = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
+            "linger", "max_wait", "stall_after", "engine")  # fmt: skip
+
+
+# A preStop `sleep` (exec or the kubelet's sleep action) is what inject replaces.
+SLEEP = re.compile(r"^(?:exec\s+)?(?:/usr)?(?:/bin/)?sleep\s+(\d+(?:\.\d+)?)s?\s*;?\s*$")
+
+
+@dataclass(frozen=True)
+class Options:
+    """How `inject` wires the hook: built once from the command line."""
+
+    via: str = "image"
+    image: str | None = None
+    binary: str = DEFAULT_BINARY  # --via image: where the engine image holds it
+    container: str | None = None
+    engine: str = "auto"
+    engine_version: str | None = None  # X.Y: what the image tags cannot say
+    # `wait`'s own click parameters, handed in by the command line (planning sits
+    # below cli/): an existing hook's flags are read by them (parse_hook).
+    wait_params: tuple[click.Parameter, ...] = ()
+
+    def check(self) -> None:
+        if self.via not in VIA:
+            raise UsageError(f"--via must be one of {', '.join(VIA)}, not {self.via!r}")
+        if self.engine not in ENGINES:
+            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        if self.via != "image" and not self.image:
+            raise UsageError(f"--via {self.via} needs --image REF (drainhook's image)")
+        if self.via == "image" and self.image:
+            raise UsageError("--image is for --via image-volume or init")
+        if self.via != "image" and self.binary != DEFAULT_BINARY:
+            raise UsageError(f"--binary is for --via image (--via {self.via} puts the hook itself)")
+        if not self.wait_params:
+            raise DrainhookError("inject was not handed wait's options")
+        if self.engine_version is not None and version_in(self.engine_version) is None:
+            raise UsageError(f"--engine-version must be X.Y (0.18), not {self.engine_version!r}")
+        if not self.binary.startswith("/"):
+            raise UsageError(
+                f"--binary must be an absolute path (an exec hook), not {self.binary!r}"
+            )
+
+    @property
+    def hook_binary(self) -> str:
+        if self.via == "image-volume":
+            return f"{VOLUME_MOUNT}/drainhook"
+        if self.via == "init":
+            return f"{INIT_MOUNT}/drainhook/drainhook"
+        return self.binary
+
+
+@dataclass(frozen=True)
+class Message:
+    """One line on stderr about one document: `refused` (written unchanged),
+    `injected`, `replaced` (a sleep hook), `changed` (a value other than the one
+    given), `warning` (advice inject could not apply), `skipped` (pod specs of a
+    kind inject does not know, written unchanged)."""
+
+    where: str  # "SOURCE#N KIND/NAME"
+    level: str
+    text: str
+
+    def line(self) -> str:
+        return " ".join(f"drainhook inject: {self.where}: {self.level}: {self.text}".split())
+
+
+class Refused(DrainhookError):
+    """A document inject must leave as it is; the message says why."""
+
+    exit_code = exits.INJECT_REFUSED
+
+
+@dataclass
+class Site:
+    """One pod spec of a workload, and what the platform says of it."""
+
+    path: str  # where it sits in the document, dotted
+    spec: CommentedMap
+    labels: Mapping[str, typing.Any]
+    role: str | None = None  # the platform's word (KServe's prefill template)
+    leader: Site | None = None  # a worker's: it waits on this leader's engine
+    default_grace: float = DEFAULT_GRACE  # when terminationGracePeriodSeconds is unset
+    main: str | None = None  # the engine container's name by the platform's convention
+    # What wiring its engine left (for a worker of it): grace, port, engine.
+    wired: dict[str, typing.Any] = field(default_factory=dict)
+
+
+APPS = ("Deployment", "StatefulSet", "DaemonSet")
+
+
+KNATIVE_WORDS = "Knative rejects `lifecycle` on its containers (no preStop hook can run)"
+
+
+def sites(doc: typing.Any, options: Options) -> list[Site]:
+    """The pod specs of a workload inject knows, leaders before their workers; none
+    for anything else. Raises Refused for a kind it knows and must not touch. A
+    `List` (what `kubectl get -o yaml` prints) is each of its items."""
+    if not isinstance(doc, CommentedMap):
+        return []
+    api, kind, spec = str(doc.get("apiVersion", "")), doc.get("kind"), doc.get("spec")
+    group = api.split("/")[0]
+    if api == "v1" and kind == "List" and isinstance(doc.get("items"), list):
+        found = []
+        for i, item in enumerate(doc["items"]):
+            for site in sites(item, options):
+                site.path = f"items[{i}].{site.path}"
+                found.append(site)
+        return found
+    if not isinstance(spec, CommentedMap):
+        return []
+    if api == "v1" and kind == "Pod":
+        meta = doc.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        return [Site("spec", spec, labels or {})]
+    if (group == "apps" and kind in APPS) or (group == "argoproj.io" and kind == "Rollout"):
+        return _templates([("spec.template", spec.get("template"))])
+    if group == "leaderworkerset.x-k8s.io" and kind == "LeaderWorkerSet":
+        lwt = spec.get("leaderWorkerTemplate")
+        if not isinstance(lwt, CommentedMap):
+            return []
+        base = "spec.leaderWorkerTemplate"
+        leader = _templates([(f"{base}.leaderTemplate", lwt.get("leaderTemplate"))])
+        workers = _templates([(f"{base}.workerTemplate", lwt.get("workerTemplate"))])
+        for w in workers:  # without a leaderTemplate, the worker's is every Pod's
+            w.leader = leader[0] if leader else None
+        return leader + workers
+    if group == "serving.kserve.io" and kind == "LLMInferenceService":
+        return _llm_inference_service(spec)
+    if group == "serving.kserve.io" and kind == "InferenceService":
+        return _inference_service(doc, spec, options)
+    if group == "serving.knative.dev" and kind == "Service":
+        template = spec.get("template")
+        found = _templates([("spec.template", template)])
+        if any(engine_containers(s, options) for s in found):
+            raise Refused(f"a Knative Service: {KNATIVE_WORDS}")
+    return []
+
+
+# The kinds `sites` reads, by (API group, kind): a document of another kind that
+# holds pod specs is named on stderr instead of passing by in silence.
+KNOWN = {("apps", k) for k in APPS} | {
+    ("", "Pod"), ("", "List"), ("argoproj.io", "Rollout"),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+    ("serving.kserve.io", "LLMInferenceService"), ("serving.kserve.io", "InferenceService"),
+    ("serving.knative.dev", "Service"),
+}  # fmt: skip
+
+
+def known_kind(doc: Mapping[str, typing.Any]) -> bool:
+    api = str(doc.get("apiVersion", ""))
+    return (api.split("/")[0] if "/" in api else "", doc.get("kind")) in KNOWN
+
+
+# A template that parsed as YAML: a whole value that is an envsubst `${VAR}`, or a
+# Helm action anywhere in a value (`{{ .Values.x }}`, `{{- include ...`), or a key
+# that is no scalar (Helm's `{{ x }}` read as a flow mapping). A shell's `${VAR}`
+# inside a script, Kubernetes' own `$(VAR)` and a chat template's `{{ messages }}`
+# are none of these.
+_TEMPLATE = re.compile(
+    r"^\s*\$\{[^}]*\}\s*$|\{\{-?\s*(?:[.$]|(?:include|toYaml|template|tpl|if|"
+    r"range|with|end|default|quote|required|printf|lookup)\b)"
+)
+
+
+def templated(value: typing.Any, path: str = "") -> Iterator[str]:
+    """Where a parsed document holds template expressions (CONTRACT §4: it is
+    unrendered): `path: text` of each."""
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if not isinstance(key, (str, int, float, bool)) or (
+                isinstance(key, str) and _TEMPLATE.search(key)
+            ):
+                yield f"{path or '.'}: a key {_short(key)}"  # Helm's `{{ x }}` as a flow map
+                continue
+            yield from templated(inner, where)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from templated(inner, f"{path}[{i}]")
+    elif isinstance(value, str) and _TEMPLATE.search(value):
+        yield f"{path}: {_short(value)}"
+
+
+def _short(value: typing.Any) -> str:
+    text = " ".join(str(plain_data(value)).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def pod_specs(value: typing.Any, path: str = "") -> Iterator[str]:
+    """Where a document holds pod specs (a `containers` list of named mappings),
+    dotted: what a kind inject does not know may still carry an engine."""
+    if isinstance(value, Mapping):
+        containers = value.get("containers")
+        if isinstance(containers, list) and any(
+            isinstance(c, Mapping) and "name" in c for c in containers
+        ):
+            yield path or "."
+            return
+        for key, inner in value.items():
+            yield from pod_specs(inner, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from pod_specs(inner, f"{path}[{i}]")
+
+
+def _templates(pairs: Sequence[tuple[str, typing.Any]]) -> list[Site]:
+    out = []
+    for path, template in pairs:
+        if isinstance(template, CommentedMap) and isinstance(template.get("spec"), CommentedMap):
+            meta = template.get("metadata")
+            labels = meta.get("labels") if isinstance(meta, Mapping) else None
+            out.append(Site(f"{path}.spec", template["spec"], labels or {}))
+    return out
+
+
+def _llm_inference_service(spec: CommentedMap) -> list[Site]:
+    """KServe's LLMInferenceService (serving.kserve.io/v1alpha1): `template` and
+    `worker` are PodSpecs merged over the preset's, whose engine container is
+    `main`; `prefill` holds its own pair. Where the CR has no template, one holding
+    only `main` is written: the preset's image, command and args stay the preset's."""
+    out: list[Site] = []
+    prefill = spec.get("prefill")
+    pairs: list[tuple[str, CommentedMap, str]] = [("spec", spec, "decode" if prefill else "")]
+    if isinstance(prefill, CommentedMap):
+        pairs.append(("spec.prefill", prefill, "prefill"))
+    for path, part, role in pairs:
+        template = part.get("template")
+        if template is None:
+            template = part["template"] = mapping(("containers", sequence([])))
+        if not isinstance(template, CommentedMap):
+            continue
+        containers = template.setdefault("containers", sequence([]))
+        if isinstance(containers, list) and not any(
+            isinstance(c, Mapping) and c.get("name") == KSERVE_MAIN for c in containers
+        ):
+            containers.append(mapping(("name", KSERVE_MAIN)))
+        lead = Site(f"{path}.template", template, {}, role or None, None, KSERVE_PRESET_GRACE,
+                    KSERVE_MAIN)  # fmt: skip
+        out.append(lead)
+        worker = part.get("worker")
+        if isinstance(worker, CommentedMap):
+            out.append(Site(f"{path}.worker", worker, {}, role or None, lead, KSERVE_PRESET_GRACE,
+                            KSERVE_MAIN))  # fmt: skip
+    return out
+
+
+RAW_MODES = ("RawDeployment", "Standard")
+
+
+def _inference_service(doc: CommentedMap, spec: CommentedMap, options: Options) -> list[Site]:
+    """KServe's InferenceService: its predictor is a PodSpec. In raw deployment mode
+    KServe makes a Deployment of it; otherwise a Knative Service, which a hook
+    cannot run in."""
+    predictor = spec.get("predictor")
+    if not isinstance(predictor, CommentedMap):
+        return []
+    site = Site("spec.predictor", predictor, {})
+    if not engine_containers(site, options):
+        return []
+    meta = doc.get("metadata") or {}
+    annotations = meta.get("annotations") or {} if isinstance(meta, Mapping) else {}
+    mode = annotations.get("serving.kserve.io/deploymentMode", "Serverless")
+    if mode not in RAW_MODES:
+        raise Refused(
+            f"an InferenceService in {mode} mode runs as a Knative Service: {KNATIVE_WORDS}; "
+            "set the annotation serving.kserve.io/deploymentMode: RawDeployment"
+        )
+    return [site]
+
+
+def _words(container: Mapping[str, typing.Any]) -> list[str]:
+    """The container's command and args as words, a shell script's split as the
+    shell would (roughly: a script shlex cannot split is split on blanks)."""
+    words: list[str] = []
+    for part in ("command", "args"):
+        for w in container.get(part) or []:
+            text = str(w)
+            if any(ch.isspace() for ch in text):
+                try:
+                    words += shlex.split(text, comments=True)
+                except ValueError:
+                    words += text.split()
+            else:
+                words.append(text)
+    return words
+
+
+def _image_name(image: str) -> tuple[str, str]:
+    """The repository's last component and the tag of an image reference."""
+    ref = image.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    name, _, tag = last.partition(":")
+    return name.lower(), tag
+
+
+def recognise(container: Mapping[str, typing.Any]) -> str | None:
+    """vllm or sglang, from the container's command and args (`vllm serve`,
+    `python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`,
+    `sglang serve`), else from its image's name; None for anything else."""
+    words = _words(container)
+    for w, after in itertools.pairwise([*words, ""]):
+        base = w.rsplit("/", 1)[-1]
+        if base in ("vllm", "sglang") and after == "serve":
+            return base
+        if w == "-m" and after.startswith("vllm.entrypoints."):
+            return "vllm"
+        if w == "-m" and after.startswith("sglang.launch_server"):
+            return "sglang"
+    name, _ = _image_name(str(container.get("image", "")))
+    if any(x in name for x in NOT_AN_ENGINE):
+        return None
+    for engine in ("sglang", "vllm"):
+        if engine in name:
+            return engine
+    return None
+
+
+def version_in(text: str) -> tuple[int, int] | None:
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+.].*)?$", text.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def image_version(container: Mapping[str, typing.Any], engine: str) -> tuple[int, int] | None:
+    """The engine's version from an image named after the engine (vllm-openai:v0.18.0,
+    lmsysorg/sglang:v0.5.23); None when the image says nothing of it."""
+    name, tag = _image_name(str(container.get("image", "")))
+    if engine not in name:
+        return None  # another project's version (llm-d's images carry their own)
+    m = re.match(r"v?(\d+)\.(\d+)", tag)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def engine_containers(site: Site, options: Options) -> list[tuple[CommentedMap, str]]:
+    """The engine containers of a pod spec and the engine of each. Init containers
+    (native sidecars: routing proxies) are never one."""
+    found = []
+    for c in site.spec.get("containers") or []:
+        if not isinstance(c, CommentedMap):
+            continue
+        name = c.get("name")
+        if options.container is not None and name != options.container:
+            continue
+        engine = recognise(c) or ("vllm" if site.main is not None and name == site.main else None)
+        if options.engine != "auto" and (engine or options.container is not None):
+            engine = options.engine
+        if engine is None and options.container is not None:
+            raise Refused(
+                f"container {name}: neither vLLM nor SGLang by its command, args or image: "
+                "say which with --engine"
+            )
+        if engine is not None:
+            found.append((c, engine))
+    return found
