@@ -15,6 +15,7 @@ from drainhook import exits, failsafe
 from drainhook.cli import install
 from drainhook.cli import main as cli
 from drainhook.errors import DrainhookError, InstallError, Malformed, UsageError
+from drainhook.hook import probe
 from drainhook.hook import run as hook
 from drainhook.hook.probe import PROBE_EXIT
 from tests.support.process import base_env
@@ -46,7 +47,7 @@ def test_an_internal_error_exits_70_in_one_line(
     argv: list[str], where: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # 70, not probe's 1 (busy) nor wait's 3 (deadline): a crash reads as a crash.
-    monkeypatch.setattr(hook, where, crash)
+    monkeypatch.setattr(probe, where, crash)
     assert cli.run(argv) == 70
     out, err = capsys.readouterr()
     assert out == ""
@@ -98,7 +99,7 @@ def test_the_command_line_catches_the_base(
     def raising(*args: object, **kwargs: object) -> None:
         raise error
 
-    monkeypatch.setattr(hook, "hook_reader", raising)
+    monkeypatch.setattr(probe, "hook_reader", raising)
     assert cli.run(["probe"]) == code
     assert capsys.readouterr().err.splitlines() == [f"drainhook: {error}"]
 

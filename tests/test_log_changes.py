@@ -122,6 +122,11 @@ def test_the_hook_logs_changes_by_default(hook: Hook, flag: tuple[str, ...]) -> 
     reads = int(summary.split(" reads=")[1].split()[0])
     lines = [line for line in run.stderr.splitlines() if " read=" in line]
     assert reads >= 10
+    if not flag and "time ran out" in lines[-1]:
+        # A read started a moment before D has no time left (a loaded machine): its
+        # failure is a change, and is written; the unchanged reads before it are not.
+        lines = lines[:-1]
+        reads -= 1
     assert len(lines) == (reads if flag else 1), run.stderr
     assert Outcome.DEADLINE.value in summary
 
