@@ -1,17 +1,10 @@
-"""`wait` fails safe (CONTRACT §5): a hook that cannot do its job holds like the
-blind sleep it replaces, to D, and never releases the engine early.
-
-A bug anywhere in the run, an install that cannot import one of its own
-modules, or a wrong flag in the preStop (wrong on every Pod of the fleet)
-each end in `hold`: one line naming the failure, the wait until D, the
-termination message, then the failure's exit code (70, or 2 for a usage error).
-
-D comes from the config when it was built; before that (a broken install, a
-flag that does not parse) from `plain_deadline`, which reads `--grace`,
-`--exit-reserve`, `--max-wait` and their DRAINHOOK_* variables with nothing
-but the standard library, and falls back to the defaults for a value it
-cannot read. This module imports nothing of drainhook but `exits`: it must
-work when the rest of the install does not.
+"""`wait` fails safe (CONTRACT §5): a bug, a broken install or a wrong flag
+ends in `hold`: one line naming the failure, the wait until D like the blind
+sleep the hook replaces, the termination message, then the exit code (70, or
+2 for a usage error). D comes from the config when it was built, else from
+`plain_deadline`, which reads `--grace`, `--exit-reserve`, `--max-wait` and
+their variables with the standard library only (defaults where it cannot):
+this module imports nothing of drainhook but `exits`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from drainhook.cli.main import cli
+from drainhook.cli.main import all_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference.md"
@@ -44,7 +44,7 @@ def help_text(*command: str) -> str:
 def helps() -> list[tuple[str, str]]:
     """(command line, --help text) for the group, then each command in the order defined."""
     found = [("drainhook", help_text())]
-    for name, command in cli.commands.items():
+    for name, command in all_commands().items():
         if not command.hidden:
             found.append((f"drainhook {name}", help_text(name)))
     return found

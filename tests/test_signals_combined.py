@@ -191,15 +191,19 @@ def _loads(running: int) -> Reading:
 
 def test_the_servers_count_stands_beside_a_counted_v1_loads() -> None:
     metrics = Reading.from_scan(scan(sample("sglang-mp-dp2-server-only.txt")), 1.0, "metrics")
-    reader = EngineReader(_Fixed("m", metrics), sides={"/v1/loads": _Fixed("l", _loads(0))})
+    reader = EngineReader(_Fixed("m", metrics), sides={"/v1/loads": lambda: _Fixed("l", _loads(0))})
     got = reader.read(1.0)
     assert got.source == "loads"
     assert got.signals is not None and (got.signals.scheduler, got.signals.server) == (0.0, 1.0)
     assert (got.verdict, got.in_flight) == (BUSY, 1.0)
     idle = Reading.from_scan(scan(sample("sglang-mp-dp2-idle.txt")), 1.0, "metrics")
-    got = EngineReader(_Fixed("m", idle), sides={"/v1/loads": _Fixed("l", _loads(2))}).read(1.0)
+    got = EngineReader(_Fixed("m", idle), sides={"/v1/loads": lambda: _Fixed("l", _loads(2))}).read(
+        1.0
+    )
     assert (got.verdict, got.in_flight) == (BUSY, 2.0)
-    got = EngineReader(_Fixed("m", idle), sides={"/v1/loads": _Fixed("l", _loads(0))}).read(1.0)
+    got = EngineReader(_Fixed("m", idle), sides={"/v1/loads": lambda: _Fixed("l", _loads(0))}).read(
+        1.0
+    )
     assert (got.verdict, got.in_flight) == (IDLE, 0.0)
 
 

@@ -96,7 +96,7 @@ def auto(
 ) -> tuple[EngineReader, Scripted, Scripted]:
     clock = Clock()
     m, lo = Scripted(clock, metrics, takes), Scripted(clock, live_)
-    reader = EngineReader(m, sides={"/v1/loads": lo}, engine=engine, clock=clock)  # type: ignore[dict-item]
+    reader = EngineReader(m, sides={"/v1/loads": lambda: lo}, engine=engine, clock=clock)  # type: ignore[dict-item]
     return reader, m, lo
 
 

@@ -370,7 +370,7 @@ def test_a_read_counted_from_v1_loads_keeps_both_bodies_counters_and_its_externa
         Verdict.BUSY, "sglang", 3.0, (Series("num_running_reqs", (), 3.0),), None, 1.0,
         progress=Progress((Series("decode_moments.0", (), 7.0),), 1.0),
     )  # fmt: skip
-    sides = {"/v1/loads": Fixed(loads)}
+    sides = {"/v1/loads": lambda: Fixed(loads)}
     got = EngineReader(Fixed(metrics), sides=sides).read(1.0)  # type: ignore[arg-type]
     assert (got.source, got.in_flight) == ("loads", 3.0)
     assert got.progress is not None

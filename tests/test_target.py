@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from drainhook.errors import UsageError
+from drainhook.reading.annotations import read_annotations
 from drainhook.reading.config import ReadConfig
-from drainhook.reading.target import build_url, parse_url, read_annotations, ssl_context
+from drainhook.reading.target import build_url, parse_url, ssl_context
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,6 @@
-"""The flags of the commands: names, types, defaults, help, and the
-DRAINHOOK_<FLAG> variable each also reads (CONTRACT §4). Declarations only,
-in groups each command declares: `target_options` (where and how to read),
-`source_options` (what to count, discovery: wait and probe), `timeline_options`
-(wait and plan) and `log_options` (wait). drainhook.cli.settings turns what they
-parse into a config.
-
-The variables are read from the environment the parse was given
-(`environ_of`): os.environ when the hook runs, any mapping in a test.
+"""The flags of the commands, each also read from DRAINHOOK_<FLAG> (CONTRACT §4),
+in the groups each command declares: `target_options`, `source_options`,
+`timeline_options`, `log_options`. drainhook.cli.settings turns them into a config.
 """
 
 from __future__ import annotations
@@ -39,16 +33,18 @@ from drainhook.reading.config import (
     DEFAULT_SOURCE,
 )
 
-F = typing.TypeVar("F", bound=Callable[..., typing.Any])
+# A value click parsed, typed by its option's type (click's own signatures say Any).
+Parsed = typing.Any
+F = typing.TypeVar("F", bound=Callable[..., object])
 
 
-class DurationType(click.ParamType[float, typing.Any]):
+class DurationType(click.ParamType[float, object]):
     """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
 
     name = "seconds"
 
     def convert(
-        self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
         if isinstance(value, (int, float)):
             return float(value)
@@ -58,7 +54,7 @@ class DurationType(click.ParamType[float, typing.Any]):
         return seconds
 
 
-class ByteSize(click.ParamType[int, typing.Any]):
+class ByteSize(click.ParamType[int, object]):
     """Bytes: `16777216`, `16MiB`, `512KiB`, `1M`."""
 
     name = "bytes"
@@ -68,7 +64,7 @@ class ByteSize(click.ParamType[int, typing.Any]):
     }  # fmt: skip
 
     def convert(
-        self, value: typing.Any, param: click.Parameter | None, ctx: click.Context | None
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> int:
         if isinstance(value, int):
             return value
@@ -108,7 +104,7 @@ class EnvOption(click.Option):
         return environ_of(ctx).get(self.envvar) or None
 
 
-def option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
+def option(flag: str, *names: str, **kwargs: Parsed) -> Callable[[F], F]:
     """A click option that also reads DRAINHOOK_<FLAG>."""
     kwargs.setdefault("cls", EnvOption)
     return click.option(flag, *names, envvar=env_name(flag.lstrip("-")), show_envvar=True, **kwargs)

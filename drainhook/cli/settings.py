@@ -1,21 +1,16 @@
-"""Parsed flags in, the frozen configs out (CONTRACT §4): the edge where flags,
-the environment and the annotations file meet, in that order of precedence.
-
-Every flag also reads DRAINHOOK_<FLAG> (drainhook.cli.flags); explicit values
-(command line or environment; the command line wins over the environment)
-win over `--annotations`, which wins over the defaults. Only this module and
-drainhook.cli.flags read the environment, and only through the parse's context
-(`flags.environ_of`), so that a test hands one in.
+"""Parsed flags in, the frozen configs out (CONTRACT §4): command line over
+DRAINHOOK_<FLAG> over `--annotations` over the defaults. The environment is read
+only through the parse's context (`flags.environ_of`), so that a test hands one in.
 """
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Mapping
 
 import click
 from click.core import ParameterSource
 
+from drainhook.cli.flags import Parsed
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
 from drainhook.hook.config import WaitConfig
@@ -26,7 +21,7 @@ from drainhook.reading.config import (
     LOADS_PATH,
     ReadConfig,
 )
-from drainhook.reading.target import Target, build_url, parse_url, read_annotations
+from drainhook.reading.target import Target, build_url, parse_url
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:
@@ -34,9 +29,7 @@ def _explicit(ctx: click.Context, name: str) -> bool:
     return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
-def _targets(
-    ctx: click.Context, params: Mapping[str, typing.Any], source: str
-) -> tuple[Target, ...]:
+def _targets(ctx: click.Context, params: Mapping[str, Parsed], source: str) -> tuple[Target, ...]:
     """The targets from --url, or the parts, or the annotations file, or defaults."""
     parts = ("scheme", "host", "port", "path")
     if params["url"]:
@@ -50,6 +43,8 @@ def _targets(
             return tuple(parse_url(url) for url in params["url"])
     found: dict[str, str] = {}
     if params["annotations"] is not None:
+        from drainhook.reading.annotations import read_annotations  # this flag only
+
         found = read_annotations(params["annotations"])
     scheme = params["scheme"] if _explicit(ctx, "scheme") else found.get("scheme", DEFAULT_SCHEME)
     if _explicit(ctx, "path"):
@@ -77,7 +72,7 @@ def _targets(
     return tuple(parse_url(build_url(scheme.lower(), params["host"], port, path)) for port in ports)
 
 
-def discovery_on(ctx: click.Context, params: Mapping[str, typing.Any]) -> bool:
+def discovery_on(ctx: click.Context, params: Mapping[str, Parsed]) -> bool:
     """Listener discovery on or off (CONTRACT §2a): off unless asked for, inside a
     Pod too (the hook touches only what it is told to). --discover or --no-discover
     when given (on the command line and in the environment: the command line
@@ -96,7 +91,7 @@ def discovery_on(ctx: click.Context, params: Mapping[str, typing.Any]) -> bool:
 
 def reach_of(
     ctx: click.Context,
-    params: Mapping[str, typing.Any],
+    params: Mapping[str, Parsed],
     *,
     source: str | None = None,
     discover: bool | None = None,
@@ -133,7 +128,7 @@ def reach_of(
     return reach
 
 
-def wait_config_of(ctx: click.Context, params: Mapping[str, typing.Any]) -> WaitConfig:
+def wait_config_of(ctx: click.Context, params: Mapping[str, Parsed]) -> WaitConfig:
     """`wait`'s frozen config from its parsed flags, checked."""
     config = WaitConfig(
         reach=reach_of(ctx, params),

@@ -1,17 +1,11 @@
 """The line scanner: a /metrics body (bytes) to a verdict (CONTRACT §2-3).
 
-Only the lines of counted gauges are parsed; every other family is skipped
-without being read, so a malformed, exotic or huge family elsewhere cannot
-change the verdict, and a body costs about one pass of `re.search` over it.
-
-Both Prometheus text 0.0.4 and OpenMetrics 1.0 sample lines are accepted:
-`name{labels} value [timestamp]`, CRLF or LF, `# EOF`, names with `_` for `:`.
-
-A body comes from a process the hook does not control, so what one body can
-make the scanner hold or do is bounded: the bytes of counted lines it reads,
-the series and the labels it keeps (the limits below, each far above what
-vLLM or SGLang write), and, when the read's deadline is handed in, its time.
-Past any of them the verdict is unknown, like a body over --max-body.
+Only the lines of counted gauges are parsed (Prometheus text 0.0.4 and
+OpenMetrics 1.0 sample lines); every other family is skipped unread, so a
+malformed or huge family elsewhere cannot change the verdict. What one body
+can make the scanner hold or do is bounded (the bytes of counted lines, the
+series and labels kept, the read's deadline): past a bound the verdict is
+unknown, as for a body over --max-body.
 """
 
 from __future__ import annotations

@@ -191,13 +191,8 @@ ENGINES: tuple[Engine, ...] = (
         default_port=8000,
         required=("vllm:num_requests_running", "vllm:num_requests_waiting"),
         latency=_VLLM_LATENCY,
-        # vllm/v1/metrics/loggers.py (0.33): generation tokens on every decode
-        # step (summed across API servers), the iteration-tokens histogram's
-        # count on every step that emitted output, prompt tokens once per
-        # completed prefill, estimated FLOPs on every step, prefill chunks
-        # included (only with --enable-mfu-metrics). A long prefill with nothing
-        # else decoding moves none of the first three: see docs/design.md (§2b) on the choice
-        # of --stall-after.
+        # vllm/v1/metrics/loggers.py (0.33): each moves while the engine computes;
+        # a long lone prefill moves only the FLOPs one (docs/design.md, §2b).
         progress=(
             "vllm:generation_tokens_total",
             "vllm:iteration_tokens_total_count",
@@ -235,13 +230,8 @@ ENGINES: tuple[Engine, ...] = (
             "sglang:num_decode_prealloc_queue_reqs",
             "sglang:num_decode_transfer_queue_reqs",
         ),
-        # GET /v1/loads (SGLang PR #16976, January 2026; docs/engines.md), read live from
-        # the scheduler's queues, not from the stats /metrics republishes.
-        # num_waiting_reqs already holds the waiting queue plus the prefill
-        # bootstrap queue, or the decode prealloc, transfer and retracted
-        # queues: `disaggregation.*` copies of those are not counted again.
-        # `queues.waiting` is a subset, `queues.paused`/`retracted` are
-        # per-interval event counts, `num_total_reqs`/`aggregate` are sums.
+        # GET /v1/loads (docs/engines.md has its shape and what each field holds):
+        # num_waiting_reqs already holds the PD queues, which are not counted again.
         loads_fields=(
             LoadsField(("num_running_reqs",), "sglang:num_running_reqs", required=True),
             LoadsField(("num_waiting_reqs",), "sglang:num_queue_reqs", required=True),
@@ -251,10 +241,7 @@ ENGINES: tuple[Engine, ...] = (
                 "sglang:num_prefill_inflight_queue_reqs",
             ),
         ),
-        # sglang/srt/metrics/collector.py (0.5.23): realtime tokens on every
-        # prefill chunk and decode batch, CUDA-graph passes on every forward,
-        # inter-token latency on every streamed chunk (decode and unified
-        # servers). Labelled series appear at their first increment.
+        # sglang/srt/metrics/collector.py (0.5.23): each moves while the engine computes.
         progress=(
             "sglang:realtime_tokens_total",
             "sglang:cuda_graph_passes_total",
@@ -270,10 +257,8 @@ ENGINES: tuple[Engine, ...] = (
             ExternalWait("sglang:num_decode_prealloc_queue_reqs"),
             ExternalWait("sglang:num_decode_transfer_queue_reqs"),
         ),
-        # /v1/loads on main (LoadSnapshot): prefill tokens computed, and the
-        # decode moments (0: decode steps, 5: tokens generated). `timestamp` is
-        # a loop heartbeat and `gen_throughput` freezes non-zero on a hang:
-        # neither is progress.
+        # /v1/loads on main (LoadSnapshot): prefill tokens, decode moments 0 (steps)
+        # and 5 (tokens); `timestamp` and `gen_throughput` are no progress.
         loads_progress=(
             ("total_prefill_uncached_tokens",),
             ("decode_moments", 0),
@@ -293,10 +278,8 @@ ENGINES: tuple[Engine, ...] = (
             ExternalWait("disaggregation.decode_prealloc_queue_reqs", counted=False),
             ExternalWait("disaggregation.decode_transfer_queue_reqs", counted=False),
         ),
-        # sglang/srt/observability/http_request_metrics.py: up when a request
-        # reaches the HTTP middleware, down after its response's last byte (0.5.23's
-        # pure-ASGI middleware, utils/http_middleware_patch.py; before it, down at
-        # the response's start), in the same /metrics body (--enable-metrics).
+        # sglang/srt/observability/http_request_metrics.py: up when a request reaches
+        # the HTTP middleware, down after its response's last byte (0.5.23).
         server=ServerGauge("sglang:http_requests_active", "endpoint", SGLANG_NOT_WORK),
         side=LOADS,
     ),

@@ -1,19 +1,10 @@
 """SGLang's `GET /v1/loads` body (JSON) to a verdict, with the rules of CONTRACT §2.
 
-Why a second source: while idle, SGLang republishes its scheduler gauges only
-every 30 s, so /metrics can show a stale non-zero count until the deadline;
-/v1/loads counts the scheduler's queues when it is asked. The body, one entry
-per DP rank (docs/engines.md has the versions and the exact shape):
-
-    {"timestamp": "...", "version": "0.5.x", "loads": [
-        {"dp_rank": 0, "num_running_reqs": 5, "num_waiting_reqs": 2, ...,
-         "disaggregation": {"prefill_inflight_queue_reqs": 0, ...},
-         "queues": {"grammar": 0, ...}}, ...], ...}
-
-A bare list of rank entries is read the same way. Which numbers count is
-`Engine.loads_fields` in gauges.py; every rank's are summed. A body is from a
-process the hook does not control: at most MAX_RANKS entries are read, and
-nothing it holds (NaN, a string, a deep nest, a huge integer) raises here.
+One entry per DP rank (docs/engines.md has the versions and the shape), in
+`{"loads": [...]}` or a bare list; which numbers count is `Engine.loads_fields`
+(gauges.py), summed over ranks. The body is a process's the hook does not
+control: at most MAX_RANKS entries are read, and nothing it holds (NaN, a
+string, a deep nest, a huge integer) raises here.
 """
 
 from __future__ import annotations
@@ -24,7 +15,6 @@ import mmap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from drainhook.engines.gauges import BY_NAME, LoadsField, external_work
 from drainhook.engines.verdict import Progress, Scan, Series, Verdict, count, value_problem
@@ -48,9 +38,9 @@ DP_RANK_LABEL = "dp_rank"
 _MAX_LABEL = 64  # characters of a dp_rank value kept as a label
 
 
-def _field_value(entry: dict[str, Any], field: LoadsField) -> float | None:
+def _field_value(entry: dict[str, object], field: LoadsField) -> float | None:
     """The field's value in one rank entry: None when absent (and not required)."""
-    node: Any = entry
+    node: object = entry
     for i, key in enumerate(field.path):
         if not isinstance(node, dict):
             where = ".".join(field.path[:i]) or "rank entry"
@@ -72,7 +62,7 @@ def _field_value(entry: dict[str, Any], field: LoadsField) -> float | None:
     return value
 
 
-def _rank_label(entry: dict[str, Any], index: int) -> str:
+def _rank_label(entry: dict[str, object], index: int) -> str:
     """The entry's dp_rank as written, or its position when it has none usable.
 
     Integers were parsed as floats (see `_parse`): 3.0 is written back as 3.
@@ -85,7 +75,7 @@ def _rank_label(entry: dict[str, Any], index: int) -> str:
     return str(index)
 
 
-def _ranks(document: Any) -> list[Any]:
+def _ranks(document: object) -> list[object]:
     if isinstance(document, dict):
         loads = document.get("loads")
         if not isinstance(loads, list):
@@ -96,7 +86,7 @@ def _ranks(document: Any) -> list[Any]:
     raise Malformed(f"body is a JSON {type(document).__name__}, not an object or a list")
 
 
-def _parse(body: bytes | bytearray | memoryview | mmap.mmap) -> Any:
+def _parse(body: bytes | bytearray | memoryview | mmap.mmap) -> object:
     if len(body) > MAX_BYTES:
         # Parsed in one json.loads call, which no deadline can interrupt.
         raise Malformed(f"body over {MAX_BYTES // 1024 // 1024} MiB: not a load report")
@@ -160,7 +150,7 @@ def scan_loads(
 
 
 def _progress(
-    entry: dict[str, Any],
+    entry: dict[str, object],
     labels: tuple[tuple[str, str], ...],
     counters: list[Series],
     uncounted: dict[str, float],
@@ -184,10 +174,10 @@ def _progress(
     return counters
 
 
-def _at(entry: dict[str, Any], path: tuple[str | int, ...]) -> float | None:
+def _at(entry: dict[str, object], path: tuple[str | int, ...]) -> float | None:
     """The number at path in a rank entry (a str keys an object, an int indexes a
     list); None when absent; Malformed when it is not a finite count."""
-    node: Any = entry
+    node: object = entry
     for key in path:
         if isinstance(key, int):
             if not isinstance(node, list) or len(node) <= key:

@@ -1,17 +1,10 @@
 """The drain loop of CONTRACT §1: reads in, an outcome out.
 
-Pure: the clock, the sleep and the read are handed in, so the loop runs under
-a fake clock in tests. It checks first, then waits, and never waits past the
-deadline D: every sleep and every read timeout is clipped to the time left.
-
-The cadence (`Cadence`): a read every I, and every I/4 while the work drains
-(a busy read whose count fell, or is down to the last request), so that the
-first idle read comes within I/4 of the engine's last request ending. The
-confirming read comes I/4 after the first idle one when that zero was the
-server's own (its count, or the connection signal, answered it: CONTRACT §1,
-§2a), one whole I after it when only the scheduler's gauges answered. An
-engine whose draining the reads saw is then released within I/2 of going
-idle (within I + I/4 on the gauges alone), whatever the phase of the reads.
+Pure: the clock, the sleep and the read are handed in (tests run it under a
+fake clock). It checks first, then waits, and never waits past the deadline D:
+every sleep and read timeout is clipped to the time left. The cadence
+(`Cadence`) is §1's: I, I/4 while the work drains, and the confirming read
+I/4 after an idle read the server's own count answered (I on gauges alone).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""What the hook says: a read line when something changed, one summary line,
-warnings and the discovery line (CONTRACT §5).
-
-A read line is written when the verdict, the total, the signals that hold,
-the targets that answer or the reason differ from the last line written;
-while nothing changes, one line every HEARTBEAT seconds, whose `reads` field
-says how many reads it stands for. `--log-reads all` writes every read.
-
-Each line is one `Event`, built once as fields and rendered as text
-(`drainhook key=value ...`) or JSON (`{"event": ..., key: value}`): the two
-renderings carry the same fields. Lines go to stderr and, with `--log-file`,
-to that file too. Writing never blocks the hook and never fails it: a closed
-stderr, a full disk or a FIFO nobody reads only lose lines. Nothing secret is
-printed: targets are shown through `Target.display`, which has no userinfo.
+"""What the hook says (CONTRACT §5): a read line when something changed (or a
+heartbeat every HEARTBEAT seconds, its `reads` field the reads it stands for;
+every read with `--log-reads all`), warnings, the discovery line and one
+summary line. Each line is one `Event`, rendered as text or JSON with the same
+fields, to stderr and `--log-file`. Writing never blocks or fails the hook: a
+lost line is all a closed stderr, a full disk or an unread FIFO costs.
+Targets are shown through `Target.display`, which has no userinfo.
 """
 
 from __future__ import annotations

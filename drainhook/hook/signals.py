@@ -1,17 +1,11 @@
-"""SIGTERM/SIGINT end the hook, in two stages.
+"""SIGTERM/SIGINT end the hook (CONTRACT §5), in two stages.
 
-While the hook starts (`catch`, the first thing the entry point does, until
-`arm`), a signal ends the process at once with one line: nothing has been read
-and nothing needs saying. Raising there would be unsafe: an exception raised
-in the middle of an import can be swallowed by the import machinery's own
-callbacks (the hook would then run to its deadline) or turned into an
-ImportError by a C extension's initialisation.
-
-Once armed, the first signal raises `Interrupted`, which the drain loop turns
-into the INTERRUPTED outcome (exit 143 / 130); later ones are ignored while
-the hook writes its summary. An `Interrupted` swallowed by a finalizer or a
-weakref callback ("Exception ignored in ...") is not lost: the signal is sent
-again from outside that callback.
+While the hook starts (`catch` until `arm`), a signal ends the process at once
+with one line: an exception raised mid-import could be swallowed by the import
+machinery or a C extension, and the hook would run on to D. Once armed, the
+first signal raises `Interrupted` (exit 143 / 130), later ones are ignored; one
+swallowed by a finalizer ("Exception ignored in ...") is sent again from
+outside it, so that a signal is never lost (tests/test_signals.py).
 """
 
 from __future__ import annotations

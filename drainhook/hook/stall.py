@@ -2,29 +2,12 @@
 
 Pure: `StallWatch.observe(t, reading)` sees each read with its time (seconds
 from the hook's start, the read's start) and says whether the replica is
-stalled. Nothing here reads a clock.
-
-Per target (each part of a round, or the one target):
-
-- *work that can stall* is the scheduler's count (not the HTTP server's own
-  count, nor the connections': CONTRACT §2a) less the work the engine
-  reports as waiting on something outside itself (`Progress.external`, from
-  the engine table's `external` gauges: vLLM's deferred waiting and KV-fetch
-  stages, SGLang's grammar and disaggregation queues), never below 0;
-- the *window* opens at the first read that reports work that can stall, and
-  opens again at every read where a progress counter moved (a value went up,
-  or a series appeared) or was reset (a value went down, or a series went
-  away: the engine restarted; neither progress nor stall);
-- it closes (no window) at a read with no work that can stall: an idle
-  engine, or one whose every request waits outside it, is never stalling;
-- the target is stalled when its window has been open W seconds or more:
-  from the read that opened it to this one, no counter moved.
-
-The replica is stalled when at least one target is, and every target that
-reports work (any, external included) is: a target whose work waits outside
-the engine, or that exports no progress counter, or whose counters could not
-be read this time, keeps the replica from being called stalled. A read that
-gave no count (unknown, unreachable) changes nothing and decides nothing.
+stalled; nothing here reads a clock. Per target, the work that can stall is
+the scheduler's count less the work reported as waiting outside the engine
+(`Progress.external`, from the engine table); its window opens at the first
+such read and again at every counter move or reset, and closes with no such
+work. The replica is stalled when a target's window has been open W seconds
+and no target that reports work says otherwise (§2b has every case).
 """
 
 from __future__ import annotations

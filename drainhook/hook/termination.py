@@ -1,15 +1,8 @@
 """The drain's outcome in the Pod's status: one line in the termination message
-file (CONTRACT §5).
-
-The kubelet copies a container's termination message (`terminationMessagePath`,
-`/dev/termination-log` by default; it makes that file in every container) into
-the container's status when it ends: `state.terminated.message` while the Pod
-terminates, `lastState` after a liveness-probe restart, which runs the preStop
-hook too. It keeps at most 4096 bytes of it.
-
-Writing never blocks the hook's exit and never fails it: the file is opened
-with O_NONBLOCK (a FIFO nobody reads refuses at once), and a directory, a
-read-only or full filesystem only lose the line, said once on stderr.
+file (CONTRACT §5), which the kubelet copies into the container's status (at
+most 4096 bytes). Writing never blocks or fails the hook: O_NONBLOCK (a FIFO
+nobody reads refuses at once); a directory, a read-only or full filesystem
+only lose the line, said once on stderr.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ import click
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, FoldedScalarString
 
+from drainhook.planning.manifests import Node
 from drainhook.planning.pods import SHELLS, SLEEP, TIMELINE, Refused, Site, recognise
 
 
@@ -26,7 +26,7 @@ class Argv:
     container's args, or an exec-form command), or the last command of a shell
     script (`sh -c`), which must be the engine's own."""
 
-    def __init__(self, seq: list[typing.Any], index: int | None = None) -> None:
+    def __init__(self, seq: list[Node], index: int | None = None) -> None:
         self.seq = seq
         self.index = index  # the script's place in seq, for a shell script
 
@@ -96,13 +96,13 @@ class Argv:
     def _rewrite(self, text: str) -> None:
         assert self.index is not None
         old = self.seq[self.index]
-        new: typing.Any = type(old)(text) if type(old) is not str else text
+        new: Node = type(old)(text) if type(old) is not str else text
         if isinstance(old, FoldedScalarString):  # the folds stay where they were
             new.fold_pos = list(getattr(old, "fold_pos", []))
         self.seq[self.index] = new
 
 
-def script_option(seq: typing.Any) -> int | None:
+def script_option(seq: Node) -> int | None:
     """Where a shell's `-c` is in seq, alone or among other short options (`bash -lc`,
     `sh -ec`, `-exc`): the script is the next word."""
     if not isinstance(seq, list):
@@ -136,7 +136,7 @@ def argv_of(container: CommentedMap) -> Argv | None:
     return None
 
 
-def engine_port(argv: Argv | None, container: Mapping[str, typing.Any]) -> int | None:
+def engine_port(argv: Argv | None, container: Mapping[str, Node]) -> int | None:
     """The engine's --port; `$(NAME)` is Kubernetes' expansion of the container's
     own env, read where NAME has a literal value there."""
     value = argv.value("--port") if argv is not None else None
@@ -221,7 +221,7 @@ class Hook:
     """A drainhook `wait` preStop as given: the timeline's values, and every other
     flag in its order (kept as they are)."""
 
-    timeline: dict[str, typing.Any]
+    timeline: dict[str, Node]
     others: list[list[str]]  # each flag with its value, as written
 
 
@@ -229,7 +229,7 @@ def parse_hook(command: Sequence[str], where: str, params: Sequence[click.Parame
     """The flags of an existing `drainhook wait` command line, read by `wait`'s own
     options (`params`); one inject cannot read refuses the document."""
     options = _wait_options(params)
-    timeline: dict[str, typing.Any] = {}
+    timeline: dict[str, Node] = {}
     others: list[list[str]] = []
     words = [str(w) for w in command[2:]]
     i = 0
@@ -260,7 +260,7 @@ def parse_hook(command: Sequence[str], where: str, params: Sequence[click.Parame
     return Hook(timeline, others)
 
 
-def serves_tls(container: Mapping[str, typing.Any], argv: Argv | None) -> bool:
+def serves_tls(container: Mapping[str, Node], argv: Argv | None) -> bool:
     """Whether the engine serves https: its own flags (vLLM's and SGLang's
     --ssl-certfile) or a probe of the container that says HTTPS (KServe's)."""
     if argv is not None and argv.value("--ssl-certfile") not in (None, False):
@@ -273,7 +273,7 @@ def serves_tls(container: Mapping[str, typing.Any], argv: Argv | None) -> bool:
     return False
 
 
-def prestop_of(container: CommentedMap) -> tuple[str, typing.Any]:
+def prestop_of(container: CommentedMap) -> tuple[str, Node]:
     """What the container's preStop is: none, drainhook, sleep, or other; and its
     command (drainhook's), seconds (a sleep's) or a description (other's)."""
     lifecycle = container.get("lifecycle")

@@ -49,7 +49,14 @@ from drainhook.planning.argv import (
     role_of,
     serves_tls,
 )
-from drainhook.planning.manifests import Document, insert_before, mapping, plain_data, sequence
+from drainhook.planning.manifests import (
+    Document,
+    Node,
+    insert_before,
+    mapping,
+    plain_data,
+    sequence,
+)
 from drainhook.planning.plan import (
     Applied,
     EngineFlag,
@@ -78,6 +85,7 @@ from drainhook.planning.pods import (
     Options,
     Refused,
     Site,
+    Wired,
     engine_containers,
     image_version,
     known_kind,
@@ -99,7 +107,7 @@ class Wiring:
     role: str
     port: int | None  # the engine's --port, when it is not the engine's default
     prestop: str  # what was there: none, drainhook, sleep
-    slept: typing.Any = None
+    slept: Node = None
     worker: bool = False  # a LeaderWorkerSet worker's: it waits on its leader
     api_servers: int | None = None  # vLLM's API-server processes, from its flags
     https: bool = False  # the engine serves TLS: the hook reads it as its clients do
@@ -190,7 +198,7 @@ def _set_prestop(container: CommentedMap, command: Sequence[str]) -> None:
         lifecycle["preStop"] = mapping(("exec", mapping(("command", seq))))
 
 
-def _comment_lines(old: typing.Any) -> list[tuple[int, str]]:
+def _comment_lines(old: Node) -> list[tuple[int, str]]:
     """The comment lines among an old command's words (before its first, after each),
     in order, with the column each stood at."""
     if not isinstance(old, CommentedSeq):
@@ -278,7 +286,7 @@ def _restricted() -> CommentedMap:
 
 
 def _drop(
-    m: CommentedMap, key: str, name: str, ours: typing.Callable[[Mapping[str, typing.Any]], bool]
+    m: CommentedMap, key: str, name: str, ours: typing.Callable[[Mapping[str, Node]], bool]
 ) -> bool:
     """Take the entry `name` out of m[key] when it is ours (a user's entry of that
     name stays); the list goes when it is left empty. Whether one was taken."""
@@ -453,11 +461,12 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
             "would read another Pod's engine"
         )
     wirings = [_decide(site, c, engine, options.wait_params) for c, engine in chosen]
-    worker = site.leader is not None and bool(site.leader.wired)
+    worker = site.leader is not None and site.leader.wired is not None
     given = _grace(site.spec, site.default_grace)
     grace, why = _after_kept_sleep(wirings, given)
     if worker:
         assert site.leader is not None
+        assert site.leader.wired is not None
         grace, why = _worker_grace(site.leader.wired, wirings, grace, why)
     # One grace for the Pod, the largest any engine's advice asks for; each hook is
     # then planned again with it and the values its advice gave (which only rise).
@@ -497,18 +506,18 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
         _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
         _bring_binary(site.spec, w.container, options)
         names.append(str(name))
-    site.wired = {"grace": grace, "engine": wirings[0].engine, "port": wirings[0].port}
+    site.wired = Wired(grace, wirings[0].engine, wirings[0].port)
     return names
 
 
 def _worker_grace(
-    lead: dict[str, typing.Any], wirings: Sequence[Wiring], grace: float, why: str
+    lead: Wired, wirings: Sequence[Wiring], grace: float, why: str
 ) -> tuple[float, str]:
     """A LeaderWorkerSet worker's grace: its deadline after its leader's kill."""
     for w in wirings:
-        w.engine, w.port, w.worker = lead["engine"], lead["port"], True
+        w.engine, w.port, w.worker = lead.engine, lead.port, True
         reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
-        floor = lead["grace"] + WORKER_MARGIN + reserve
+        floor = lead.grace + WORKER_MARGIN + reserve
         if grace < floor:
             grace = floor
             why = (

@@ -33,6 +33,10 @@ SUFFIXES = (".yaml", ".yml")
 # top-level key, whose lines are indented.
 _MARKER = re.compile(r"^(---|\.\.\.)(?:[ \t].*)?$")
 
+# A parsed YAML value: ruamel's round-trip maps, sequences and scalars carry no
+# element types, so a manifest's values are this until checked (isinstance).
+Node = typing.Any
+
 
 @dataclass(frozen=True)
 class Indent:
@@ -52,7 +56,7 @@ class Document:
     index: int  # its place in the source, from 0
     text: str  # exactly as read: the `---` line that opens it, when there is one
     marker: str  # that line ('' for a first document without one)
-    data: typing.Any
+    data: Node
     indent: Indent
 
     @property
@@ -175,7 +179,7 @@ def join(texts: Sequence[str]) -> str:
     return "".join(out)
 
 
-def load_string(text: str) -> list[typing.Any]:
+def load_string(text: str) -> list[Node]:
     """Every document of a YAML stream, parsed (for tests and comparisons)."""
     return [d for d in YAML(typ="rt").load_all(text)]
 
@@ -183,20 +187,20 @@ def load_string(text: str) -> list[typing.Any]:
 # -- building values that serialise as the rest of a manifest ----------------------
 
 
-def mapping(*pairs: tuple[str, typing.Any]) -> CommentedMap:
+def mapping(*pairs: tuple[str, Node]) -> CommentedMap:
     m = CommentedMap()
     for k, v in pairs:
         m[k] = v
     return m
 
 
-def sequence(items: Sequence[typing.Any]) -> CommentedSeq:
+def sequence(items: Sequence[Node]) -> CommentedSeq:
     s = CommentedSeq()
     s.extend(items)
     return s
 
 
-def insert_before(m: CommentedMap, key: str, value: typing.Any, before: Sequence[str]) -> None:
+def insert_before(m: CommentedMap, key: str, value: Node, before: Sequence[str]) -> None:
     """Set m[key]: in place when it is there, else before the first of `before`
     that m holds, else at the end."""
     if key in m:
@@ -210,7 +214,7 @@ def insert_before(m: CommentedMap, key: str, value: typing.Any, before: Sequence
     m[key] = value
 
 
-def plain_data(value: typing.Any) -> typing.Any:
+def plain_data(value: Node) -> Node:
     """A parsed value as plain dicts, lists and scalars (order-blind mappings)."""
     if isinstance(value, Mapping):
         return {str(k): plain_data(v) for k, v in value.items()}

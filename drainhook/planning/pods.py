@@ -10,9 +10,8 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
-import typing
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import click
 from ruamel.yaml.comments import CommentedMap
@@ -20,7 +19,7 @@ from ruamel.yaml.comments import CommentedMap
 from drainhook import exits
 from drainhook.errors import DrainhookError, UsageError
 from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
-from drainhook.planning.manifests import mapping, plain_data, sequence
+from drainhook.planning.manifests import Node, mapping, plain_data, sequence
 from drainhook.planning.plan import (
     DEFAULT_BINARY,
     wait_config,
@@ -170,19 +169,28 @@ class Refused(DrainhookError):
     exit_code = exits.INJECT_REFUSED
 
 
+@dataclass(frozen=True)
+class Wired:
+    """A leader's wiring, which its workers' hooks follow."""
+
+    grace: float
+    engine: str
+    port: int | None
+
+
 @dataclass
 class Site:
     """One pod spec of a workload, and what the platform says of it."""
 
     path: str  # where it sits in the document, dotted
     spec: CommentedMap
-    labels: Mapping[str, typing.Any]
+    labels: Mapping[str, Node]
     role: str | None = None  # the platform's word (KServe's prefill template)
     leader: Site | None = None  # a worker's: it waits on this leader's engine
     default_grace: float = DEFAULT_GRACE  # when terminationGracePeriodSeconds is unset
     main: str | None = None  # the engine container's name by the platform's convention
     # What wiring its engine left (for a worker of it): grace, port, engine.
-    wired: dict[str, typing.Any] = field(default_factory=dict)
+    wired: Wired | None = None  # once its hook is wired: what a worker waits on
 
 
 APPS = ("Deployment", "StatefulSet", "DaemonSet")
@@ -191,7 +199,7 @@ APPS = ("Deployment", "StatefulSet", "DaemonSet")
 KNATIVE_WORDS = "Knative rejects `lifecycle` on its containers (no preStop hook can run)"
 
 
-def sites(doc: typing.Any, options: Options) -> list[Site]:
+def sites(doc: Node, options: Options) -> list[Site]:
     """The pod specs of a workload inject knows, leaders before their workers; none
     for anything else. Raises Refused for a kind it knows and must not touch. A
     `List` (what `kubectl get -o yaml` prints) is each of its items."""
@@ -246,7 +254,7 @@ KNOWN = {("apps", k) for k in APPS} | {
 }  # fmt: skip
 
 
-def known_kind(doc: Mapping[str, typing.Any]) -> bool:
+def known_kind(doc: Mapping[str, Node]) -> bool:
     api = str(doc.get("apiVersion", ""))
     return (api.split("/")[0] if "/" in api else "", doc.get("kind")) in KNOWN
 
@@ -262,7 +270,7 @@ _TEMPLATE = re.compile(
 )
 
 
-def templated(value: typing.Any, path: str = "") -> Iterator[str]:
+def templated(value: Node, path: str = "") -> Iterator[str]:
     """Where a parsed document holds template expressions (CONTRACT §4: it is
     unrendered): `path: text` of each."""
     if isinstance(value, Mapping):
@@ -281,12 +289,12 @@ def templated(value: typing.Any, path: str = "") -> Iterator[str]:
         yield f"{path}: {_short(value)}"
 
 
-def _short(value: typing.Any) -> str:
+def _short(value: Node) -> str:
     text = " ".join(str(plain_data(value)).split())
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def pod_specs(value: typing.Any, path: str = "") -> Iterator[str]:
+def pod_specs(value: Node, path: str = "") -> Iterator[str]:
     """Where a document holds pod specs (a `containers` list of named mappings),
     dotted: what a kind inject does not know may still carry an engine."""
     if isinstance(value, Mapping):
@@ -303,7 +311,7 @@ def pod_specs(value: typing.Any, path: str = "") -> Iterator[str]:
             yield from pod_specs(inner, f"{path}[{i}]")
 
 
-def _templates(pairs: Sequence[tuple[str, typing.Any]]) -> list[Site]:
+def _templates(pairs: Sequence[tuple[str, Node]]) -> list[Site]:
     out = []
     for path, template in pairs:
         if isinstance(template, CommentedMap) and isinstance(template.get("spec"), CommentedMap):
@@ -368,7 +376,7 @@ def _inference_service(doc: CommentedMap, spec: CommentedMap, options: Options) 
     return [site]
 
 
-def _words(container: Mapping[str, typing.Any]) -> list[str]:
+def _words(container: Mapping[str, Node]) -> list[str]:
     """The container's command and args as words, a shell script's split as the
     shell would (roughly: a script shlex cannot split is split on blanks)."""
     words: list[str] = []
@@ -393,7 +401,7 @@ def _image_name(image: str) -> tuple[str, str]:
     return name.lower(), tag
 
 
-def recognise(container: Mapping[str, typing.Any]) -> str | None:
+def recognise(container: Mapping[str, Node]) -> str | None:
     """vllm or sglang, from the container's command and args (`vllm serve`,
     `python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`,
     `sglang serve`), else from its image's name; None for anything else."""
@@ -420,7 +428,7 @@ def version_in(text: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def image_version(container: Mapping[str, typing.Any], engine: str) -> tuple[int, int] | None:
+def image_version(container: Mapping[str, Node], engine: str) -> tuple[int, int] | None:
     """The engine's version from an image named after the engine (vllm-openai:v0.18.0,
     lmsysorg/sglang:v0.5.23); None when the image says nothing of it."""
     name, tag = _image_name(str(container.get("image", "")))

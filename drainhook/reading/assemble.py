@@ -8,13 +8,12 @@ several, and with listener discovery only when it is on.
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Callable
 
 from drainhook.engines.exposition import MetricsScanner
-from drainhook.engines.gauges import LOADS, SERVER_LOAD
-from drainhook.engines.loads import LoadsScanner
-from drainhook.engines.server_load import ServerLoadScanner
+from drainhook.engines.gauges import LOADS, SERVER_LOAD, SideSource
 from drainhook.engines.verdict import Scanner
 from drainhook.reading import TargetReader
 from drainhook.reading.config import ReadConfig
@@ -29,8 +28,20 @@ if typing.TYPE_CHECKING:  # discovery is loaded only when it runs
 def scanner_for(reach: ReadConfig) -> Scanner:
     """The scanner of reach's source: /v1/loads JSON, or /metrics for its engine."""
     if reach.source == "loads":
-        return LoadsScanner()
+        return side_scanner(LOADS)
     return MetricsScanner(reach.engine, progress=reach.progress)
+
+
+def side_scanner(side: SideSource) -> Scanner:
+    """A side source's scanner, imported when first needed: a vLLM's hook never
+    loads SGLang's /v1/loads scanner, nor an SGLang's vLLM's /load."""
+    if side is LOADS:
+        from drainhook.engines.loads import LoadsScanner
+
+        return LoadsScanner()
+    from drainhook.engines.server_load import ServerLoadScanner
+
+    return ServerLoadScanner()
 
 
 def plain_reader(
@@ -59,13 +70,13 @@ def target_reader(reach: ReadConfig, target: Target, *, in_pod: bool = False) ->
     that may be vLLM's) beside it; and, for a target in the Pod (loopback, or
     found by discovery), the connection signal on its port (CONTRACT §2a)."""
     metrics = plain_reader(reach, target, in_pod=in_pod)
-    sides: dict[str, Reader] = {}
+    sides: dict[str, Callable[[], Reader]] = {}
     if reach.source == "auto":
         engines = {"auto": (LOADS, SERVER_LOAD), "sglang": (LOADS,), "vllm": (SERVER_LOAD,)}
         for side in engines.get(reach.engine, ()):
-            scanner = LoadsScanner() if side is LOADS else ServerLoadScanner()
-            sides[side.path] = plain_reader(
-                reach, target.with_path(side.path), scanner, in_pod=in_pod
+            where = target.with_path(side.path)
+            sides[side.path] = functools.partial(
+                lambda s, w: plain_reader(reach, w, side_scanner(s), in_pod=in_pod), side, where
             )
     port = target.port if reach.connections and (in_pod or target.is_loopback) else None
     if not sides and port is None:

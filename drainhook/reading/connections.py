@@ -1,32 +1,15 @@
 """The connection signal (CONTRACT §2a): requests in flight on the TCP connections
 to the serving port, as the Pod's network namespace shows them.
 
-An HTTP/1.1 connection that has received a request no response byte has
-answered yet holds a request the engine's gauges may not show: its body still
-uploading, its template rendering, its media being fetched. The kernel knows,
-per socket, how many bytes it has received and sent and how long ago it last
-did each (`struct tcp_info`); the hook asks it for every established TCP
-socket of its namespace over NETLINK_SOCK_DIAG (inet_diag with INET_DIAG_INFO,
-what `ss -ti` reads), and counts, among the sockets on the serving port (local
-port = the target's), those that
-
-- have received bytes and sent none (a first request, uploading or waiting), or
-- have received data more recently than they last sent any (the next request
-  on a keep-alive connection).
-
-An idle keep-alive connection (a router's pool: its last request answered) is
-not one, nor a connection that has sent nothing, nor a stream being written
-(it is sending). A connection its client has closed (CLOSE_WAIT) is not
-established: no one will read its response. The hook's own connections never
-count: the dump is made after the target's read has ended (no read of the
-hook is in flight on that port), and a socket whose peer is one of the hook's
-own sockets (by its inode in /proc/self/fd) is left out as well.
-
-Pure parsing (`request`, `parse`, `tcp_info`, `in_flight`) is apart from the
-socket I/O (`dump`, `own_inodes`), so that the first is tested on packed bytes.
-Where sock_diag is unavailable (a sandboxed runtime: EPERM, EPROTONOSUPPORT, a
-seccomp filter; no /proc), the signal is missing: said once, and the other
-signals decide (drainhook.reading.sources).
+The kernel knows, per socket, how many bytes it has received and sent and how
+long ago it last did each (`struct tcp_info`); the hook dumps every established
+TCP socket of its namespace over NETLINK_SOCK_DIAG (what `ss -ti` reads) and
+counts, on the serving port, those that have received bytes and sent none, or
+received data more recently than they last sent any (`carries_request`). The
+hook's own sockets never count (the dump follows its read; its own inodes are
+left out). Pure parsing (`request`, `parse`, `tcp_info`, `in_flight`) is apart
+from the socket I/O (`dump`, `own_inodes`). Where sock_diag is unavailable
+(EPERM, a seccomp filter, no /proc) the signal is missing, said once.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ import socket
 import ssl
 import threading
 import time
-import typing
 from collections.abc import Callable, Iterable
 
 import httpcore
@@ -73,7 +72,7 @@ class ClippedStream(httpcore.NetworkStream):
             self._inner.start_tls(ssl_context, server_hostname, clipped), self._deadline
         )
 
-    def get_extra_info(self, info: str) -> typing.Any:
+    def get_extra_info(self, info: str) -> object:
         return self._inner.get_extra_info(info)
 
 
@@ -90,7 +89,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
         port: int,
         timeout: float | None = None,
         local_address: str | None = None,
-        socket_options: Iterable[typing.Any] | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
         address = _resolve(host, port, self._deadline.clip(timeout, httpcore.ConnectTimeout))
         clipped = self._deadline.clip(timeout, httpcore.ConnectTimeout)
@@ -101,7 +100,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
         self,
         path: str,
         timeout: float | None = None,
-        socket_options: Iterable[typing.Any] | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:  # pragma: no cover - never configured
         raise httpcore.ConnectError("unix sockets are not supported")
 
@@ -122,12 +121,12 @@ def _resolve(host: str, port: int, timeout: float) -> str:
         return host
     except ValueError:
         pass
-    found: list[typing.Any] = []
+    found: list[str | Exception] = []
     done = threading.Event()
 
     def lookup() -> None:
         try:
-            found.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+            found.append(str(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0][4][0]))
         except Exception as exc:  # gaierror, or UnicodeError for a malformed name
             found.append(exc)
         finally:
@@ -143,4 +142,4 @@ def _resolve(host: str, port: int, timeout: float) -> str:
         # (name resolution failed) is found through __context__.
         error.__context__ = result
         raise error from result
-    return str(result[0][4][0])
+    return result

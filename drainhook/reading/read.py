@@ -1,14 +1,9 @@
 """One read: a GET of the metrics URL, turned into exactly one verdict (CONTRACT §2).
 
-The read's parts, each in its own module: how a failure becomes its verdict
-(drainhook.reading.failures), the deadline that bounds the whole read, not
-each socket call (drainhook.reading.deadline), and the body gathered under the
-cap (drainhook.reading.body). A URL whose host has no ASCII form is refused
-before any read (drainhook.reading.target).
-
-Built on httpcore's public extension points only: an `httpcore.ConnectionPool`
-whose `httpcore.NetworkBackend` does the clipping; no redirect is followed,
-no proxy or .netrc is consulted, and the body is read raw (and inflated here).
+Its parts: a failure's verdict (drainhook.reading.failures), the deadline of the
+whole read (drainhook.reading.deadline), the body under the cap
+(drainhook.reading.body). Built on httpcore's public extension points: no
+redirect is followed, no proxy or .netrc consulted, the body read raw.
 """
 
 from __future__ import annotations
@@ -80,7 +75,7 @@ class Reader:
         )
         # No timeout is handed to httpcore: the backend clips every call to the
         # read's own deadline, which no per-call timeout could come before.
-        self._extensions: dict[str, typing.Any] = {}
+        self._extensions: dict[str, object] = {}
         if target.scheme == "https":
             # The name sent as SNI and verified: `localhost` stays `localhost`
             # although 127.0.0.1 is what is connected to.

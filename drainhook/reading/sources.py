@@ -1,33 +1,17 @@
 """One target's read (CONTRACT §2a): its /metrics, then the side source its
 engine declares in the engine table (drainhook.engines.gauges.SideSource), then
-the connection signal on its port: one time budget, one `Signals` build.
+the connection signal on its port, under one time budget.
 
-**SGLang's /v1/loads** (`--source auto`). While idle, SGLang republishes its
-scheduler gauges only every 30 s, so its /metrics can show requests that ended
-long ago; /v1/loads counts the scheduler's queues when asked
-(drainhook.engines.loads), and a valid body is counted instead of the
-scheduler's gauges (the server's own count, read in the /metrics body, still
-counts). A 401, 403 or 404: /metrics for the rest of the hook, with a warning
-the log shows once. Anything else that is no count (a timeout, a 5xx, a reset,
-a malformed body, no time left): /metrics' verdict for that read, and
-/v1/loads asked again on the next. Never `unreachable` or `unknown` because
-of it: the hook would otherwise end, or hold, on a side source while
-/metrics answers.
+- SGLang's /v1/loads counts the scheduler's queues live (its /metrics lags up
+  to 30 s while idle) and is counted instead of the scheduler's gauges;
+- vLLM's /load is the server's own count (drainhook.engines.server_load);
+- the connections (drainhook.reading.connections) are dumped after the HTTP
+  reads, so that none of the hook's own is in flight on the port.
 
-**vLLM's /load**: its `server_load` is the `server` signal. A 401, 403, 404 or
-a body that is no /load answer: the signal is missing for the rest of the hook
-(`Signals.missing`); any other failure: missing for that read; a count that is
-negative or not a number: doubt, the read is `unknown`. With
-`--api-server-count > 1` one GET reaches one API server's count
-(drainhook.engines.server_load); the connection signal sees them all.
-
-**The connections** (drainhook.reading.connections): after the HTTP reads (so
-that none of the hook's is in flight on the port), one dump; where it cannot
-be made, the signal is missing for the rest of the hook, said once.
-
-The side source and the dump follow only a read the others call idle (the
-only reads they can change), unless `every` (probe): the count is the largest
-signal. A body that names no engine is never followed by a side read.
+A side source that fails is never a reason for `unreachable` or `unknown`: the
+read keeps /metrics' count, with a warning or the signal missing; a 401, 403 or
+404 switches it off for good. The side read and the dump follow only a read the
+others call idle (the only reads they can change), unless `every` (probe).
 """
 
 from __future__ import annotations
@@ -37,7 +21,6 @@ import time
 from collections.abc import Callable
 
 from drainhook.engines.gauges import BY_NAME, SideSource
-from drainhook.engines.server_load import parse_server_load
 from drainhook.engines.verdict import (
     CONNECTIONS,
     SERVER,
@@ -72,7 +55,7 @@ class EngineReader:
         self,
         metrics: TargetReader,
         *,
-        sides: dict[str, Reader] | None = None,
+        sides: dict[str, Callable[[], Reader]] | None = None,
         port: int | None = None,
         engine: str = "auto",
         every: bool = False,
@@ -81,7 +64,8 @@ class EngineReader:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._metrics = metrics
-        self._sides = sides or {}
+        self._sides = sides or {}  # made on first use (side_scanner imports lazily)
+        self._made: dict[str, Reader] = {}
         self._port = port
         self._engine = engine
         self._every = every
@@ -96,7 +80,7 @@ class EngineReader:
 
     def close(self) -> None:
         self._metrics.close()
-        for reader in self._sides.values():
+        for reader in self._made.values():
             reader.close()
 
     def read(self, timeout: float) -> Reading:
@@ -116,6 +100,11 @@ class EngineReader:
             return got  # busy already: the count is the largest signal
         return self._connections(got, until)
 
+    def _side(self, path: str) -> Reader:
+        if path not in self._made:
+            self._made[path] = self._sides[path]()
+        return self._made[path]
+
     def _scheduler_from(
         self, side: SideSource, first: Reading, start: float, until: float
     ) -> Reading:
@@ -126,7 +115,7 @@ class EngineReader:
         if left <= 0:
             why = f"{_NO_TIME} for {side.path}: that read counts {_STALE_METRICS}"
             return _with_warning(first, why, first.read_ms)
-        live = self._sides[side.path].read(left)
+        live = self._side(side.path).read(left)
         took = (self._clock() - start) * 1000.0
         if live.counted:
             warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
@@ -157,7 +146,10 @@ class EngineReader:
         left = until - self._clock()
         if left <= 0:
             return with_signals(first, signals.without(SERVER, f"{_NO_TIME} for {side.path}"))
-        got = self._sides[side.path].read_with(left, parse_server_load)
+
+        from drainhook.engines.server_load import parse_server_load  # vLLM's only
+
+        got = self._side(side.path).read_with(left, parse_server_load)
         first = dataclasses.replace(first, read_ms=(self._clock() - start) * 1000.0)
         if isinstance(got, Reading):  # no 2xx body
             if got.status in side.off_for_good:

@@ -18,12 +18,8 @@ from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
 from drainhook.errors import UsageError
 
-# The downward API writes one `key="value"` line per annotation; a Pod's
-# annotations are capped at 256 KiB by the API server, so more is not a Pod's.
-ANNOTATIONS_MAX_BYTES = 256 * 1024
 # A CA bundle: a distribution's whole store is under 1 MiB.
 CACERT_MAX_BYTES = 4 * 1024 * 1024
-ANNOTATION_PREFIX = "prometheus.io/"
 
 
 @dataclass(frozen=True)
@@ -183,22 +179,6 @@ def _why(exc: ValueError) -> str:
     return "malformed"
 
 
-def read_annotations(path: Path) -> dict[str, str]:
-    """The `prometheus.io/*` annotations of a downward-API file, without the prefix.
-
-    The file holds `key="value"` lines with Go-quoted values; other keys are ignored.
-    """
-    data = read_small_file(path, ANNOTATIONS_MAX_BYTES, "annotations file")
-    found: dict[str, str] = {}
-    for line in data.decode("utf-8", "replace").splitlines():
-        key, eq, value = line.partition("=")
-        key = key.strip()
-        if not eq or not key.startswith(ANNOTATION_PREFIX):
-            continue
-        found[key[len(ANNOTATION_PREFIX) :]] = _unquote_go(value.strip())
-    return found
-
-
 def read_small_file(path: Path, cap: int, what: str) -> bytes:
     """A regular file's contents, at most cap bytes, opened without blocking: a
     FIFO or a device named by mistake is refused at once, not waited on (a
@@ -224,25 +204,6 @@ def read_small_file(path: Path, cap: int, what: str) -> bytes:
     if len(data) > cap:
         raise UsageError(f"{what} {path} is over {cap} bytes")
     return data
-
-
-def _unquote_go(value: str) -> str:
-    """Undo Go's strconv.Quote for the simple values annotations hold."""
-    if len(value) >= 2 and value[0] == value[-1] == '"':
-        inner = value[1:-1]
-        out: list[str] = []
-        i = 0
-        while i < len(inner):
-            c = inner[i]
-            if c == "\\" and i + 1 < len(inner):
-                nxt = inner[i + 1]
-                out.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, nxt))
-                i += 2
-            else:
-                out.append(c)
-                i += 1
-        return "".join(out)
-    return value
 
 
 def ssl_context(target: Target, cacert: Path | None, insecure: bool) -> ssl.SSLContext | None:

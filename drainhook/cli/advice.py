@@ -1,0 +1,218 @@
+"""The advisory commands (CONTRACT §4): `plan`, `install`, `inject` and `demo`.
+drainhook.cli.main loads this module only when one of them is named (or the
+commands are listed), so that `wait`'s start never does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from drainhook.cli.flags import DURATION, Parsed, option, target_options, timeline_options
+from drainhook.cli.main import wait
+from drainhook.cli.settings import reach_of
+from drainhook.errors import UsageError
+
+
+class _PlanCommand(click.Command):
+    """plan: its help lists its warnings from plan.RULES, imported only when the
+    help is shown (the hook's own start never loads the planning tools)."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from drainhook.planning.plan import help_text
+
+        self.help = help_text()
+        super().format_help_text(ctx, formatter)
+
+
+@click.command(
+    cls=_PlanCommand,
+    short_help="The timeline of `wait` for these values, with warnings; or its Pod-spec fragment.",
+)
+@timeline_options
+@option(
+    "--role",
+    type=click.Choice(["unified", "prefill", "decode"]),
+    default="unified",
+    show_default=True,
+    help="The engine's role: a disaggregated prefill or decode server.",
+)
+@click.option(
+    "--output",
+    type=click.Choice(["text", "json", "yaml"]),
+    default="text",
+    show_default=True,
+    help="json: every instant; yaml: the Pod-spec fragment.",
+)
+@click.option(
+    "--binary",
+    metavar="PATH",
+    default="/usr/local/bin/drainhook",
+    show_default=True,
+    help="Where the hook lives in the container (for the preStop command).",
+)
+@click.option(
+    "--api-servers",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="vLLM's API-server processes (its --api-server-count, which defaults to its "
+    "--data-parallel-size): /load reaches one of them per read.",
+)
+@click.option(
+    "--observe",
+    is_flag=True,
+    help="Recommend G from the engine's end-to-end latency histogram, read from the "
+    "target (the reach flags below) or --from-file.",
+)
+@click.option(
+    "--quantile",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.999,
+    show_default=True,
+    help="With --observe: G covers the upper bound of the bucket holding this quantile.",
+)
+@click.option(
+    "--window",
+    type=DURATION,
+    help="With --observe: read twice, this far apart, and use the difference.",
+)
+@click.option(
+    "--from-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    multiple=True,
+    help="With --observe: a saved scrape instead of a read (repeat it to sum several).",
+)
+@target_options
+@click.pass_context
+def plan(
+    ctx: click.Context,
+    /,
+    role: str,
+    output: str,
+    binary: str,
+    api_servers: int | None,
+    observe: bool,
+    quantile: float,
+    window: float | None,
+    from_file: tuple[Path, ...],
+    **params: Parsed,
+) -> int:
+    from drainhook.planning import plan as planning
+
+    config = planning.wait_config(**{name: params[name] for name in _PLAN_TIMELINE})
+    if observe or from_file:
+        from drainhook.planning.observe import ObserveRequest, run_observe
+
+        reach = None if from_file else reach_of(ctx, params, source="metrics", discover=False)
+        request = ObserveRequest(
+            config, role, binary, output, reach, from_file, quantile, window, params["max_body"]
+        )
+        click.echo(run_observe(request), nl=False)
+        return 0
+    observe_only = [p.name for p in ctx.command.params if p.name in params]
+    observe_only = [n for n in observe_only if n not in _PLAN_TIMELINE] + ["quantile", "window"]
+    given = [n for n in observe_only if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
+    if given:
+        raise UsageError(f"{', '.join('--' + n.replace('_', '-') for n in given)} need --observe")
+    made = planning.make_plan(config, role, binary, api_servers=api_servers)
+    click.echo(planning.render(made, output), nl=False)
+    return 0
+
+
+# The values of plan's own timeline (the rest of target_options is --observe's).
+_PLAN_TIMELINE = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
+                  "linger", "max_wait", "stall_after", "engine")  # fmt: skip
+
+
+@click.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def install(directory: Path) -> int:
+    """Copy this packaged build into DIRECTORY (an initContainer's emptyDir).
+
+    Prints the path to put in preStop. Exit: 0, 1 copy failed, 2 not a packaged
+    build or DIRECTORY unusable.
+    """
+    from drainhook.cli.install import run_install
+
+    return run_install(directory)
+
+
+@click.command(short_help="Wire the hook into manifests: YAML in, YAML with the hook out.")
+@click.argument("paths", nargs=-1, metavar="[PATH ...]")
+@click.option(
+    "--via",
+    type=click.Choice(["image", "image-volume", "init"]),
+    help="How the binary reaches the engine (required: upstream engine images hold "
+    "none): in its image, at --binary; an image volume of drainhook's image "
+    "(Kubernetes >= 1.35); an initContainer that installs it.",
+)
+@click.option("--image", metavar="REF", help="drainhook's image, for image-volume and init.")
+@click.option(
+    "--binary",
+    metavar="PATH",
+    default="/usr/local/bin/drainhook",
+    show_default=True,
+    help="With --via image: where the engine's image holds the hook.",
+)
+@click.option("--container", metavar="NAME", help="The engine container (default: recognised).")
+@click.option(
+    "--engine-version",
+    metavar="X.Y",
+    help="The engine's version, where its image tag names none (:latest, a date): the "
+    "engine flags are written only where the version is known to take them.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "vllm", "sglang"]),
+    default="auto",
+    show_default=True,
+    help="The engine, where its command, args and image do not show it.",
+)
+def inject(
+    paths: tuple[str, ...], via: str | None, image: str | None, binary: str,
+    container: str | None, engine_version: str | None, engine: str,
+) -> int:  # fmt: skip
+    """Wire the hook into manifests: files, directories, `-` or nothing for stdin.
+
+    Writes every document to stdout, in order: each Deployment, StatefulSet,
+    DaemonSet, LeaderWorkerSet, KServe LLMInferenceService and raw-mode
+    InferenceService gets, in its engine containers, the preStop `wait` that
+    `plan` advises (--grace equal to terminationGracePeriodSeconds, written where
+    it was left to the default), --log-file /proc/1/fd/1, and the engine flags
+    the advice names. A preStop sleep is replaced; a hook already there is
+    updated. A document it must refuse (Knative, hostNetwork, another preStop,
+    a flag it cannot write) is written unchanged, with one line on stderr.
+
+    Exit: 0, 1 a document refused, 2 usage or unreadable input.
+    """
+    from drainhook.planning.inject import run_inject
+    from drainhook.planning.pods import Options
+
+    if via is None:
+        # A preStop that runs a binary the image does not hold fails, and the kubelet
+        # then sends SIGTERM at once: worse than the sleep it replaced (CONTRACT §4).
+        raise UsageError(
+            "inject needs --via: image (your engine image holds drainhook at --binary), "
+            "image-volume --image REF (Kubernetes >= 1.35) or init --image REF (any "
+            "cluster); upstream engine images hold no drainhook"
+        )
+    params = tuple(wait.params)
+    return run_inject(paths, Options(via, image, binary, container, engine, engine_version, params))
+
+
+@click.command()
+def demo() -> int:
+    """Drain a simulated vLLM engine with live requests, on a short timeline."""
+    try:  # the simulated engine lives beside the package, never in the binary
+        from sim import run_demo  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        click.echo(
+            "drainhook: demo runs the simulated engine, which ships beside the package, "
+            "not in it: run scripts/demo in a checkout",
+            err=True,
+        )
+        return 2
+    code: int = run_demo()
+    return code
