@@ -26,6 +26,7 @@ from drainhook.cli.main import all_commands
 from drainhook.hook.config import DEFAULT_GRACE
 from drainhook.hook.timeline import TIMELINE_RULES
 from drainhook.planning import plan as planning
+from drainhook.planning.render import render as render_plan
 from tests.support.docparts import names, part
 from tests.support.manifests import load_model, load_objects, parse_hook
 from tests.support.process import ROOT, Hook
@@ -86,7 +87,7 @@ def test_timeline_svg_draws_other_plans() -> None:
         {"grace": 45.0, "max_wait": 30.0, "linger": 3.0},
     ):
         plan = planning.make_plan(planning.wait_config(**flags))
-        svg = render(json.loads(planning.render(plan, "json")))
+        svg = render(json.loads(render_plan(plan, "json")))
         root = ET.fromstring(svg)
         assert root.get("height") and float(root.get("height", "0")) > 0
         assert f"{plan.kill:g} s" in svg

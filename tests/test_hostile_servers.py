@@ -2,7 +2,7 @@
 without bound, or crash it (CONTRACT §1, §2, §6).
 
 Each case is a real loopback server and a real `drainhook wait` on a shrunk
-timeline (S = 0, I = 0.15 s, read timeout 0.4 s, D = 0.8 s). Each asserts the
+timeline (S = 0, I = 0.15 s, read timeout 0.4 s, D = 2 s). Each asserts the
 exit code, the outcome, the verdict and reason of every read, that the server
 accepted one connection per read (none left behind, none followed), that the
 hook ended by D, and that its peak RSS stayed under 60 MB.

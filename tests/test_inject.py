@@ -25,7 +25,7 @@ import yaml
 from drainhook.cli.main import wait
 from drainhook.errors import UsageError
 from drainhook.planning import inject as injecting
-from drainhook.planning import manifests
+from drainhook.planning import manifests, render
 from drainhook.planning import plan as planning
 from drainhook.planning.inject import inject_texts
 from drainhook.planning.pods import Options
@@ -209,7 +209,7 @@ def test_sglang_prefill_grace_rises_as_plan_says() -> None:
     spec = doc["spec"]["template"]["spec"]
     assert spec["terminationGracePeriodSeconds"] == 45
     fragment = yaml.safe_load(
-        planning.to_yaml(planning.make_plan(planning.wait_config(engine="sglang"), "prefill"))
+        render.to_yaml(planning.make_plan(planning.wait_config(engine="sglang"), "prefill"))
     )
     assert fragment["terminationGracePeriodSeconds"] == 45
     want = fragment["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]

@@ -1,4 +1,4 @@
-"""Series of several listeners as one set (drainhook.reading.merge): a series seen on two
+"""Series of several listeners as one set (rounds.merge_series): a series seen on two
 listeners (a proxy re-exporting the engine's metrics) counts once, at its max;
 different series add up (vLLM's multi-port data parallel)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from drainhook.engines.verdict import Series
-from drainhook.reading.merge import merge_series
+from drainhook.reading.rounds import merge_series
 
 RUN, WAIT = "vllm:num_requests_running", "vllm:num_requests_waiting"
 

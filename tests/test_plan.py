@@ -21,6 +21,7 @@ from drainhook.hook import timeline
 from drainhook.hook.config import EXIT_ALLOWANCE, WaitConfig
 from drainhook.hook.drain import Outcome, drain
 from drainhook.planning import plan as planning
+from drainhook.planning import render
 from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import parse_url
 from tests.support.manifests import load_model, parse_hook
@@ -236,7 +237,7 @@ def test_vllm_shutdown_timeout_only_where_a_request_can_slip_in_after_the_releas
     codes = {w.code for w in p.warnings}
     assert ("vllm-shutdown-timeout" in codes) is advised
     assert planning.shutdown_timeout(p) == (4 if advised else None)
-    applied = typing.cast(dict[str, typing.Any], planning.applied_json(planning.Applied(p, ())))
+    applied = typing.cast(dict[str, typing.Any], render.applied_json(planning.Applied(p, ())))
     timeout = ["--shutdown-timeout", "4"] if advised else []
     assert applied["engine_args"] == [*timeout, "--enable-server-load-tracking"]
 
@@ -262,7 +263,7 @@ def test_json_names_the_engine_args_its_advice_gives(
     --shutdown-timeout there, inject writes them all): R - 1 whenever the advice can
     give one, what the hook's reads need (SGLang's /metrics, vLLM's /load)."""
     p = make(**flags)
-    applied = typing.cast(dict[str, typing.Any], planning.to_json(p)["applied"])
+    applied = typing.cast(dict[str, typing.Any], render.to_json(p)["applied"])
     assert applied["engine_args"] == engine_args
     assert engine_args == [a for f in planning.engine_flags(p) if f.add for a in f.args]
     n = planning.shutdown_timeout(p)

@@ -194,7 +194,7 @@ def test_the_read_lines_and_the_summary_say_which_signal_held(hook: Hook) -> Non
     with Loopback(by_path(replies, seen), own_load=False) as srv:
         run = hook(
             "wait", "--url", srv.url, "--settle", "0.1", "--interval", "0.1",
-            "--grace", "1.5", "--exit-reserve", "0.5", "--no-discover", timeout=15,
+            "--grace", "2.5", "--exit-reserve", "0.5", "--no-discover", timeout=15,
         )  # fmt: skip
     assert run.code == 3, run.stderr
     # A read cut short by D on a loaded machine is unknown, and held by no signal; so

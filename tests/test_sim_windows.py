@@ -171,7 +171,8 @@ def test_vllm_step_gauges_show_a_request_only_after_a_step() -> None:
     is never shown (live counts would show it)."""
     with engine(token_seconds=0.3, step_gauges=True) as server:
         e = server.engine
-        time.sleep(0.35)  # a step has run: the snapshot is idle
+        published = e._published
+        until(lambda: e._published is not published, 1.0)  # a step just ran: 0.3 s to the next
         shown: list[int] = []
         with e._cond:  # a request in and out between two steps
             e._ranks[0].running += 1

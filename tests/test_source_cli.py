@@ -10,7 +10,7 @@ from tests.support.logs import events
 from tests.support.loopback import Loopback, route, sample, sequence, serve
 from tests.support.process import NO_HOLD, Hook
 
-TIMELINE = ("--settle", "0.2", "--interval", "0.1", "--grace", "2", "--exit-reserve", "0.5")
+TIMELINE = ("--settle", "0.2", "--interval", "0.1", "--grace", "2.5", "--exit-reserve", "0.5")
 KEY = "sk-drain-Zq81"
 
 

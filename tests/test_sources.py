@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.engines.verdict import Reading, Series, Verdict
-from drainhook.reading.sources import EngineReader, is_sglang
+from drainhook.engines.verdict import Reading, Series, Verdict, engine_shown
+from drainhook.reading.sources import EngineReader
 from tests.conftest import HOOK_LATE, SPAWN_LATE, late
 from tests.support.logs import fields, hook_lines
 from tests.support.loopback import Behaviour, Loopback, read_request, response_bytes
@@ -126,7 +126,7 @@ def test_a_body_that_names_no_engine_is_not_followed_either() -> None:
 def test_a_pinned_engine_follows_only_a_body_with_its_series() -> None:
     # --engine sglang names any 2xx body SGLang's: a sidecar's gets no /v1/loads read.
     sidecar = Reading(Verdict.UNKNOWN, "sglang", None, (), "required gauge missing", 1.0)
-    assert not is_sglang(sidecar, "sglang") and is_sglang(sidecar, "auto")
+    assert engine_shown(sidecar, "sglang") is None and engine_shown(sidecar, "auto") == "sglang"
     reader, _, live_reader = auto([sidecar], [live(0)], engine="sglang")
     assert reader.read(1.0) is sidecar and live_reader.timeouts == []
 

@@ -35,7 +35,7 @@ from tests.support.process import Hook, Run, base_env
 IDLE = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
 BUSY = b'vllm:num_requests_running{engine="0"} 2\nvllm:num_requests_waiting{engine="0"} 1\n'
 FAST = ("--settle", "0.1", "--interval", "0.1", "--read-timeout", "0.3")
-SHORT = ("--grace", "1.5", "--exit-reserve", "0.5")  # D = 1.0
+SHORT = ("--grace", "2.5", "--exit-reserve", "0.5")  # D = 2.0
 
 # -- the line ------------------------------------------------------------------------
 
@@ -182,7 +182,7 @@ def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
     assert outcome == "deadline"
     assert n == len(lines) >= 5
     assert connections_fit(reads, lines), run.stderr
-    assert 1.0 <= elapsed <= late(1.0, HOOK_LATE, run.starved)  # D
+    assert 2.0 <= elapsed <= late(2.0, HOOK_LATE, run.starved)  # D
 
 
 @pytest.mark.parametrize(("body", "after"), [(BUSY, "hang-until-kill"), (IDLE, None)])
@@ -192,7 +192,7 @@ def test_the_json_summary_says_what_becomes_of_vllm_work_left_at_the_deadline(
     """A stable field, not prose: `after_sigterm` is `hang-until-kill` when the deadline
     came with vLLM requests in flight, null when it came with none (an idle engine whose
     second idle read never fit: --settle past D)."""
-    extra = ("--settle", "1.2") if body == IDLE else ()
+    extra = ("--settle", "2.2") if body == IDLE else ()
     with Loopback(serve(body)) as srv:
         run = wait(hook, srv.url, *SHORT, *extra, "--log-format", "json")
     assert run.code == 3, run.stderr

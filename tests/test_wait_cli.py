@@ -1,6 +1,6 @@
 """`drainhook wait` end to end: the real CLI as a subprocess against real loopback servers.
 
-Every case runs on a shrunk timeline (S = 0.2 s, I = 0.1 s, D = 1.5 s or less) and
+Every case runs on a shrunk timeline (S = 0.2 s, I = 0.1 s, D = 2 s or less) and
 asserts the exit code, the summary line, what each read concluded and how many
 connections the server accepted, so that a hook that skipped reads, followed a
 redirect or waited out a hung listener past D would fail it.
@@ -43,10 +43,10 @@ SETTLE, INTERVAL, READ_TIMEOUT = 0.2, 0.1, 0.3  # S, I and the read timeout
 TICK = 0.011  # one kernel clock tick (USER_HZ 100), the resolution of the process start
 TIMELINE = ("--settle", str(SETTLE), "--interval", str(INTERVAL),
             "--read-timeout", str(READ_TIMEOUT))  # fmt: skip
-D = 1.5
-DEADLINE = ("--grace", "2", "--exit-reserve", "0.5")  # D = 1.5
-D_SHORT = 1.0
-DEADLINE_SHORT = ("--grace", "1.5", "--exit-reserve", "0.5")  # D = 1.0, for "unknown until D"
+D = 2.0  # real processes run to D >= 2 s: a sub-second D is at a loaded machine's mercy
+DEADLINE = ("--grace", "2.5", "--exit-reserve", "0.5")
+D_SHORT = D  # "unknown until D"
+DEADLINE_SHORT = DEADLINE
 
 IDLE = sample("vllm-single-dp2-idle.txt")
 BUSY = sample("vllm-single-dp2.txt")  # in_flight 6
@@ -188,8 +188,8 @@ def test_always_busy_holds_until_the_deadline(hook: Hook) -> None:
         run = wait(hook, srv.url)
     summary = assert_deadline(run, D)
     reads = read_lines(run)
-    # (D - S) / I = 13 reads on the grid; a loaded machine may lose a few.
-    assert fewest_reads(run, 7) <= len(reads) <= 14, run.stderr
+    # (D - S) / I = 18 reads on the grid; a loaded machine may lose a few.
+    assert fewest_reads(run, 10) <= len(reads) <= 19, run.stderr
     assert len(reads) == int(summary["reads"])
     assert connections_fit(srv.connections, reads), run.stderr
     # Each read saw the 6 requests, or (a loaded machine, or the last read cut
@@ -377,8 +377,8 @@ def test_connection_refused_is_unreachable_at_once(hook: Hook) -> None:
 
 def test_max_wait_caps_the_deadline(hook: Hook) -> None:
     with Loopback(serve(BUSY)) as srv:
-        run = hook("wait", "--url", srv.url, *TIMELINE, "--grace", "30", "--max-wait", "1")
-    summary = assert_deadline(run, 1.0)
+        run = hook("wait", "--url", srv.url, *TIMELINE, "--grace", "30", "--max-wait", "2")
+    summary = assert_deadline(run, 2.0)
     assert int(summary["reads"]) == len(read_lines(run)) >= fewest_reads(run, 3)
     assert connections_fit(srv.connections, read_lines(run)), run.stderr
 

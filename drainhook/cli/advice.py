@@ -100,6 +100,7 @@ def plan(
     **params: Parsed,
 ) -> int:
     from drainhook.planning import plan as planning
+    from drainhook.planning.render import render
 
     config = planning.wait_config(**{name: params[name] for name in _PLAN_TIMELINE})
     if observe or from_file:
@@ -117,7 +118,7 @@ def plan(
     if given:
         raise UsageError(f"{', '.join('--' + n.replace('_', '-') for n in given)} need --observe")
     made = planning.make_plan(config, role, binary, api_servers=api_servers)
-    click.echo(planning.render(made, output), nl=False)
+    click.echo(render(made, output), nl=False)
     return 0
 
 

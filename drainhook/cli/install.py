@@ -1,17 +1,8 @@
-"""`drainhook install DIR`: copy the running packaged build into DIR.
-
-For an engine image with no shell: an initContainer that has drainhook (the
-`FROM scratch` image of the Dockerfile, or any image with the build in it)
-runs `drainhook install /hook` into an emptyDir that the engine container
-mounts too, and the engine's preStop runs the printed path,
-DIR/drainhook/drainhook (the whole directory build, its launcher 0755).
-
-Nothing half-written is ever at the printed path: the copy is written under a
-hidden temporary name in DIR, flushed to disk, then renamed into place (a
-rename within one folder is atomic). A rename cannot put a folder in the
-place of a non-empty folder (or of a file: an older release's single file),
-so an earlier install is first renamed aside, then removed: an initContainer
-runs before the engine starts, so no preStop can run between the two renames.
+"""`drainhook install DIR`: copy the running packaged build into DIR, for an
+initContainer filling an emptyDir the engine mounts (its preStop runs
+DIR/drainhook/drainhook). Nothing half-written is ever there: the copy is made
+under a hidden name, flushed, then renamed into place; an earlier install is
+renamed aside first (a rename cannot replace a non-empty folder), then removed.
 """
 
 from __future__ import annotations

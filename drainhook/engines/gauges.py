@@ -285,7 +285,6 @@ ENGINES: tuple[Engine, ...] = (
     ),
 )
 
-SERVER_LOAD_PATH = SERVER_LOAD.path
 
 ENGINE_NAMES: tuple[str, ...] = tuple(e.name for e in ENGINES)
 

@@ -1,18 +1,10 @@
 """vLLM's `GET /load` body (CONTRACT §2a, the server's own count): `{"server_load": N}`.
 
-vLLM counts, with `--enable-server-load-tracking`, every inference request its
-API server holds (`load_aware_call`: +1 when the handler starts, after the body
-is parsed; -1 after the response's last byte, streams included, or on an error
-or a disconnect) and serves the count on `/load`. Without the flag vLLM 0.32
-still answers, with 0; a vLLM before the route answers 404. The count is per
-API-server process: with `--api-server-count > 1` one GET reaches one of them
-(the kernel picks one per connection on their shared port).
-
-What a body says, here: a count (a JSON number, finite, >= 0); doubt (the body
-is a /load answer, but its `server_load` is negative, as vLLM #49526 saw, or
-not a finite number: the read is `unknown`); or no /load at all (not a JSON
-object with `server_load`: a server that answers every path alike, or another
-engine's), which the reader then asks no more.
+With `--enable-server-load-tracking` vLLM counts every inference request its API
+server holds, from the parsed body to the response's last byte (without it 0.32
+answers 0; before the route, 404); one count per API-server process. A body is a
+count (finite, >= 0); doubt (a negative or non-finite `server_load`, as vLLM
+#49526 saw: `unknown`); or no /load at all (asked no more).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""t0: when the hook process started, on the monotonic clock (CONTRACT §1).
-
-The kubelet's grace countdown starts before it execs the hook, so the hook's
-time is counted from the process's start as the kernel records it
-(/proc/PID/stat, field 22), not from when Python reaches main: interpreter
-start-up and imports are then absorbed by the settle instead of pushing the
-deadline out. The directory build's launcher execs the bundled loader and
-PyInstaller's bootloader in its own process (same PID, same start), so t0 is
-the launcher's start: the loader and the bootloader count against the settle.
+"""t0: when the hook process started, on the monotonic clock (CONTRACT §1): the
+kernel's start time of the process (/proc/PID/stat, field 22), since the kubelet's
+countdown starts before the exec. Start-up and imports then count against the
+settle; the directory build's launcher execs in its own process, so t0 is its start.
 """
 
 from __future__ import annotations

@@ -48,17 +48,10 @@ DRAIN_READS_PER_INTERVAL = 4
 
 @dataclass
 class Cadence:
-    """When the next read is due after each read (CONTRACT §1).
-
-    Slow (every I) at first, while the count holds or rises, and after a read
-    that gave no count; fast (every I/4) from a busy read whose count is below
-    the previous read's (a request ended; past the settle the router sends no
-    more, so the end may come at any read) or is at most 1 (the last request:
-    its end is the idle moment), until a busy read whose count rose (work still
-    arrives) or the first idle read. After an idle read the next one, the
-    confirming read, is due I/4 after it when the server's own signals answered
-    that zero (`servers_idle`), else one whole I after it: a scheduler's gauges
-    are a snapshot that may lag, the server's count and the connections are not."""
+    """When the next read is due after each read (CONTRACT §1): every I at first and
+    after a read with no count; every I/4 from a busy read whose count fell or is
+    at most 1, until a count rises or a read is idle; the confirming read I/4 after
+    an idle read the server's own signals answered (`servers_idle`), else I."""
 
     interval: float
     fast: bool = False

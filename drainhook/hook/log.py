@@ -88,7 +88,6 @@ def signal_fields(reading: Reading | None) -> tuple[tuple[str, Value], ...]:
 
 # While nothing changes, a read line this often (seconds), standing for the reads since.
 HEARTBEAT = 10.0
-LOG_READS = ("changes", "all")
 
 
 def read_event(t: float, n: int, reading: Reading, stands_for: int | None = None) -> Event:

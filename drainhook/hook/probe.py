@@ -68,15 +68,9 @@ def held_by(reading: Reading) -> list[str]:
 
 
 def probe_json(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
-    """The stable `probe --json` object (schema 1). Beyond the contract's fields:
-    `source` (what was counted: metrics, loads, mixed; null when nothing was),
-    `warnings`, `progress` (each progress counter's name and value, summed over
-    its series and targets: CONTRACT §2b), `waiting_outside` (the work the
-    engine reports as waiting outside itself), `signals` (each signal's own
-    count, CONTRACT §2a: `scheduler`, `server`, `connections`, null where the
-    target does not answer it, and `missing`: why), `held_by` (the signals that
-    read work), `targets` (each target's own read, with several) and
-    `discovered` (the engine listeners a search found, when one ran)."""
+    """The stable `probe --json` object (schema 1): the contract's fields, and `source`,
+    `warnings`, `progress`, `waiting_outside`, `signals`, `held_by`, `targets` (with
+    several) and `discovered` (when a search ran): CONTRACT §4 lists each."""
     counted = reading.counted
     discovered = {}
     if search is not None:

@@ -1,27 +1,13 @@
 """The latency histograms of `plan --observe`: a /metrics body (bytes) to the
 series of a few histogram families, and those series to one summed histogram.
 
-The same discipline as the gauge scanner (drainhook.engines.exposition), whose line
-grammar it shares: only the lines of the wanted families are parsed, found
-with `bytes.find`; every other line is skipped unread. What one body can make
-it hold is bounded (bytes of family lines, bucket samples kept), and so is
-its time when the read's deadline is handed in (past it, `ScanLimit`). A
-family over its bounds, a line of it that does not parse, a NaN or negative
-count, a bucket twice, a cumulative count that goes down or a `_count` that
-disagrees with the `+Inf` bucket make that family's `problem`: a clear reason,
-never a traceback and never a wrong count.
-
-Histogram lines, text 0.0.4 or OpenMetrics 1.0:
-
-    vllm:e2e_request_latency_seconds_bucket{engine="0",le="0.3",model_name="m"} 4.0
-    vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="m"} 9.0
-    vllm:e2e_request_latency_seconds_count{engine="0",model_name="m"} 9.0
-    vllm:e2e_request_latency_seconds_sum{engine="0",model_name="m"} 31.5
-
-`_sum` lines are not read (nothing here needs them); `_created` (OpenMetrics,
-and prometheus_client's separate `*_created` gauge) is another family; a
-name written with `_` for `:` (OpenMetrics escaping) is the same family; an
-OpenMetrics exemplar after the value is dropped.
+The gauge scanner's discipline and line grammar (drainhook.engines.exposition):
+only the wanted families' lines are parsed (`bytes.find`), what one body can make
+it hold and its time are bounded (`ScanLimit`), and a family that breaks a bound
+or a rule (a bad line, a NaN or negative count, a bucket twice, a cumulative
+count that goes down, a `_count` apart from `+Inf`) gets a `problem`: a reason,
+never a traceback or a wrong count. `_sum` lines are not read; `_created` is
+another family; `_` for `:` is the same one; an OpenMetrics exemplar is dropped.
 """
 
 from __future__ import annotations

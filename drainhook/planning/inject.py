@@ -1,20 +1,11 @@
 """`drainhook inject`: the hook wired into a user's own manifests (CONTRACT §4).
 
-A text transform, as `linkerd inject` is: YAML documents in (files, directories,
-stdin), every document out, in order. Each workload it recognises gets, in each
-engine container, the preStop `wait` that `plan` would write for it, from the
-same rules (drainhook.planning.plan: `make_plan`, `apply_advice`, `prestop_command`,
-`engine_flags`), and the engine's own flags that advice names. What it cannot do
-it refuses: the document is written unchanged and one line on stderr says why.
-
-Layout: the options (`Options`) and the messages (`Message`); where the pod
-specs of each kind sit (`sites`); which container is the engine (`recognise`);
-where its flags can be written (`argv_of`: a list, or the tail of a shell
-script); the hook of one container (`_wire`); one document (`inject_document`);
-the command (`run_inject`).
-
-Imported only by the `inject` command, lazily: the hook's path never loads it
-nor the YAML library (tests/test_import_closure.py).
+A text transform, as `linkerd inject` is: YAML documents in, every document out,
+in order. Each engine container of a workload it recognises gets the preStop
+`wait` that `plan` would write for it (drainhook.planning.plan's rules) and the
+engine's own flags that advice names; what it cannot do it refuses, writing the
+document unchanged with one line on stderr. Where it wires: drainhook.planning.pods;
+the engine's command line: drainhook.planning.argv. Loaded only by `inject`.
 """
 
 from __future__ import annotations
@@ -468,20 +459,17 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
         assert site.leader is not None
         assert site.leader.wired is not None
         grace, why = _worker_grace(site.leader.wired, wirings, grace, why)
-    # One grace for the Pod, the largest any engine's advice asks for; each hook is
-    # then planned again with it and the values its advice gave (which only rise).
+    # One grace for the Pod, the largest any advice asks for; a hook that asked for
+    # less is planned again with it and its advised R (its floors are then met).
     first = [_config_for(w, grace, options.hook_binary) for w in wirings]
     grace = max([grace, *(a.plan.config.grace for a in first)])
     if any(a.plan.config.grace == grace != given for a in first) and not why:
         why = "; ".join(ch.because[-1] for a in first for ch in a.changes if ch.field == "grace")
     final = []
     for w, a in zip(wirings, first, strict=True):
-        for _ in range(3):
-            if a.plan.config.grace == grace:
-                break
+        if a.plan.config.grace != grace:
             w.hook.timeline["exit_reserve"] = a.plan.config.exit_reserve
             a = _config_for(w, grace, options.hook_binary)
-            grace = max(grace, a.plan.config.grace)
         final.append(a)
     if "terminationGracePeriodSeconds" not in site.spec:
         left = "KServe's preset" if site.main == KSERVE_MAIN else "Kubernetes' default"

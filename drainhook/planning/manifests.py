@@ -1,13 +1,6 @@
-"""YAML manifests for `drainhook inject`: read as text, split into documents,
-parsed and written back with ruamel.yaml's round trip, which keeps comments,
-key order, quoting and block-scalar styles.
-
-Each document is parsed alone, from its own text, so a document `inject` leaves
-as it is (no workload, no engine, refused) is written back byte for byte, and
-only a changed one is re-serialised, with the indentation its file uses.
-
-Imported only by `inject` (drainhook.cli.main imports it lazily): the hook's path
-never loads a YAML library.
+"""YAML manifests for `drainhook inject`, parsed one document at a time with
+ruamel.yaml's round trip (comments, key order, quoting and block styles kept): a
+document left as it is is written back byte for byte. Loaded only by `inject`.
 """
 
 from __future__ import annotations

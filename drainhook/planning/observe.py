@@ -1,22 +1,15 @@
 """`drainhook plan --observe`: G from evidence (CONTRACT §4).
 
-The engine records every finished request's end-to-end latency in a
-histogram on the same /metrics the hook reads. This reads it (every series
-and every target summed, or saved scrapes with `--from-file`, or the
-difference of two reads `--window` seconds apart), takes the upper bound of
-the bucket holding `--quantile`, and recommends G = ceil(S + latency + R):
-the grace must cover the request, not an estimate of it, so there is no
-interpolation inside a bucket.
-
-Layout: the latency families come from gauges.ENGINES, `gather` (the reads: the only
-I/O), `recommend` (pure), `observe_warnings` (the honest edges, as plan
-warnings), and the three renderings.
+Reads the engine's end-to-end latency histogram (every series and target
+summed, saved scrapes with `--from-file`, or the difference of two reads
+`--window` apart), takes the upper bound of the bucket holding `--quantile` and
+recommends G = ceil(S + latency + R), with no interpolation inside a bucket:
+`gather` (the only I/O), `recommend` (pure), `observe_warnings` (the honest edges).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -42,7 +35,6 @@ from drainhook.planning.histogram import (
     scan_families,
     sum_series,
 )
-from drainhook.planning.plan import Plan
 from drainhook.reading.config import DEFAULT_MAX_BODY, ReadConfig
 
 DEFAULT_QUANTILE = 0.999
@@ -104,9 +96,6 @@ class Recommendation:
     window_s: float  # D - S of the plan as given
     longer: float | None  # requests not known to end within D - S, or None: none observed
     warnings: tuple[PlanWarning, ...]
-
-
-# -- gathering (the only I/O) -------------------------------------------------------
 
 
 def gather(
@@ -271,9 +260,6 @@ def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
     return MaxTokensBound(largest, ttft_q, tpot_q, tpot.name)
 
 
-# -- the recommendation (pure) ---------------------------------------------------------
-
-
 def ceil_sum(*values: float) -> int:
     """ceil of the exact decimal sum: 5 + 0.3 + 5 is 10.3, never 10.299999..."""
     num, den = 0, 1
@@ -311,7 +297,7 @@ class Evidence:
 
     @property
     def label(self) -> str:
-        return _quantile_label(self.rec.quantile)
+        return quantile_label(self.rec.quantile)
 
 
 # The honest edges of the evidence, as a table of rules like plan's RULES: one
@@ -327,7 +313,7 @@ def _small_sample(e: Evidence) -> PlanWarning | None:
         return None
     return PlanWarning(
         "observe-small-sample",
-        f"{_count(n)} observed" + ("" if n else ": no recommendation"),
+        f"{count_text(n)} observed" + ("" if n else ": no recommendation"),
         f"under {SMALL_SAMPLE} requests a {e.label} says little about the long "
         "requests a drain leaves; observe longer, or under real traffic",
     )
@@ -379,7 +365,7 @@ def _cuts(e: Evidence) -> PlanWarning | None:
         return None
     return PlanWarning(
         "observe-cuts",
-        f"with G = {seconds(e.config.grace)} now, at most {_pct(rec.longer)} of observed "
+        f"with G = {seconds(e.config.grace)} now, at most {pct(rec.longer)} of observed "
         f"requests ran longer than D - S = {seconds(rec.window_s)}",
         "a request that starts as the Pod is deleted has D - S to finish; "
         "longer ones are cut at SIGTERM",
@@ -431,9 +417,6 @@ def observe_warnings(
     return tuple(w for rule in OBSERVE_RULES if (w := rule(evidence)) is not None)
 
 
-# -- the command ------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ObserveRequest:
     """What `plan --observe` is asked: the plan's values, where the evidence is
@@ -474,230 +457,38 @@ def run_observe(request: ObserveRequest) -> str:
         window=r.window,
         read_file=lambda path, cap: read_small_file(path, cap, "--from-file"),
     )
+    from drainhook.planning.render import observe_render  # render imports this module
+
     rec = recommend(r.config, observed, r.quantile)
     # The engine is known from its histogram: its advice comes even with --engine auto.
     plan = planning.make_plan(r.config, r.role, r.binary, observed.engine)
-    return render(plan, observed, rec, r.output)
+    return observe_render(plan, observed, rec, r.output)
 
 
-# -- renderings -------------------------------------------------------------------------
-
-
-def observed_json(observed: Observation, rec: Recommendation) -> dict[str, object]:
-    """The `observed` object of `plan --observe --output json`."""
-    bound = observed.bound
-    return {
-        "requests": json_number(observed.requests),
-        "quantile": rec.quantile,
-        "latency_s": _finite(rec.latency),
-        "quantiles": {_quantile_key(q): _finite(v) for q, v in rec.quantiles.items()},
-        "longer_than_deadline": rec.longer,
-        "source": observed.source,
-        "engine": observed.engine,
-        "histogram": observed.histogram.name,
-        "series": observed.histogram.series,
-        "largest_bound_s": _finite(observed.histogram.largest_bound),
-        "window_s": None if observed.window is None else round(observed.window, 3),
-        "max_tokens_bound": None
-        if bound is None
-        else {
-            "latency_s": json_number(bound.latency_s),
-            "max_tokens": json_number(bound.max_tokens),
-            "ttft_s": json_number(bound.ttft_s),
-            "tpot_s": json_number(bound.tpot_s),
-            "tpot_histogram": bound.tpot_family,
-        },
-    }
-
-
-def to_json(plan: Plan, observed: Observation, rec: Recommendation) -> str:
-    """The plan's JSON for the values given (the observation's warnings after the
-    plan's, the advice applied with the evidence), then `observed` and
-    `recommended_grace`."""
-    whole = {
-        **planning.to_json(plan, applied(plan, observed, rec), rec.warnings),
-        "observed": observed_json(observed, rec),
-        "recommended_grace": rec.grace,
-    }
-    return json.dumps(whole, indent=2) + "\n"
-
-
-def to_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
-    """The evidence, a histogram drawn in the terminal with the line where D - S
-    falls, the recommendation, and the warnings of the plan as given and of the
-    evidence."""
-    h = observed.histogram
-    c = plan.config
-    label = _quantile_label(rec.quantile)
-    where = f"difference of two reads {observed.window:.1f}s apart" if observed.window else ""
-    lines = [
-        f"drainhook plan --observe: {_count(observed.requests)} in {h.name} "
-        f"({h.series} series) from {observed.source}" + (f"; {where}" if where else ""),
-        "",
-    ]
-    lines += draw(h, rec)
-    shown = "  ".join(f"{_quantile_label(q)} <= {_bound(v)}" for q, v in rec.quantiles.items())
-    lines += ["", f"{shown}  (bucket upper bounds)"]
-    if observed.bound is not None:
-        b = observed.bound
-        lines.append(
-            f"max_tokens bound: TTFT p99.9 {seconds(b.ttft_s)} + "
-            f"max_tokens {number(b.max_tokens)} x "
-            f"time per output token p99.9 {seconds(b.tpot_s)} = {seconds(b.latency_s)} "
-            f"(an estimate, beside the observed {label})"
-        )
-    lines.append("")
-    if rec.grace is not None and rec.latency is not None:
-        raised = f", raised to the {seconds(GRACE_MIN)} floor" if rec.raw_grace != rec.grace else ""
-        lines.append(
-            f"recommended: G = {rec.grace}s  (ceil(S {seconds(c.settle)} + {label} "
-            f"{seconds(rec.latency)} + R {seconds(c.exit_reserve)}) = {rec.raw_grace}s{raised})"
-        )
-    else:
-        lines.append("recommended: none (see the warnings)")
-    if rec.longer is not None:
-        lines.append(
-            f"with G = {seconds(c.grace)} now: D - S = {seconds(rec.window_s)}; at most "
-            f"{_pct(rec.longer)} of observed requests ran longer"
-        )
-    done = applied(plan, observed, rec)
-    lines += planning.applied_text(done) or ["", "preStop: " + " ".join(done.plan.command)]
-    lines += planning.warnings_text((*plan.warnings, *rec.warnings))
-    return "\n".join(lines) + "\n"
-
-
-BAR = 40
-
-
-def draw(h: Histogram, rec: Recommendation) -> list[str]:
-    """One row per bucket with requests (and those between), a bar each, and a line
-    where D - S falls: below it, requests that end within D - S; above, those a
-    drain may cut."""
-    rows = h.buckets()
-    used = [i for i, (_, _, n) in enumerate(rows) if n > 0]
-    if not used:
-        return ["  (no requests observed)"]
-    cut = rec.window_s
-    # The row whose upper bound is the first >= D - S: the line goes after it.
-    line_after = next((i for i, (_, hi, _) in enumerate(rows) if hi >= cut), len(rows) - 1)
-    first = min(used[0], line_after)
-    last = max(used[-1], line_after)
-    most = max(n for _, _, n in rows)
-    quantile_row = next((i for i, (_, hi, _) in enumerate(rows) if hi == rec.latency), None)
-    labels = [f"({number(lo)}, {'+Inf' if hi == INF else number(hi)}]" for lo, hi, _ in rows]
-    width = max(len(labels[i]) for i in range(first, last + 1))
-    counts = [number(n) for _, _, n in rows]
-    cwidth = max(len(counts[i]) for i in range(first, last + 1))
-    out = [f"  {'latency (s)'.ljust(width)}  {'requests'.rjust(cwidth)}"]
-    for i in range(first, last + 1):
-        lo, hi, n = rows[i]
-        bar = "#" * (math.ceil(n / most * BAR) if n else 0)
-        mark = f"  <- {_quantile_label(rec.quantile)}" if i == quantile_row else ""
-        out.append(f"  {labels[i].ljust(width)}  {counts[i].rjust(cwidth)} |{bar}{mark}")
-        if i == line_after:
-            inside = lo < cut < hi
-            note = (
-                f" (inside the bucket above: its {number(n)} may end either side)" if inside else ""
-            )
-            out.append(f"  {'-' * (width + cwidth + 3)} D - S = {seconds(cut)}{note}")
-    return out
-
-
-def evidence(observed: Observation, quantile: float) -> planning.Evidence:
-    """G from the observation for a config's S and R, and how: what
-    `planning.apply_advice` applies for `plan --observe`."""
-
-    def grace(config: WaitConfig) -> tuple[float, str] | None:
-        rec = recommend(config, observed, quantile)
-        if rec.grace is None or rec.latency is None:
-            return None
-        return float(rec.grace), formula(config, rec)
-
-    return grace
-
-
-def formula(config: WaitConfig, rec: Recommendation) -> str:
-    """`G = ceil(S 5 + p99.9 30 + R 5) = 40` (and the floor when it acted)."""
-    assert rec.latency is not None
-    raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
-    return (
-        f"G = ceil(S {number(config.settle)} + "
-        f"{_quantile_label(rec.quantile)} {number(rec.latency)} "
-        f"+ R {number(config.exit_reserve)}) = {rec.raw_grace}{raised}"
-    )
-
-
-def applied(plan: Plan, observed: Observation, rec: Recommendation) -> planning.Applied:
-    """The plan's advice applied, the recommended G for the exit reserve so chosen,
-    for the engine the histogram showed (so vLLM's advice comes with --engine auto)."""
-    if plan.known_engine != observed.engine:
-        plan = planning.make_plan(plan.config, plan.role, plan.binary, observed.engine)
-    return planning.apply_advice(plan, evidence(observed, rec.quantile))
-
-
-def to_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
-    """The Pod-spec fragment for the recommended G (the given one when there is
-    none) and the plan's other advice applied, with the evidence as comments."""
-    done = applied(plan, observed, rec)
-    c = done.plan.config
-    mine = recommend(c, observed, rec.quantile)  # for the fragment's own S, R and G
-    notes = [f"# observed: {_count(observed.requests)} in {observed.histogram.name}"]
-    if mine.grace is None or mine.latency is None:
-        kept = "keeps" if c.grace == plan.grace else "has"
-        notes.append(f"# no recommended G: the fragment {kept} --grace {number(c.grace)}")
-    elif not any(ch.field == "grace" for ch in done.changes):
-        notes.append(f"# {formula(c, mine)}")  # else the change names it
-    if rec.grace is not None and mine.longer is not None:
-        # What the fragment's G leaves uncovered; the share for the G given is text's and JSON's.
-        notes.append(
-            f"# with G = {number(c.grace)}: D - S = {seconds(mine.window_s)}; at most "
-            f"{_pct(mine.longer)} of observed requests ran longer"
-        )
-    notes += [
-        f"# warning: {w.code}: {w.message}" for w in mine.warnings if w.code != "observe-cuts"
-    ]
-    return planning.to_yaml(plan, notes, done)
-
-
-def codes(plan: Plan) -> set[str]:
-    return {w.code for w in plan.warnings}
-
-
-def render(plan: Plan, observed: Observation, rec: Recommendation, output: str) -> str:
-    if output == "json":
-        return to_json(plan, observed, rec)
-    if output == "yaml":
-        return to_yaml(plan, observed, rec)
-    return to_text(plan, observed, rec)
-
-
-# -- small formatting -------------------------------------------------------------------
-
-
-def _quantile_label(q: float) -> str:
+def quantile_label(q: float) -> str:
     """0.999 as p99.9, 0.5 as p50."""
     return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
 
 
-def _quantile_key(q: float) -> str:
+def quantile_key(q: float) -> str:
     return repr(q)
 
 
-def _bound(value: float | None) -> str:
+def bound_text(value: float | None) -> str:
     if value is None:
         return "-"
     return "+Inf" if value == INF else seconds(value)
 
 
-def _count(n: float) -> str:
+def count_text(n: float) -> str:
     return f"{number(n)} request" + ("" if n == 1 else "s")
 
 
-def _pct(share: float) -> str:
+def pct(share: float) -> str:
     return f"{share * 100:.3g}%"
 
 
-def _finite(value: float | None) -> float | int | None:
+def finite(value: float | None) -> float | int | None:
     """A number for JSON; null for none or +Inf (JSON has no infinity)."""
     if value is None or value == INF:
         return None

@@ -1,25 +1,18 @@
-"""`drainhook plan`: the timeline of CONTRACT §1 for given values, with warnings,
-as text, JSON or the Pod-spec fragment that runs it (CONTRACT §4).
+"""`drainhook plan`: the timeline of CONTRACT §1 for given values, with warnings
+and advice (CONTRACT §4).
 
 Pure: a `WaitConfig` (the same value `wait` runs on, so the deadline is the
-hook's own) plus a role and a binary path in, a `Plan` and its renderings out.
-YAML is written by hand so that the hook never needs a YAML library.
-
-Layout: `Plan` (drainhook.hook.timeline's instants, with a role and the binary)
-and `make_plan`; the warnings as a table of rules (`RULES`: timeline's
-`TIMELINE_RULES`, about the run's own instants, which `wait` logs at its
-start, then `ADVICE_RULES`, advice for the Pod spec and the engine's flags);
-`apply_advice`, the one place that decides the values `--output yaml`
-carries; `engine_flags`, the engine's own flags that advice names (`plan`'s
-JSON and `inject` read both); the three renderings.
+hook's own) plus a role and a binary path in, a `Plan` out: `make_plan`; the
+warnings as a table of rules (`RULES`: the timeline's own, which `wait` logs at
+its start, then `ADVICE_RULES`); `apply_advice`, the one place that decides the
+values the fragment carries; `engine_flags`, the engine's own flags the advice
+names (`plan`'s JSON and `inject` read both). drainhook.planning.render writes it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,7 +29,6 @@ from drainhook.hook.config import (
     WaitConfig,
 )
 from drainhook.hook.timeline import (
-    KUBELET_MIN_STOP,
     ROUTER_DEREGISTRATION,
     TIMELINE_RULES,
     Fix,
@@ -44,7 +36,7 @@ from drainhook.hook.timeline import (
     PlanWarning,
     instants,
 )
-from drainhook.numfmt import json_number, number, seconds
+from drainhook.numfmt import number, seconds
 from drainhook.reading.config import DEFAULT_READ_TIMEOUT, ReadConfig
 from drainhook.reading.target import build_url, parse_url
 
@@ -221,16 +213,9 @@ def _stall_after_deadline(plan: Plan) -> PlanWarning | None:
 
 def shutdown_timeout(plan: Plan) -> int | None:
     """vLLM's `--shutdown-timeout` worth its exit for this timeline: R - 1 whole
-    seconds (the exit, N + 0.5 s, then fits before G), or None.
-
-    The flag costs N more seconds of exit on every SIGTERM, idle or not, and buys
-    a clean end only for a request still running at SIGTERM. One left at D is
-    better served by N more seconds of G: the engine still serves it then, and an
-    idle replica pays nothing for them. What is left is a request that slips in
-    after the hook's release, which only a router slower than the settle sends:
-    so the flag pays for itself only where S is under the usual router
-    deregistration (docs/design.md, §4). None too for another engine, or when
-    R leaves no whole second for it."""
+    seconds, or None. It costs N s of every exit and saves only a request a router
+    slower than the settle sends after the release, so only where S is under the
+    usual deregistration (docs/design.md, §4), for vLLM, with a whole second in R."""
     n = math.floor(plan.config.exit_reserve - 1)
     if plan.engine != "vllm" or n < 1:
         return None
@@ -317,9 +302,6 @@ def help_text() -> str:
     """
 
 
-# -- the advice, applied -----------------------------------------------------------
-
-
 # How a changed value is named in a comment: the YAML field for G (--grace equals it).
 LABELS = {"grace": "terminationGracePeriodSeconds", "exit_reserve": "--exit-reserve"}
 APPLIED_FIELDS = ("exit_reserve", "grace")
@@ -357,27 +339,22 @@ class Applied:
 def apply_advice(plan: Plan, evidence: Evidence | None = None) -> Applied:
     """The one place that decides the values the fragment carries.
 
-    Every value a warning names (its `fixes`: an SGLang prefill/decode's exit
-    reserve and grace) is applied, over values given explicitly too (each change
-    is named in the fragment); then G from evidence (`plan --observe`) computed
-    with that exit reserve replaces G; then the warnings' values again, as floors
-    under it. Fixes only raise values, so this ends. Advice without a value (a
-    vLLM prefill's --linger, vLLM's --shutdown-timeout, the timeline's warnings)
-    stays a warning."""
+    The values the warnings name (their `fixes`: an SGLang prefill/decode's exit
+    reserve and grace, the one rule that names values) are applied, over values
+    given explicitly too (each change is named); then G from evidence (`plan
+    --observe`), computed with that exit reserve, replaces G, the fixes staying
+    floors under it. A fix is a floor computed from the plan's own values, so
+    one application reaches it. Advice without a value stays a warning."""
     reasons: dict[str, list[str]] = {f: [] for f in APPLIED_FIELDS}
     current = _fixed(plan, reasons)
-    observed = False
-    if evidence is not None:
-        found = evidence(current.config)
-        if found is not None:
-            grace, how = found
-            if grace != current.grace:
-                reasons["grace"] = [f"observed: {how}"]  # replaces the fixes' G
-                current = _with(current, grace=grace)
-            current = _fixed(current, reasons)
-            observed = True  # fixes after it only raise G
-    if observed:  # the rules then know that G covers the observed requests
-        current = dataclasses.replace(current, grace_observed=True)
+    found = evidence(current.config) if evidence is not None else None
+    if found is not None:
+        grace, how = found
+        if grace != current.grace:
+            reasons["grace"] = [f"observed: {how}"]  # replaces the fixes' G
+            current = _with(current, grace=grace)
+        # The rules then know that G covers the observed requests.
+        current = dataclasses.replace(_fixed(current, reasons), grace_observed=True)
     changes = tuple(
         Change(f, getattr(plan.config, f), getattr(current.config, f), tuple(reasons[f]))
         for f in APPLIED_FIELDS
@@ -387,17 +364,14 @@ def apply_advice(plan: Plan, evidence: Evidence | None = None) -> Applied:
 
 
 def _fixed(plan: Plan, reasons: dict[str, list[str]]) -> Plan:
-    """plan with every warning's fixes applied, until none names a new value."""
-    for _ in range(len(RULES) + 1):
-        fixes = [(w.code, f) for w in plan.warnings for f in w.fixes]
-        values = {f.field: f.value for _, f in fixes}
-        if not fixes or all(getattr(plan.config, k) == v for k, v in values.items()):
-            return plan
-        for code, f in fixes:
+    """plan with its warnings' fixes applied (each a floor: once is enough)."""
+    values: dict[str, float] = {}
+    for w in plan.warnings:
+        for f in w.fixes:
             if getattr(plan.config, f.field) != f.value:
-                reasons[f.field].append(f"{code}: {f.because}")
-        plan = _with(plan, **values)
-    return plan
+                reasons[f.field].append(f"{w.code}: {f.because}")
+                values[f.field] = f.value
+    return _with(plan, **values) if values else plan
 
 
 def _with(plan: Plan, **values: float) -> Plan:
@@ -436,91 +410,6 @@ def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[s
         args += ["--engine", config.reach.engine]
     return tuple(args)
 
-
-def render(plan: Plan, output: str) -> str:
-    """The plan as `text`, `json` or `yaml`, ending with a newline."""
-    if output == "json":
-        return json.dumps(to_json(plan), indent=2) + "\n"
-    if output == "yaml":
-        return to_yaml(plan)
-    if output == "text":
-        return to_text(plan)
-    raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
-
-
-def to_json(
-    plan: Plan, applied: Applied | None = None, more: Sequence[PlanWarning] = ()
-) -> dict[str, object]:
-    """The stable JSON form (schema 1): inputs, every instant, the command, warnings.
-    `applied`: the advice as applied with evidence (plan --observe), and `more`:
-    the evidence's own warnings, after the plan's."""
-    c = plan.config
-    return {
-        "schema": SCHEMA,
-        "engine": c.reach.engine,  # as given (the rules may know it otherwise: plan.engine)
-        "role": plan.role,
-        "grace": json_number(c.grace),
-        "settle": json_number(c.settle),
-        "exit_reserve": json_number(c.exit_reserve),
-        "interval": json_number(c.interval),
-        "read_timeout": json_number(c.reach.read_timeout),
-        "confirm": c.confirm,
-        "linger": json_number(c.linger),
-        "max_wait": None if c.max_wait is None else json_number(c.max_wait),
-        "stall_after": json_number(c.stall_window),
-        "instants": {
-            "hook_start": 0,
-            "settle_end": json_number(plan.settle_end),
-            "first_read": None if plan.first_read is None else json_number(plan.first_read),
-            "idle_return": json_number(plan.idle_return),
-            "stall_earliest": (
-                None if plan.stall_earliest is None else json_number(plan.stall_earliest)
-            ),
-            "deadline": json_number(plan.deadline),
-            "sigterm_latest": json_number(plan.sigterm_latest),
-            "kill": json_number(plan.kill),
-        },
-        "idle_outcome": "drained" if plan.idle_drains else "deadline",
-        "reads_max": plan.reads_max,
-        "exit_window": json_number(plan.kill - plan.sigterm_latest),
-        "termination_grace_period_seconds": int(c.grace) if c.grace == int(c.grace) else None,
-        "command": list(plan.command),
-        "warnings": warnings_json((*plan.warnings, *more)),
-        "applied": applied_json(apply_advice(plan) if applied is None else applied),
-    }
-
-
-def warnings_json(warnings: Sequence[PlanWarning]) -> list[dict[str, str]]:
-    return [{"code": w.code, "message": w.message, "reason": w.reason} for w in warnings]
-
-
-def applied_json(applied: Applied) -> dict[str, object]:
-    """What `--output yaml` carries: the values with the advice applied, each change
-    and why, the command, and the warnings that still stand."""
-    c = applied.plan.config
-    return {
-        "grace": json_number(c.grace),
-        "exit_reserve": json_number(c.exit_reserve),
-        "command": list(applied.plan.command),
-        # The engine's own flags the advice names (engine_flags: vLLM's
-        # --shutdown-timeout and /load, SGLang's /metrics), as arguments to add to
-        # the engine's command line: for tooling (the rehearsal, inject), not the hook.
-        "engine_args": _engine_args(applied.plan),
-        "changes": [
-            {
-                "field": ch.field,
-                "name": ch.label,
-                "from": json_number(ch.given),
-                "to": json_number(ch.applied),
-                "because": list(ch.because),
-            }
-            for ch in applied.changes
-        ],
-        "warnings": warnings_json(applied.plan.warnings),
-    }
-
-
-# -- the engine's own flags ---------------------------------------------------------
 
 # SGLang serves /metrics only with --enable-metrics: without it every read is
 # unreachable (404) and the hook returns right after the settle.
@@ -591,133 +480,5 @@ def engine_flags(plan: Plan) -> tuple[EngineFlag, ...]:
     return tuple(flags)
 
 
-def _engine_args(plan: Plan) -> list[str]:
+def engine_args(plan: Plan) -> list[str]:
     return [arg for flag in engine_flags(plan) if flag.add for arg in flag.args]
-
-
-def to_text(plan: Plan) -> str:
-    """The timeline as a person reads it, then the preStop command and the warnings."""
-    c = plan.config
-    d = plan.deadline
-    rows: list[tuple[str, str]] = [
-        ("t=0", "hook starts; the kubelet's grace countdown starts too"),
-        (f"0..{seconds(plan.settle_end)}", "settle: the engine keeps serving untouched"),
-    ]
-    if plan.first_read is not None:
-        rows.append(
-            (
-                f"t={seconds(plan.first_read)}",
-                f"first read of /metrics, then one every {seconds(c.interval)}, every "
-                f"{seconds(c.interval / 4)} while the work drains "
-                f"({plan.reads_max} before D at the slower step)",
-            )
-        )
-        word = "read" if c.confirm == 1 else f"{c.confirm} idle reads in a row"
-        linger = f", then --linger {seconds(c.linger)}" if c.linger else ""
-        if plan.idle_drains:
-            fast = plan.settle_end + (c.confirm - 1) * c.interval / 4
-            what = (
-                f"an idle engine's hook returns ({word}{linger}; from "
-                f"t={seconds(fast)} when the server's count or connections read the zero)"
-            )
-            rows.append((f"t={seconds(plan.idle_return)}", what))
-    w = c.stall_window
-    if plan.stall_earliest is not None:
-        what = (
-            f"earliest `stalled` return (exit 5): work reported, no progress for W = {seconds(w)}"
-        )
-        rows.append((f"t={seconds(plan.stall_earliest)}", what))
-    rule = "min(G - R, max-wait)" if c.max_wait is not None else "G - R"
-    kill_rule = (
-        "G" if plan.kill == c.grace else f"D + {seconds(KUBELET_MIN_STOP)}, the kubelet's least"
-    )
-    rows += [
-        (f"t={seconds(d)}", f"deadline D = {rule}: the hook returns by now, busy or not"),
-        (f"t={seconds(plan.sigterm_latest)}", "SIGTERM at the latest (sent when the hook returns)"),
-        (
-            f"{seconds(plan.sigterm_latest)}..{seconds(plan.kill)}",
-            f"the engine exits ({seconds(plan.kill - plan.sigterm_latest)})",
-        ),
-        (f"t={seconds(plan.kill)}", f"the kubelet kills the container ({kill_rule})"),
-    ]
-    if plan.stall_earliest is None and w > 0 and plan.first_read is not None:
-        late = plan.first_read + w
-        what = f"stall detection off: first read + W = {seconds(late)}, not before D"
-        rows.append((f"W={seconds(w)}", what))
-    width = max(len(when) for when, _ in rows)
-    head = (
-        f"drainhook plan: G={seconds(c.grace)} S={seconds(c.settle)} R={seconds(c.exit_reserve)} "
-        f"I={seconds(c.interval)} confirm={c.confirm}, engine {plan.engine}, role {plan.role}"
-    )
-    lines = [head, ""]
-    lines += [f"  {when.ljust(width)}  {what}" for when, what in rows]
-    lines += ["", "preStop: " + " ".join(plan.command)]
-    lines += applied_text(apply_advice(plan))
-    lines += warnings_text(plan.warnings)
-    return "\n".join(lines) + "\n"
-
-
-def applied_text(applied: Applied) -> list[str]:
-    """The values `--output yaml` changes, each with why, and its preStop; nothing
-    when it changes none."""
-    if not applied.changes:
-        return []
-    lines = ["", f"--output yaml applies the advice ({len(applied.changes)} changed):"]
-    for ch in applied.changes:
-        lines += textwrap.wrap(
-            ch.text(), 100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
-        )
-    return [*lines, "  preStop: " + " ".join(applied.plan.command)]
-
-
-def warnings_text(warnings: tuple[PlanWarning, ...]) -> list[str]:
-    if not warnings:
-        return ["", "warnings: none"]
-    lines = ["", f"warnings ({len(warnings)}):"]
-    for w in warnings:
-        lines += textwrap.wrap(
-            f"{w.code}: {w.message}", 100, initial_indent="  ", subsequent_indent="    "
-        )
-        lines += textwrap.wrap(
-            f"why: {w.reason}", 100, initial_indent="    ", subsequent_indent="      "
-        )
-    return lines
-
-
-def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = None) -> str:
-    """A Pod-spec fragment: terminationGracePeriodSeconds and the container's preStop,
-    for the plan with its advice applied (`apply_advice`; `applied` when the caller
-    has applied evidence too), each changed value named in a comment, then the
-    caller's notes, then the warnings that still stand.
-
-    Every string is written as a JSON string, which YAML reads as a double-quoted
-    scalar, so no value can change meaning (`"30"` stays a string)."""
-    if applied is None:
-        applied = apply_advice(plan)
-    chosen = applied.plan
-    c = chosen.config
-    if c.grace != int(c.grace):
-        raise UsageError(
-            f"--output yaml needs whole seconds for --grace (not {number(c.grace)}): "
-            "terminationGracePeriodSeconds is an integer"
-        )
-    name = chosen.engine if chosen.engine != "auto" else "engine"
-    lines = [
-        "# Pod-spec fragment from `drainhook plan`: merge into the Pod template's spec.",
-        f"# --grace must equal terminationGracePeriodSeconds. Container name: yours ({name}).",
-    ]
-    lines += [f"# changed: {ch.text()}" for ch in applied.changes]
-    lines += notes
-    for w in chosen.warnings:
-        lines.append(f"# warning: {w.code}: {w.message}")
-    lines += [
-        f"terminationGracePeriodSeconds: {int(c.grace)}",
-        "containers:",
-        f"  - name: {json.dumps(name)}",
-        "    lifecycle:",
-        "      preStop:",
-        "        exec:",
-        "          command:",
-    ]
-    lines += [f"            - {json.dumps(arg)}" for arg in chosen.command]
-    return "\n".join(lines) + "\n"

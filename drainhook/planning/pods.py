@@ -26,81 +26,43 @@ from drainhook.planning.plan import (
 )
 
 VIA = ("image", "image-volume", "init")
-
-
 ENGINES = ("auto", "vllm", "sglang")
-
-
 # The kubelet throws a hook's output away (its event says only "PreStopHook
 # failed"): the container's PID 1's stdout puts the hook's lines in `kubectl logs`.
 LOG_FILE = "/proc/1/fd/1"
-
-
 # Where the Dockerfile's default image (FROM scratch) holds the directory build:
 # /drainhook/drainhook/ (the launcher `drainhook`, its bootloader, _internal/).
 IMAGE_BUILD_DIR = "drainhook/drainhook"
-
-
 IMAGE_LAUNCHER = "/" + IMAGE_BUILD_DIR + "/drainhook"
-
-
 # --via image-volume: that image as a volume, its build directory mounted alone
 # (subPath: a directory, as image volumes allow; containerd >= 2.2, CRI-O >= 1.33).
 VOLUME_NAME = "drainhook"
-
-
 VOLUME_MOUNT = "/opt/drainhook"
-
-
 # --via init: `drainhook install /hook` fills an emptyDir; install's own layout
 # puts the launcher at DIR/drainhook/drainhook.
 INIT_NAME = "install-drainhook"
-
-
 INIT_VOLUME = "hook"
-
-
 INIT_MOUNT = "/hook"
-
-
 INIT_SIZE = "64Mi"
-
-
 INSTALL_UID = 65534  # nobody: the installer runs as a user no image needs to name
-
-
 # The time to drain between S and D in the default timeline (G 30 - S 5 - R 5): what
 # a pod spec keeps after a long sleep is kept as its settle.
 DRAIN_WINDOW = DEFAULT_GRACE - DEFAULT_SETTLE - wait_config().exit_reserve
-
-
 # A LeaderWorkerSet worker's hook waits on its leader (examples/lws-vllm.yaml):
 # its deadline falls this long after the leader's kill, so a worker holding a
 # stage of the model outlives whatever the leader still finishes.
 WORKER_MARGIN = 5.0
-
-
 # KServe's LLMInferenceService presets (its vLLM config templates) set
 # terminationGracePeriodSeconds 60; the template a user writes is merged over them.
 KSERVE_PRESET_GRACE = 60.0
-
-
 KSERVE_MAIN = "main"  # the preset's engine container, by name
-
-
 # Routing proxies, gateways and schedulers whose images carry an engine's name.
 NOT_AN_ENGINE = ("router", "proxy", "sidecar", "gateway", "scheduler", "epp")
-
-
 SHELLS = ("sh", "bash", "dash", "ash")
-
-
 # The timeline's flags of `wait`: `plan` renders them (prestop_command); the
 # hook's other flags (--port, --annotations, --exit-zero, ...) are kept as given.
 TIMELINE = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
             "linger", "max_wait", "stall_after", "engine")  # fmt: skip
-
-
 # A preStop `sleep` (exec or the kubelet's sleep action) is what inject replaces.
 SLEEP = re.compile(r"^(?:exec\s+)?(?:/usr)?(?:/bin/)?sleep\s+(\d+(?:\.\d+)?)s?\s*;?\s*$")
 
@@ -194,8 +156,6 @@ class Site:
 
 
 APPS = ("Deployment", "StatefulSet", "DaemonSet")
-
-
 KNATIVE_WORDS = "Knative rejects `lifecycle` on its containers (no preStop hook can run)"
 
 

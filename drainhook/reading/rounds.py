@@ -16,7 +16,7 @@ every target each round and sums them. A round's verdict:
   for (`replaced`, CONTRACT §2a): 0 while it refuses; counted if it answers;
 - otherwise the total of the answering targets: `busy` or `idle`.
 
-The total is over the answering targets' series merged (drainhook.reading.merge):
+The total is over the answering targets' series merged (`merge_series`):
 a series identical in name and labels on two targets (a proxy re-exporting
 the engine's metrics) counts once, at its largest; different series add up.
 Counts are never negative, so the verdict is the one a plain sum would give:
@@ -32,9 +32,9 @@ import typing
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from drainhook.engines.verdict import Reading, Signals, Verdict, count, with_signals
+from drainhook.engines.gauges import SeriesKey, series_key
+from drainhook.engines.verdict import Reading, Series, Signals, Verdict, count, with_signals
 from drainhook.reading import TargetReader
-from drainhook.reading.merge import merge_series
 from drainhook.reading.target import Target
 
 if typing.TYPE_CHECKING:  # discovery is loaded only when a search runs
@@ -233,3 +233,18 @@ def combine_readings(
     for _, r in answering:
         signals = signals.plus(r.signals or Signals(r.scheduler))
     return with_signals(combined, dataclasses.replace(signals, scheduler=total))
+
+
+def merge_series(per_target: Sequence[Sequence[Series]]) -> tuple[Series, ...]:
+    """Every target's series as one set, in first-seen order; a series seen on
+    several targets once, with its largest value (and that copy's labels).
+    "The same" sets `tp_rank` aside (gauges.series_key), as one body's scan does
+    (§3), so a copy read a moment later whose largest rank changed is still it."""
+    merged: dict[SeriesKey, Series] = {}
+    for series in per_target:
+        for one in series:
+            key = series_key(one.name, one.labels)
+            held = merged.get(key)
+            if held is None or one.value > held.value:
+                merged[key] = one
+    return tuple(merged.values())

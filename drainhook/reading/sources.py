@@ -40,11 +40,6 @@ _STALE_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
 _NO_TIME = "no time left in the read"
 
 
-def is_sglang(reading: Reading, engine: str = "auto") -> bool:
-    """Whether a /metrics reading is an SGLang server's (verdict.engine_shown's rule)."""
-    return engine_shown(reading, engine) == "sglang"
-
-
 class EngineReader:
     """One target: /metrics (`metrics`), then the side source of the engine its
     body names (`sides`: a reader of each side path, by path), then the

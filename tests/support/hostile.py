@@ -38,12 +38,12 @@ IDLE = sample("vllm-single-dp2-idle.txt")
 BUSY = sample("vllm-single-dp2.txt")  # in_flight 6
 
 
-# The shrunk timeline: D = G - R = 0.8 s.
-D = 0.8
+# The shrunk timeline: D = G - R = 2 s (a real process's timeline: D >= 2 s).
+D = 2.0
 
 
 TIMELINE = ("--settle", "0", "--interval", "0.15", "--read-timeout", "0.4",
-            "--grace", "1.0", "--exit-reserve", "0.2")  # fmt: skip
+            "--grace", "2.2", "--exit-reserve", "0.2")  # fmt: skip
 
 
 def series(count: int, batch: int = 10_000) -> Callable[[], Iterator[bytes]]:

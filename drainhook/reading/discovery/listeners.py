@@ -1,38 +1,16 @@
 """The listening TCP sockets of the hook's network namespace, and where to read them
-(CONTRACT §2a, listener discovery).
+(CONTRACT §2a, listener discovery), from `/proc/net/tcp` and `/proc/net/tcp6`,
+which every container of the Pod shares (tests/proc_net holds real ones).
 
-Every container of a Pod shares one network namespace, so `/proc/net/tcp` and
-`/proc/net/tcp6` (which show the namespace of the process reading them) list
-the engine's listener wherever its port was moved to, beside the sidecars'.
-
-A line of either file, as Linux writes it (tests/proc_net holds real ones):
-
-    sl  local_address                         rem_address ... st ...
-     0: 00000000000000000000000001000000:7531 0000...:0000 0A ...
-
-The address is the kernel's in-memory bytes printed as 32-bit words, each
-word as `%08X` of the host's integer: on a little-endian host 127.0.0.1 reads
-`0100007F`, and ::1 reads `00000000000000000000000001000000`. The port is the
-plain number in hex; state `0A` is LISTEN. Several sockets on one address and
-port (SO_REUSEPORT: vLLM's API servers share theirs) are one listener here.
-
-Which address is read (one read per port for everything loopback reaches):
-
-- `0.0.0.0`, `127.0.0.1` and their IPv4-mapped forms (`::ffff:…`): 127.0.0.1.
-- `::` and `::1`, when no IPv4 listener above shares the port: ::1. A `::`
-  socket accepts IPv4 too unless it is IPV6_V6ONLY, which /proc does not show,
-  so ::1 is the address that reaches it either way; when 0.0.0.0 (or
-  127.0.0.1) has the same port, that port is read once, over 127.0.0.1.
-- Any other address (another 127/8 address, the Pod's own IP): that address,
-  one read per address and port. An IPv6 link-local address is skipped: it
-  cannot be connected to without an interface, which /proc does not name.
-
-At most `MAX_READS` are read, loopback reads first, then the rest, each by
-port, then address: an engine's port (8000, 30000) is low beside the
-ephemeral ports of the collective and RPC listeners a large engine opens.
-
-Nothing here raises on what it reads: a short, garbled or truncated line is
-skipped, an unreadable file is an empty list.
+An address is the kernel's bytes printed as 32-bit `%08X` words of the host's
+integers (127.0.0.1 is `0100007F` on a little-endian host); the port is hex;
+state `0A` is LISTEN; sockets sharing an address and port (SO_REUSEPORT) are one
+listener. `0.0.0.0` and `127.0.0.1` (and their IPv4-mapped forms) are read over
+127.0.0.1; `::` and `::1` over ::1 unless an IPv4 listener shares the port (a
+`::` socket may be IPV6_V6ONLY, which /proc does not show); any other address
+as it is, but IPv6 link-local ones (no interface is named). At most `MAX_READS`,
+loopback first, then by port and address: an engine's port is low beside a large
+engine's ephemeral RPC ports. Nothing here raises on what it reads.
 """
 
 from __future__ import annotations

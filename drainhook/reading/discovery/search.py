@@ -1,23 +1,13 @@
 """Listener discovery (CONTRACT §2a): when every configured target refused the
 hook's first read, a search of the Pod's own listeners for the engine.
 
-The words, each for one thing: *discovery* is the feature; a *search* is one
-run of it (`search`: list the listeners, read each candidate once, keep the
-engines'); `read_candidates` is its reads, all at once and never past D;
-a `Discovery` is what a search found, a `Tried` one candidate's read, and a
-`SearchRecord` a search as the hook ran it (for the log and `probe`). A
-`Round` (drainhook.reading.rounds) runs a search on a refused first read when
-discovery is on, and imports this module only then.
-
-Pure but for its threads: the read, the clock and the wait are handed in, so
-a test runs 64 candidates, one of which never answers, under a fake clock.
-
-Every read runs in its own daemon thread and gets the read timeout clipped to
-the time left when it starts; the caller waits on the results, never past
-`until`. A read that has not answered by then is abandoned, not joined: a
-daemon thread does not hold the interpreter's exit (a ThreadPoolExecutor's
-workers would, as read.py's name lookup explains), and the hook's reads
-are bounded by their own deadline anyway.
+A *search* (`search`) lists the listeners, reads each candidate once
+(`read_candidates`: all at once, never past D) and keeps the engines'; a
+`Discovery` is what it found, a `Tried` one candidate's read, a `SearchRecord`
+the search as the hook ran it (for the log and `probe`). A `Round` runs one on
+a refused first read, and imports this module only then. Each read runs in a
+daemon thread, abandoned (never joined) if it has not answered by `until`: a
+ThreadPoolExecutor's workers would hold the interpreter's exit.
 """
 
 from __future__ import annotations

@@ -1,0 +1,436 @@
+"""The outputs of `plan` (CONTRACT §4): the timeline as text, its stable JSON
+(schema 1) and the Pod-spec fragment (`--output yaml`); and those of `plan
+--observe`, which add the evidence (the histogram drawn, the quantiles, G's
+formula). YAML is written by hand, so that no YAML library is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from collections.abc import Sequence
+
+from drainhook.errors import UsageError
+from drainhook.hook.config import WaitConfig
+from drainhook.hook.timeline import GRACE_MIN, KUBELET_MIN_STOP, PlanWarning
+from drainhook.numfmt import json_number, number, seconds
+from drainhook.planning import plan as planning
+from drainhook.planning.histogram import INF, Histogram
+from drainhook.planning.observe import (
+    Observation,
+    Recommendation,
+    bound_text,
+    count_text,
+    finite,
+    pct,
+    quantile_key,
+    quantile_label,
+    recommend,
+)
+from drainhook.planning.plan import (
+    OUTPUTS,
+    SCHEMA,
+    Applied,
+    Plan,
+    apply_advice,
+    engine_args,
+)
+
+BAR = 40
+
+
+def render(plan: Plan, output: str) -> str:
+    """The plan as `text`, `json` or `yaml`, ending with a newline."""
+    if output == "json":
+        return json.dumps(to_json(plan), indent=2) + "\n"
+    if output == "yaml":
+        return to_yaml(plan)
+    if output == "text":
+        return to_text(plan)
+    raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+
+
+def to_json(
+    plan: Plan, applied: Applied | None = None, more: Sequence[PlanWarning] = ()
+) -> dict[str, object]:
+    """The stable JSON form (schema 1): inputs, every instant, the command, warnings.
+    `applied`: the advice as applied with evidence (plan --observe), and `more`:
+    the evidence's own warnings, after the plan's."""
+    c = plan.config
+    return {
+        "schema": SCHEMA,
+        "engine": c.reach.engine,  # as given (the rules may know it otherwise: plan.engine)
+        "role": plan.role,
+        "grace": json_number(c.grace),
+        "settle": json_number(c.settle),
+        "exit_reserve": json_number(c.exit_reserve),
+        "interval": json_number(c.interval),
+        "read_timeout": json_number(c.reach.read_timeout),
+        "confirm": c.confirm,
+        "linger": json_number(c.linger),
+        "max_wait": None if c.max_wait is None else json_number(c.max_wait),
+        "stall_after": json_number(c.stall_window),
+        "instants": {
+            "hook_start": 0,
+            "settle_end": json_number(plan.settle_end),
+            "first_read": None if plan.first_read is None else json_number(plan.first_read),
+            "idle_return": json_number(plan.idle_return),
+            "stall_earliest": (
+                None if plan.stall_earliest is None else json_number(plan.stall_earliest)
+            ),
+            "deadline": json_number(plan.deadline),
+            "sigterm_latest": json_number(plan.sigterm_latest),
+            "kill": json_number(plan.kill),
+        },
+        "idle_outcome": "drained" if plan.idle_drains else "deadline",
+        "reads_max": plan.reads_max,
+        "exit_window": json_number(plan.kill - plan.sigterm_latest),
+        "termination_grace_period_seconds": int(c.grace) if c.grace == int(c.grace) else None,
+        "command": list(plan.command),
+        "warnings": warnings_json((*plan.warnings, *more)),
+        "applied": applied_json(apply_advice(plan) if applied is None else applied),
+    }
+
+
+def warnings_json(warnings: Sequence[PlanWarning]) -> list[dict[str, str]]:
+    return [{"code": w.code, "message": w.message, "reason": w.reason} for w in warnings]
+
+
+def applied_json(applied: Applied) -> dict[str, object]:
+    """What `--output yaml` carries: the values with the advice applied, each change
+    and why, the command, and the warnings that still stand."""
+    c = applied.plan.config
+    return {
+        "grace": json_number(c.grace),
+        "exit_reserve": json_number(c.exit_reserve),
+        "command": list(applied.plan.command),
+        # The engine's own flags the advice names (engine_flags: vLLM's
+        # --shutdown-timeout and /load, SGLang's /metrics), as arguments to add to
+        # the engine's command line: for tooling (the rehearsal, inject), not the hook.
+        "engine_args": engine_args(applied.plan),
+        "changes": [
+            {
+                "field": ch.field,
+                "name": ch.label,
+                "from": json_number(ch.given),
+                "to": json_number(ch.applied),
+                "because": list(ch.because),
+            }
+            for ch in applied.changes
+        ],
+        "warnings": warnings_json(applied.plan.warnings),
+    }
+
+
+def to_text(plan: Plan) -> str:
+    """The timeline as a person reads it, then the preStop command and the warnings."""
+    c = plan.config
+    d = plan.deadline
+    rows: list[tuple[str, str]] = [
+        ("t=0", "hook starts; the kubelet's grace countdown starts too"),
+        (f"0..{seconds(plan.settle_end)}", "settle: the engine keeps serving untouched"),
+    ]
+    if plan.first_read is not None:
+        rows.append(
+            (
+                f"t={seconds(plan.first_read)}",
+                f"first read of /metrics, then one every {seconds(c.interval)}, every "
+                f"{seconds(c.interval / 4)} while the work drains "
+                f"({plan.reads_max} before D at the slower step)",
+            )
+        )
+        word = "read" if c.confirm == 1 else f"{c.confirm} idle reads in a row"
+        linger = f", then --linger {seconds(c.linger)}" if c.linger else ""
+        if plan.idle_drains:
+            fast = plan.settle_end + (c.confirm - 1) * c.interval / 4
+            what = (
+                f"an idle engine's hook returns ({word}{linger}; from "
+                f"t={seconds(fast)} when the server's count or connections read the zero)"
+            )
+            rows.append((f"t={seconds(plan.idle_return)}", what))
+    w = c.stall_window
+    if plan.stall_earliest is not None:
+        what = (
+            f"earliest `stalled` return (exit 5): work reported, no progress for W = {seconds(w)}"
+        )
+        rows.append((f"t={seconds(plan.stall_earliest)}", what))
+    rule = "min(G - R, max-wait)" if c.max_wait is not None else "G - R"
+    kill_rule = (
+        "G" if plan.kill == c.grace else f"D + {seconds(KUBELET_MIN_STOP)}, the kubelet's least"
+    )
+    rows += [
+        (f"t={seconds(d)}", f"deadline D = {rule}: the hook returns by now, busy or not"),
+        (f"t={seconds(plan.sigterm_latest)}", "SIGTERM at the latest (sent when the hook returns)"),
+        (
+            f"{seconds(plan.sigterm_latest)}..{seconds(plan.kill)}",
+            f"the engine exits ({seconds(plan.kill - plan.sigterm_latest)})",
+        ),
+        (f"t={seconds(plan.kill)}", f"the kubelet kills the container ({kill_rule})"),
+    ]
+    if plan.stall_earliest is None and w > 0 and plan.first_read is not None:
+        late = plan.first_read + w
+        what = f"stall detection off: first read + W = {seconds(late)}, not before D"
+        rows.append((f"W={seconds(w)}", what))
+    width = max(len(when) for when, _ in rows)
+    head = (
+        f"drainhook plan: G={seconds(c.grace)} S={seconds(c.settle)} R={seconds(c.exit_reserve)} "
+        f"I={seconds(c.interval)} confirm={c.confirm}, engine {plan.engine}, role {plan.role}"
+    )
+    lines = [head, ""]
+    lines += [f"  {when.ljust(width)}  {what}" for when, what in rows]
+    lines += ["", "preStop: " + " ".join(plan.command)]
+    lines += applied_text(apply_advice(plan))
+    lines += warnings_text(plan.warnings)
+    return "\n".join(lines) + "\n"
+
+
+def applied_text(applied: Applied) -> list[str]:
+    """The values `--output yaml` changes, each with why, and its preStop; nothing
+    when it changes none."""
+    if not applied.changes:
+        return []
+    lines = ["", f"--output yaml applies the advice ({len(applied.changes)} changed):"]
+    for ch in applied.changes:
+        lines += textwrap.wrap(
+            ch.text(), 100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+        )
+    return [*lines, "  preStop: " + " ".join(applied.plan.command)]
+
+
+def warnings_text(warnings: tuple[PlanWarning, ...]) -> list[str]:
+    if not warnings:
+        return ["", "warnings: none"]
+    lines = ["", f"warnings ({len(warnings)}):"]
+    for w in warnings:
+        lines += textwrap.wrap(
+            f"{w.code}: {w.message}", 100, initial_indent="  ", subsequent_indent="    "
+        )
+        lines += textwrap.wrap(
+            f"why: {w.reason}", 100, initial_indent="    ", subsequent_indent="      "
+        )
+    return lines
+
+
+def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = None) -> str:
+    """A Pod-spec fragment: terminationGracePeriodSeconds and the container's preStop,
+    for the plan with its advice applied (`apply_advice`; `applied` when the caller
+    has applied evidence too), each changed value named in a comment, then the
+    caller's notes, then the warnings that still stand.
+
+    Every string is written as a JSON string, which YAML reads as a double-quoted
+    scalar, so no value can change meaning (`"30"` stays a string)."""
+    if applied is None:
+        applied = apply_advice(plan)
+    chosen = applied.plan
+    c = chosen.config
+    if c.grace != int(c.grace):
+        raise UsageError(
+            f"--output yaml needs whole seconds for --grace (not {number(c.grace)}): "
+            "terminationGracePeriodSeconds is an integer"
+        )
+    name = chosen.engine if chosen.engine != "auto" else "engine"
+    lines = [
+        "# Pod-spec fragment from `drainhook plan`: merge into the Pod template's spec.",
+        f"# --grace must equal terminationGracePeriodSeconds. Container name: yours ({name}).",
+    ]
+    lines += [f"# changed: {ch.text()}" for ch in applied.changes]
+    lines += notes
+    for w in chosen.warnings:
+        lines.append(f"# warning: {w.code}: {w.message}")
+    lines += [
+        f"terminationGracePeriodSeconds: {int(c.grace)}",
+        "containers:",
+        f"  - name: {json.dumps(name)}",
+        "    lifecycle:",
+        "      preStop:",
+        "        exec:",
+        "          command:",
+    ]
+    lines += [f"            - {json.dumps(arg)}" for arg in chosen.command]
+    return "\n".join(lines) + "\n"
+
+
+def observed_json(observed: Observation, rec: Recommendation) -> dict[str, object]:
+    """The `observed` object of `plan --observe --output json`."""
+    bound = observed.bound
+    return {
+        "requests": json_number(observed.requests),
+        "quantile": rec.quantile,
+        "latency_s": finite(rec.latency),
+        "quantiles": {quantile_key(q): finite(v) for q, v in rec.quantiles.items()},
+        "longer_than_deadline": rec.longer,
+        "source": observed.source,
+        "engine": observed.engine,
+        "histogram": observed.histogram.name,
+        "series": observed.histogram.series,
+        "largest_bound_s": finite(observed.histogram.largest_bound),
+        "window_s": None if observed.window is None else round(observed.window, 3),
+        "max_tokens_bound": None
+        if bound is None
+        else {
+            "latency_s": json_number(bound.latency_s),
+            "max_tokens": json_number(bound.max_tokens),
+            "ttft_s": json_number(bound.ttft_s),
+            "tpot_s": json_number(bound.tpot_s),
+            "tpot_histogram": bound.tpot_family,
+        },
+    }
+
+
+def observe_json(plan: Plan, observed: Observation, rec: Recommendation) -> str:
+    """The plan's JSON for the values given (the observation's warnings after the
+    plan's, the advice applied with the evidence), then `observed` and
+    `recommended_grace`."""
+    whole = {
+        **to_json(plan, applied(plan, observed, rec), rec.warnings),
+        "observed": observed_json(observed, rec),
+        "recommended_grace": rec.grace,
+    }
+    return json.dumps(whole, indent=2) + "\n"
+
+
+def observe_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
+    """The evidence, a histogram drawn in the terminal with the line where D - S
+    falls, the recommendation, and the warnings of the plan as given and of the
+    evidence."""
+    h = observed.histogram
+    c = plan.config
+    label = quantile_label(rec.quantile)
+    where = f"difference of two reads {observed.window:.1f}s apart" if observed.window else ""
+    lines = [
+        f"drainhook plan --observe: {count_text(observed.requests)} in {h.name} "
+        f"({h.series} series) from {observed.source}" + (f"; {where}" if where else ""),
+        "",
+    ]
+    lines += draw(h, rec)
+    shown = "  ".join(f"{quantile_label(q)} <= {bound_text(v)}" for q, v in rec.quantiles.items())
+    lines += ["", f"{shown}  (bucket upper bounds)"]
+    if observed.bound is not None:
+        b = observed.bound
+        lines.append(
+            f"max_tokens bound: TTFT p99.9 {seconds(b.ttft_s)} + "
+            f"max_tokens {number(b.max_tokens)} x "
+            f"time per output token p99.9 {seconds(b.tpot_s)} = {seconds(b.latency_s)} "
+            f"(an estimate, beside the observed {label})"
+        )
+    lines.append("")
+    if rec.grace is not None and rec.latency is not None:
+        raised = f", raised to the {seconds(GRACE_MIN)} floor" if rec.raw_grace != rec.grace else ""
+        lines.append(
+            f"recommended: G = {rec.grace}s  (ceil(S {seconds(c.settle)} + {label} "
+            f"{seconds(rec.latency)} + R {seconds(c.exit_reserve)}) = {rec.raw_grace}s{raised})"
+        )
+    else:
+        lines.append("recommended: none (see the warnings)")
+    if rec.longer is not None:
+        lines.append(
+            f"with G = {seconds(c.grace)} now: D - S = {seconds(rec.window_s)}; at most "
+            f"{pct(rec.longer)} of observed requests ran longer"
+        )
+    done = applied(plan, observed, rec)
+    lines += applied_text(done) or ["", "preStop: " + " ".join(done.plan.command)]
+    lines += warnings_text((*plan.warnings, *rec.warnings))
+    return "\n".join(lines) + "\n"
+
+
+def draw(h: Histogram, rec: Recommendation) -> list[str]:
+    """One row per bucket with requests (and those between), a bar each, and a line
+    where D - S falls: below it, requests that end within D - S; above, those a
+    drain may cut."""
+    rows = h.buckets()
+    used = [i for i, (_, _, n) in enumerate(rows) if n > 0]
+    if not used:
+        return ["  (no requests observed)"]
+    cut = rec.window_s
+    # The row whose upper bound is the first >= D - S: the line goes after it.
+    line_after = next((i for i, (_, hi, _) in enumerate(rows) if hi >= cut), len(rows) - 1)
+    first = min(used[0], line_after)
+    last = max(used[-1], line_after)
+    most = max(n for _, _, n in rows)
+    quantile_row = next((i for i, (_, hi, _) in enumerate(rows) if hi == rec.latency), None)
+    labels = [f"({number(lo)}, {'+Inf' if hi == INF else number(hi)}]" for lo, hi, _ in rows]
+    width = max(len(labels[i]) for i in range(first, last + 1))
+    counts = [number(n) for _, _, n in rows]
+    cwidth = max(len(counts[i]) for i in range(first, last + 1))
+    out = [f"  {'latency (s)'.ljust(width)}  {'requests'.rjust(cwidth)}"]
+    for i in range(first, last + 1):
+        lo, hi, n = rows[i]
+        bar = "#" * (math.ceil(n / most * BAR) if n else 0)
+        mark = f"  <- {quantile_label(rec.quantile)}" if i == quantile_row else ""
+        out.append(f"  {labels[i].ljust(width)}  {counts[i].rjust(cwidth)} |{bar}{mark}")
+        if i == line_after:
+            inside = lo < cut < hi
+            note = (
+                f" (inside the bucket above: its {number(n)} may end either side)" if inside else ""
+            )
+            out.append(f"  {'-' * (width + cwidth + 3)} D - S = {seconds(cut)}{note}")
+    return out
+
+
+def evidence(observed: Observation, quantile: float) -> planning.Evidence:
+    """G from the observation for a config's S and R, and how: what
+    `planning.apply_advice` applies for `plan --observe`."""
+
+    def grace(config: WaitConfig) -> tuple[float, str] | None:
+        rec = recommend(config, observed, quantile)
+        if rec.grace is None or rec.latency is None:
+            return None
+        return float(rec.grace), formula(config, rec)
+
+    return grace
+
+
+def formula(config: WaitConfig, rec: Recommendation) -> str:
+    """`G = ceil(S 5 + p99.9 30 + R 5) = 40` (and the floor when it acted)."""
+    assert rec.latency is not None
+    raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
+    return (
+        f"G = ceil(S {number(config.settle)} + "
+        f"{quantile_label(rec.quantile)} {number(rec.latency)} "
+        f"+ R {number(config.exit_reserve)}) = {rec.raw_grace}{raised}"
+    )
+
+
+def applied(plan: Plan, observed: Observation, rec: Recommendation) -> planning.Applied:
+    """The plan's advice applied, the recommended G for the exit reserve so chosen,
+    for the engine the histogram showed (so vLLM's advice comes with --engine auto)."""
+    if plan.known_engine != observed.engine:
+        plan = planning.make_plan(plan.config, plan.role, plan.binary, observed.engine)
+    return planning.apply_advice(plan, evidence(observed, rec.quantile))
+
+
+def observe_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
+    """The Pod-spec fragment for the recommended G (the given one when there is
+    none) and the plan's other advice applied, with the evidence as comments."""
+    done = applied(plan, observed, rec)
+    c = done.plan.config
+    mine = recommend(c, observed, rec.quantile)  # for the fragment's own S, R and G
+    notes = [f"# observed: {count_text(observed.requests)} in {observed.histogram.name}"]
+    if mine.grace is None or mine.latency is None:
+        kept = "keeps" if c.grace == plan.grace else "has"
+        notes.append(f"# no recommended G: the fragment {kept} --grace {number(c.grace)}")
+    elif not any(ch.field == "grace" for ch in done.changes):
+        notes.append(f"# {formula(c, mine)}")  # else the change names it
+    if rec.grace is not None and mine.longer is not None:
+        # What the fragment's G leaves uncovered; the share for the G given is text's and JSON's.
+        notes.append(
+            f"# with G = {number(c.grace)}: D - S = {seconds(mine.window_s)}; at most "
+            f"{pct(mine.longer)} of observed requests ran longer"
+        )
+    notes += [
+        f"# warning: {w.code}: {w.message}" for w in mine.warnings if w.code != "observe-cuts"
+    ]
+    return to_yaml(plan, notes, done)
+
+
+def codes(plan: Plan) -> set[str]:
+    return {w.code for w in plan.warnings}
+
+
+def observe_render(plan: Plan, observed: Observation, rec: Recommendation, output: str) -> str:
+    if output == "json":
+        return observe_json(plan, observed, rec)
+    if output == "yaml":
+        return observe_yaml(plan, observed, rec)
+    return observe_text(plan, observed, rec)
