@@ -8,15 +8,11 @@ the codes themselves are drainhook.exits').
      │   │                     latency histogram cannot be right
      │   ├─ NoHistogram .. 2  no latency histogram (or both engines'): usage-level
      │   └─ Unreachable .. 4  the target refused, or answered a 3xx or 4xx
-     ├─ Malformed ........ -  a body a scanner cannot count; never leaves the
-     │                         scanner, which turns it into the verdict unknown
-     └─ Refused .......... 1  `inject`: a document it must leave as it is
-                               (drainhook.planning.inject); never leaves inject, which
-                               writes the document unchanged and says why
+     ├─ Malformed ........ -  a body a scanner cannot count: the verdict unknown
+     └─ Refused .......... 1  `inject`: a document written unchanged, with why
 
-The message of each is one line, said as `drainhook: <message>`. What a read
-meets (a refused connection, a body over the cap) is a verdict, never one of
-these: see drainhook.reading.read.
+Each message is one line, said as `drainhook: <message>`. What a read meets (a
+refused connection, a body over the cap) is a verdict, never one of these.
 """
 
 from __future__ import annotations

@@ -61,6 +61,11 @@ def test_an_interrupted_wait_exits_128_plus_the_signal(signum: signal.Signals) -
     assert exit_code(result, exit_zero=True) == 0
 
 
+def test_an_interrupted_wait_whose_signal_is_unknown_exits_as_for_sigterm() -> None:
+    result = Result(Outcome.INTERRUPTED, 1.0, 2, None, None)
+    assert exit_code(result) == CONTRACT_WAIT["interrupted by SIGTERM"] == 143
+
+
 def test_each_verdict_of_probe_exits_as_the_contract_says() -> None:
     assert {v.value: PROBE_EXIT[v] for v in Verdict} == CONTRACT_PROBE
 

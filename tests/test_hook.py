@@ -14,9 +14,8 @@ from drainhook.engines.exposition import ACCEPT, MetricsScanner
 from drainhook.engines.loads import LoadsScanner
 from drainhook.engines.verdict import Verdict
 from drainhook.hook.config import EXIT_ALLOWANCE, WaitConfig
-from drainhook.hook.drain import Outcome, Result
 from drainhook.hook.probe import run_probe
-from drainhook.hook.run import exit_code, run_wait
+from drainhook.hook.run import run_wait
 from drainhook.reading.assemble import (
     discovers,
     hook_reader,
@@ -54,26 +53,6 @@ def config(url: str, exit_zero: bool = False) -> WaitConfig:
         log_format="json",
         exit_zero=exit_zero,
     )
-
-
-# -- exit codes (CONTRACT §5) -------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("outcome", "signum", "code"),
-    [
-        (Outcome.DRAINED, None, 0),
-        (Outcome.DEADLINE, None, 3),
-        (Outcome.UNREACHABLE, None, 4),
-        (Outcome.INTERRUPTED, 15, 143),
-        (Outcome.INTERRUPTED, 2, 130),
-        (Outcome.INTERRUPTED, None, 143),
-    ],
-)
-def test_exit_code_of_each_outcome(outcome: Outcome, signum: int | None, code: int) -> None:
-    result = Result(outcome, 1.0, 2, None, signum)
-    assert exit_code(result) == code
-    assert exit_code(result, exit_zero=True) == 0
 
 
 # -- the readers --------------------------------------------------------------

@@ -13,7 +13,9 @@ import json
 import subprocess
 import sys
 
-from tests.support.process import base_env
+import pytest
+
+from tests.support.process import ROOT, base_env
 
 # What `plan`, `plan --observe`, `inject` and `demo` need, and `wait` must never
 # load: the advisory package and the simulator, whole (tests/test_layout.py keeps
@@ -29,6 +31,7 @@ def modules_after(code: str) -> set[str]:
     done = subprocess.run(
         [sys.executable, "-c", f"{code}\n{_MODULES}"],
         env=base_env(),
+        cwd=ROOT,  # the simulated engine (sim/) sits beside the package
         capture_output=True,
         text=True,
         timeout=60,
@@ -93,3 +96,50 @@ def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
     )
     found = outside_the_hook(loaded)
     assert {"drainhook.planning.inject", "drainhook.planning.manifests", "ruamel.yaml"} <= found
+
+
+# The house's budget (issue 34): what `wait` loads of drainhook, at its start and
+# through a whole drain of either engine, in lines.
+WAIT_PATH_LINES = 5000
+
+
+def lines_of(modules: set[str]) -> int:
+    code = "\n".join(
+        [
+            "import importlib.util, sys",
+            f"names = {sorted(m for m in modules if m.split('.')[0] == 'drainhook')!r}",
+            "specs = [importlib.util.find_spec(n) for n in names]",
+            "files = {s.origin for s in specs if s is not None and s.origin}",
+            "print(sum(len(open(f).read().splitlines()) for f in files))",
+        ]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=base_env(), cwd=ROOT, capture_output=True, text=True,
+        timeout=60, check=True,
+    )  # fmt: skip
+    return int(done.stdout)
+
+
+def test_wait_loads_at_most_its_budget_at_its_start() -> None:
+    loaded = modules_after(
+        "import encodings.idna, drainhook.__main__, drainhook.hook.run, drainhook.cli.main"
+    )
+    assert 3000 < lines_of(loaded) <= WAIT_PATH_LINES
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_whole_drain_loads_at_most_the_budget(kind: str) -> None:
+    """A drain of the simulated engine, each engine's side source read: the modules
+    loaded on the way (the side scanner, the summary) count too."""
+    loaded = modules_after(
+        "import drainhook.__main__\n"
+        "from drainhook.cli.main import run\n"
+        "from sim import EngineConfig, SimEngine, SimServer\n"
+        f"with SimServer(SimEngine(EngineConfig(kind={kind!r}))) as server:\n"
+        "    code = run(['wait', '--url', server.url('/metrics'), '--settle', '0', '--grace',"
+        " '8', '--exit-reserve', '2', '--interval', '0.2', '--quiet', '--termination-log', ''])\n"
+        "assert code == 0, code"
+    )
+    side = "drainhook.engines.loads" if kind == "sglang" else "drainhook.engines.server_load"
+    assert side in loaded  # its own side source was read
+    assert 3000 < lines_of(loaded) <= WAIT_PATH_LINES

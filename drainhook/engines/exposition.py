@@ -267,16 +267,10 @@ def scan(
     clock: Callable[[], float] = time.monotonic,
     progress: bool = True,
 ) -> Scan:
-    """The verdict of a 2xx body, with the engine and every counted series.
-
-    `engine` is `auto` (recognise from the families present) or an engine
-    name (only its gauges are read; the other engine's are ignored). `until`,
-    on `clock`'s scale, is when the read must be over: a body that takes
-    longer to scan is unknown, as a server that takes longer to send it is.
-    `progress`: read the progress counters and external waiting too (CONTRACT
-    §2b; about twice the scan's time, so a hook whose stall window cannot
-    close before D does not): else the scan's `progress` is None.
-    """
+    """The verdict of a 2xx body, with the engine and every counted series. `engine`:
+    `auto` or the one engine whose gauges are read; past `until` (on `clock`) the
+    scan is unknown, as a slow server's read is; `progress`: read the counters of
+    CONTRACT §2b too (about twice the scan's time), else the scan's `progress` is None."""
     pinned: Engine | None = None if engine == "auto" else BY_NAME[engine]
     state = _ScanState(pinned)
     try:

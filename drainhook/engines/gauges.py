@@ -42,15 +42,9 @@ class LatencyHistogram:
 
 @dataclass(frozen=True)
 class ExternalWait:
-    """Work an engine reports as waiting on something outside itself (CONTRACT §2b:
-    a KV transfer, a grammar compilation), which never counts toward a stall.
-
-    `name` is a gauge's canonical name; `label`, when set, keeps only its series
-    with that label value. `counted`: the gauge is a counted one (its series are
-    in the read's total); otherwise it is a subset of a counted one, read only
-    for this. Gauges of one `group` describe the same requests: the group counts
-    its largest sum, not their total.
-    """
+    """Work reported as waiting outside the engine (CONTRACT §2b), which never counts
+    toward a stall: a gauge (`label`: only its series with that value); `counted`: in
+    the read's total (else a subset of a counted one); one `group` counts its largest sum."""
 
     name: str
     label: tuple[str, str] | None = None
@@ -64,13 +58,9 @@ class ExternalWait:
 
 @dataclass(frozen=True)
 class ServerGauge:
-    """The engine's HTTP server's own count of the requests it holds, in /metrics
-    (CONTRACT §2a, the `server` signal): a gauge summed over its series, but for
-    the series whose `label` names one of the engine's own read-only endpoints
-    (`not_work`: its health, metrics, load and info routes, which the hook's own
-    scrape and the kubelet's probes pass through). Any other endpoint carries work,
-    one the engine added later or a path no route matches included: a request is
-    never left out for being unknown."""
+    """The HTTP server's own count in /metrics (CONTRACT §2a, `server`): a gauge summed
+    over its series but those whose `label` names one of the engine's own read-only
+    endpoints (`not_work`); any other endpoint, an unknown one included, carries work."""
 
     name: str
     label: str
@@ -85,30 +75,13 @@ class ServerGauge:
 # v1_loads.py, elastic_ep.py; /metrics is a Mount in utils/common.py), with the
 # /get_load of the versions before /v1/loads. The label is the route's path as
 # FastAPI declares it (`_get_fastapi_request_path`): `/v1/models/{model:path}`.
-SGLANG_NOT_WORK: frozenset[str] = frozenset(
-    {
-        "/metrics",
-        "/health",
-        "/health_generate",
-        "/ready",
-        "/ping",
-        "/v1/loads",
-        "/get_load",
-        "/model_info",
-        "/get_model_info",
-        "/server_info",
-        "/get_server_info",
-        "/v1/models",
-        "/v1/models/{model:path}",
-        "/",
-        "/api/tags",
-        "/list_external_corpora",
-        "/get_hicache_l3_cache_layout",
-        "/remote_instance_transfer_engine_info",
-        "/get_remote_instance_transfer_engine_info",
-        "/is_scaling_elastic_ep",
-    }
-)
+SGLANG_NOT_WORK: frozenset[str] = frozenset({
+    "/metrics", "/health", "/health_generate", "/ready", "/ping", "/v1/loads", "/get_load",
+    "/model_info", "/get_model_info", "/server_info", "/get_server_info", "/v1/models",
+    "/v1/models/{model:path}", "/", "/api/tags", "/list_external_corpora",
+    "/get_hicache_l3_cache_layout", "/remote_instance_transfer_engine_info",
+    "/get_remote_instance_transfer_engine_info", "/is_scaling_elastic_ep",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)

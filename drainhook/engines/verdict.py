@@ -74,18 +74,9 @@ SCHEDULER, SERVER, CONNECTIONS = "scheduler", "server", "connections"
 
 @dataclass(frozen=True)
 class Signals:
-    """Each signal's own count of one read (CONTRACT §2a); None where the target
-    does not answer that signal (it is missing: the others decide).
-
-    - `scheduler`: the scheduler's gauges (/metrics), or SGLang's /v1/loads;
-    - `server`: the HTTP server's own count (SGLang's `sglang:http_requests_active`
-      over the endpoints that carry work, vLLM's `GET /load`);
-    - `connections`: connections to the serving port holding a request that no
-      response byte has answered (drainhook.reading.connections).
-
-    Each is a lower bound of the requests the target holds, so the target's count
-    is the largest of them, and it is idle only when every one it answers reads 0.
-    """
+    """Each signal's own count of one read (CONTRACT §2a: `scheduler`, `server`,
+    `connections`); None where the target does not answer it (missing: the others
+    decide). Each is a lower bound of the requests held, so the count is the largest."""
 
     scheduler: float | None = None
     server: float | None = None

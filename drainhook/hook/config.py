@@ -24,9 +24,7 @@ DEFAULT_INTERVAL = 1.0
 DEFAULT_CONFIRM = 2
 DEFAULT_LINGER = 0.0
 # W of CONTRACT §2b (--stall-after): longer than a healthy engine's longest flat
-# stretch (a 128k-token prefill with nothing else decoding, on vLLM: about 95 s
-# on 4 A100s), well under the engines' own 300 s watchdogs; docs/design.md (§2b) has the
-# arithmetic.
+# stretch, under the engines' own watchdogs (docs/design.md, §2b, has the numbers).
 DEFAULT_STALL_AFTER = 120.0
 
 

@@ -110,14 +110,9 @@ def drain(
     on_read: Callable[[float, Reading], None] = lambda _t, _r: None,
     stall: StallWatch | None = None,
 ) -> Result:
-    """Run the timeline from t0 and return what happened.
-
-    `read(timeout)` performs one read that ends within timeout; `on_read`
-    sees each reading with its time since t0. `stall` (CONTRACT §2b) sees
-    every reading with the time its read started; a stall it finds ends the
-    loop, but never while idle is being confirmed (only a read that reset the
-    confirmation can end it so). Reads come at the `Cadence`.
-    """
+    """Run the timeline from t0 and return what happened. `read(timeout)` ends within
+    timeout; `on_read` sees each reading; `stall` (CONTRACT §2b) may end the loop, but
+    never while idle is being confirmed. Reads come at the `Cadence`."""
     deadline = t0 + timeline.deadline
     reads = 0
     last: Reading | None = None

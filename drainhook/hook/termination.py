@@ -42,15 +42,9 @@ def listening_text(ports: tuple[int, ...]) -> str:
 
 
 def message(result: Result, listening: tuple[int, ...] | None = None) -> str:
-    """The outcome, when, how many reads, and the work still in flight, in one line:
-
-    `drained in 8.0 s after 4 reads; nothing in flight`
-    `deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; ...`
-    `stalled at 125.0 s after 121 reads; no progress for 120.0 s (...) ...`
-
-    At the deadline or stalled, with vLLM work in flight, what becomes of it
-    (`hang_note`); unreachable, the ports that listen (`listening`), when read.
-    """
+    """The outcome, when, how many reads and the work still in flight, in one line
+    (`deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; ...`),
+    with what becomes of vLLM work (`hang_note`) or the ports that listen."""
     reads = f"{result.reads} read" + ("" if result.reads == 1 else "s")
     last = result.last
     elapsed = f"{result.elapsed:.1f} s"
@@ -74,10 +68,8 @@ def message(result: Result, listening: tuple[int, ...] | None = None) -> str:
     return line if note is None else f"{line}; {note[1]}"
 
 
-# What becomes of vLLM work left at SIGTERM (vLLM 0.32, measured live; CONTRACT §7).
+# What becomes of vLLM work left at SIGTERM (CONTRACT §7 has what was measured).
 HANG_UNTIL_KILL = "hang-until-kill"
-# Most often (15 of 23 runs) the requests hang to the kill; the other endings (an
-# error event and [DONE], or finish_reason abort) cut them all the same.
 HANG_WHY = (
     "they will most often hang until the kill at G (vLLM kills its engine core on "
     "SIGTERM); otherwise they end with an error event or an abort: every ending cuts "

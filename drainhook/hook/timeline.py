@@ -1,10 +1,6 @@
-"""The instants of `wait`'s timeline for a config (CONTRACT §1), and the rules
-that find what is wrong with them: the warnings `wait` logs at its start and
-`plan` prints first.
-
-Pure arithmetic on a `WaitConfig`, and the only part of the planning the hook
-imports: `plan` (advice for the Pod spec, its renderings) and `plan --observe`
-build on this and are never loaded by `wait`.
+"""The instants of `wait`'s timeline for a config (CONTRACT §1), and the rules that
+find what is wrong with them: the warnings `wait` logs at its start and `plan`
+prints first. Pure arithmetic; the only part of the planning the hook imports.
 """
 
 from __future__ import annotations

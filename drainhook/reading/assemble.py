@@ -47,13 +47,9 @@ def side_scanner(side: SideSource) -> Scanner:
 def plain_reader(
     reach: ReadConfig, target: Target, scanner: Scanner | None = None, *, in_pod: bool = False
 ) -> Reader:
-    """One GET of target with reach's body cap, TLS and key; `scanner` (reach's
-    source's by default) names the Accept header and counts the body.
-
-    `in_pod`: a listener discovery found in the hook's own network namespace,
-    read over TLS without verification unless --cacert (as a loopback one is):
-    it is in the Pod by construction, whatever its address.
-    """
+    """One GET of target with reach's body cap, TLS and key; `scanner` (reach's source's
+    by default) names the Accept header and counts the body. `in_pod`: a listener found
+    in the hook's own namespace, read over TLS as a loopback one is (unverified)."""
     return Reader(
         target,
         scanner=scanner or scanner_for(reach),

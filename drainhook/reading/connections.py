@@ -1,15 +1,10 @@
 """The connection signal (CONTRACT §2a): requests in flight on the TCP connections
-to the serving port, as the Pod's network namespace shows them.
-
-The kernel knows, per socket, how many bytes it has received and sent and how
-long ago it last did each (`struct tcp_info`); the hook dumps every established
-TCP socket of its namespace over NETLINK_SOCK_DIAG (what `ss -ti` reads) and
-counts, on the serving port, those that have received bytes and sent none, or
-received data more recently than they last sent any (`carries_request`). The
-hook's own sockets never count (the dump follows its read; its own inodes are
-left out). Pure parsing (`request`, `parse`, `tcp_info`, `in_flight`) is apart
-from the socket I/O (`dump`, `own_inodes`). Where sock_diag is unavailable
-(EPERM, a seccomp filter, no /proc) the signal is missing, said once.
+to the serving port, from the kernel's `struct tcp_info` of every established
+socket of the namespace (NETLINK_SOCK_DIAG, what `ss -ti` reads): one that has
+received bytes and sent none, or received more recently than it sent
+(`carries_request`), holds a request; the hook's own sockets never count. Pure
+parsing (`request`, `parse`, `tcp_info`, `in_flight`) is apart from the I/O (`dump`,
+`own_inodes`). Where sock_diag is unavailable the signal is missing, said once.
 """
 
 from __future__ import annotations

@@ -109,13 +109,9 @@ class DeadlineBackend(httpcore.NetworkBackend):
 
 
 def _resolve(host: str, port: int, timeout: float) -> str:
-    """An address for host: literals as they are, names looked up within timeout.
-
-    getaddrinfo has no timeout of its own, so the lookup runs in a daemon
-    thread that is abandoned when the read's time runs out. Not a
-    ThreadPoolExecutor: its workers are joined at interpreter exit, so a hung
-    lookup would hold the hook's exit past the deadline.
-    """
+    """An address for host: a literal as it is, a name looked up within timeout, in a
+    daemon thread abandoned when the time runs out (a ThreadPoolExecutor's workers are
+    joined at exit: a hung lookup would hold the hook past D)."""
     try:
         ipaddress.ip_address(host)
         return host

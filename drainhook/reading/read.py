@@ -29,13 +29,9 @@ USER_AGENT = "drainhook"
 
 
 class Reader:
-    """Reads one target: `read(timeout)` returns one Reading and never raises
-    (but for an exception raised by a signal handler, which passes through).
-
-    `scanner` turns a 2xx body into its verdict and names the Accept header
-    (drainhook.engines.exposition.MetricsScanner by default; LoadsScanner for /v1/loads).
-    `clock` times the read, bounds it and ends the scan: one clock for all three.
-    """
+    """Reads one target: `read(timeout)` returns one Reading and never raises (but for a
+    signal handler's exception). `scanner` turns a 2xx body into its verdict and names
+    the Accept header; `clock` times, bounds and ends the read."""
 
     def __init__(
         self,

@@ -207,13 +207,9 @@ def read_small_file(path: Path, cap: int, what: str) -> bytes:
 
 
 def ssl_context(target: Target, cacert: Path | None, insecure: bool) -> ssl.SSLContext | None:
-    """The TLS context for an https target, or None for http.
-
-    With `--cacert`, only that CA is trusted. Without it, a loopback listener
-    is in the Pod and is read unverified; a remote one is verified against the
-    system store unless `--insecure`. No environment variable (SSL_CERT_FILE)
-    is consulted for the loopback and `--cacert` cases.
-    """
+    """The TLS context of an https target (None for http): `--cacert` alone, or, without
+    it, a loopback listener (in the Pod) unverified and a remote one verified against
+    the system store unless `--insecure`; SSL_CERT_FILE is read only for that last."""
     if target.scheme != "https":
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
