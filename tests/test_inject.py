@@ -417,7 +417,7 @@ def test_a_sleep_longer_than_the_default_settle_is_kept_as_the_settle(
 
 
 def inputs() -> list[Path]:
-    return sorted([*MANIFESTS.glob("*.yaml"), *PLAIN.glob("*.yaml")])
+    return sorted([*MANIFESTS.rglob("*.yaml"), *PLAIN.glob("*.yaml")])
 
 
 @pytest.mark.parametrize(
@@ -709,7 +709,8 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
     assert LINE.match(line).group(1) == "tests/manifests/knative-service.yaml"  # type: ignore[union-attr]
     assert (
         refused.stdout.count("\n---\n")
-        == len([d for p in MANIFESTS.glob("*.yaml") for d in yaml.safe_load_all(p.read_text())]) - 1
+        == len([d for p in MANIFESTS.rglob("*.yaml") for d in yaml.safe_load_all(p.read_bytes())])
+        - 1
     )
     # stdin: `-` and nothing at all
     text = (MANIFESTS / "sglang-statefulset.yaml").read_text()

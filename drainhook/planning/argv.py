@@ -61,7 +61,7 @@ class Argv:
         if self.index is None:
             for i, w in enumerate(list(self.seq)):
                 if str(w) == flag and i + 1 < len(self.seq):
-                    self.seq[i + 1] = DoubleQuotedScalarString(value) if numeric(value) else value
+                    self.seq[i + 1] = self._word(value)
                 elif str(w).startswith(flag + "="):
                     self.seq[i] = f"{flag}={value}"
             return
@@ -84,7 +84,7 @@ class Argv:
 
     def append(self, args: Sequence[str]) -> None:
         if self.index is None:
-            self.seq.extend(DoubleQuotedScalarString(a) if numeric(a) else a for a in args)
+            self.seq.extend(self._word(a) for a in args)
             return
         text = self.script
         body = text.rstrip()
@@ -92,6 +92,11 @@ class Argv:
         folds = getattr(self.seq[self.index], "fold_pos", None)
         if isinstance(folds, list):  # a folded script: the added flags on a line of their own
             folds.append(len(body))
+
+    def _word(self, word: str) -> Node:
+        """A word for the list, quoted as its words are (and a number always)."""
+        quoted = all(isinstance(w, DoubleQuotedScalarString) for w in self.seq)
+        return DoubleQuotedScalarString(word) if quoted or numeric(word) else word
 
     def _rewrite(self, text: str) -> None:
         assert self.index is not None

@@ -10,8 +10,9 @@ import itertools
 import re
 import sys
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from pathlib import Path
 
 from ruamel.yaml import YAML
@@ -61,8 +62,8 @@ def inputs(paths: Sequence[str]) -> Iterator[tuple[str, str]]:
     """(name, text) of each input: files as given, the YAML files of a directory
     (recursively, sorted), `-` or nothing for stdin."""
     for given in paths or ["-"]:
-        if given == "-":
-            yield "-", sys.stdin.read()
+        if given == "-":  # read as bytes: text mode would turn CRLF into LF
+            yield "-", _decoded(sys.stdin.buffer.read(), "stdin")
             continue
         path = Path(given)
         if path.is_dir():
@@ -75,9 +76,17 @@ def inputs(paths: Sequence[str]) -> Iterator[tuple[str, str]]:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        return _decoded(path.read_bytes(), str(path))
+    except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
+
+
+def _decoded(data: bytes, name: str) -> str:
+    """The text as it is, its line endings included (CRLF is written back as CRLF)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read {name}: {exc}") from None
 
 
 def split(text: str) -> list[tuple[str, str]]:
@@ -148,14 +157,101 @@ def parse(source: str, text: str) -> list[Document]:
 
 
 def dump(doc: Document) -> str:
-    """A changed document's text: its `---` line, then the data serialised, with the
-    line endings the document came with (CRLF stays CRLF)."""
-    out = io.StringIO()
-    _yaml(doc.indent).dump(doc.data, out)
-    text = doc.marker + out.getvalue()
+    """A changed document's text: its own lines, only those the change touches
+    rewritten (CRLF stays CRLF). The round trip re-flows lines nobody changed (a
+    multi-line plain scalar joined, a flow mapping re-padded, an indentation
+    normalised), so only the difference between the document serialised as parsed
+    and as changed is applied to the original (`_patched`)."""
+    body = doc.text[len(doc.marker) :].replace("\r\n", "\n")
+    after = _serialised(doc.indent, doc.data)
+    before = _serialised(doc.indent, _yaml(doc.indent).load(body))
+    text = doc.marker + _patched(body, before, after)
     if "\r\n" in doc.text:
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")
     return text
+
+
+def _serialised(indent: Indent, data: Node) -> list[str]:
+    out = io.StringIO()
+    _yaml(indent).dump(data, out)
+    return out.getvalue().splitlines(keepends=True)
+
+
+def _patched(original: str, before: list[str], after: list[str]) -> str:
+    """`original` with the changes from `before` to `after` (two serialisations)
+    applied at the original's lines that `before` stands for; a change among lines
+    the round trip joins or splits takes the fewest of them, as serialised."""
+    lines = original.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"  # as serialised: the last line ends
+    # A line of `before` -> its line in the original (the same, or re-padded in place).
+    at: dict[int, int] = {}
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, before, lines, autojunk=False).get_opcodes():
+        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+            at.update((i1 + k, j1 + k) for k in range(i2 - i1))
+    ops = SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+    raw = [op[1:] for op in ops if op[0] != "equal"]
+    hunks: list[list[int]] = []  # [i1, i2, j1, j2]: before[i1:i2] becomes after[j1:j2]
+    for n, (i1, i2, j1, j2) in enumerate(raw):
+        # Widened over unchanged lines the original does not have; two that meet: one.
+        floor = hunks[-1][1] if hunks else 0
+        while i1 > floor and i1 - 1 not in at:
+            i1, j1 = i1 - 1, j1 - 1
+        ceiling = raw[n + 1][0] if n + 1 < len(raw) else len(before)
+        while i2 < ceiling and i2 not in at:
+            i2, j2 = i2 + 1, j2 + 1
+        if hunks and i1 <= hunks[-1][1]:
+            hunks[-1][1], hunks[-1][3] = i2, j2
+        else:
+            hunks.append([i1, i2, j1, j2])
+    out, done = [], 0
+    for i1, i2, j1, j2 in hunks:
+        start = at[i1 - 1] + 1 if i1 > 0 else 0
+        end = at[i2] if i2 < len(before) else len(lines)
+        # What is written is indented as its siblings are in the original.
+        moved = [(k, _indent(before[k]), _indent(lines[at[k]]) - _indent(before[k]))
+                 for k in sorted(at) if before[k].strip()]  # fmt: skip
+        above = [(i, d) for k, i, d in moved if k < i1]
+        below = [(i, d) for k, i, d in moved if k >= i2]
+        out += lines[done:start] + _shifted(after[j1:j2], above, below)
+        done = end
+    return "".join(out + lines[done:])
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _shifted(
+    new: list[str], above: list[tuple[int, int]], below: list[tuple[int, int]]
+) -> list[str]:
+    """New lines moved as the original moved their siblings: the nearest before them
+    in their parent, else the first after them, else as their parent moved."""
+    out = []
+    for line in new:
+        indent = _indent(line)
+        shift = 0
+        if line.strip():
+            shift = _sibling_shift(indent, reversed(above), below)
+            above.append((indent, shift))
+        out.append(" " * (indent + shift) + line[indent:] if shift else line)
+    return out
+
+
+def _sibling_shift(
+    indent: int, above: Iterable[tuple[int, int]], below: Iterable[tuple[int, int]]
+) -> int:
+    parent = 0
+    for i, shift in above:
+        if i <= indent:
+            if i == indent:
+                return shift
+            parent = shift
+            break
+    for i, shift in below:
+        if i <= indent:
+            return shift if i == indent else parent
+    return parent
 
 
 def join(texts: Sequence[str]) -> str:
