@@ -20,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-NAMESPACE = "https://github.com/drainhook/drainhook/spdx"
+NAMESPACE = "https://spdx.org/spdxdocs"
 
 
 def package(spdx_id: str, name: str, version: str, purl: str, **more: object) -> dict[str, object]:

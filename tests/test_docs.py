@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 import signal
+import subprocess
 import sys
 import types
 import typing
@@ -226,8 +227,8 @@ def _snippet_pods(doc: Path, text: str, n: int) -> list[tuple[str, typing.Any, t
         template = load_model(data["spec"]["template"], "V1PodTemplateSpec", where)
         spec = template.spec
         return [(where, spec, spec.containers)]
-    if "spec" in data:
-        spec = load_model(data["spec"], "V1PodSpec", where)
+    if "spec" in data or "containers" in data:  # a PodSpec, or plan's fragment of one
+        spec = load_model(data.get("spec", data), "V1PodSpec", where)
         return [(where, spec, spec.containers)]
     container = load_model({"name": "snippet", **data}, "V1Container", where)
     return [(where, None, [container])]
@@ -252,7 +253,7 @@ def test_yaml_snippet_is_valid_and_its_hook_parses(doc: Path, text: str, n: int)
 
 
 def test_docs_have_yaml_snippets() -> None:
-    assert len(blocks(README, "yaml")) >= 2
+    assert len(blocks(README, "yaml")) >= 1  # the Pod lines, as plan prints them
     assert len(blocks(OPERATIONS, "yaml")) >= 3
 
 
@@ -375,13 +376,25 @@ def test_readme_is_short() -> None:
     )
 
 
-def test_readme_opens_with_the_two_setup_commands() -> None:
-    """Right under the title come the two commands that set everything up, each a
-    script in the repository."""
+def test_readme_opens_with_what_to_add_to_a_pod_then_the_setup_commands() -> None:
+    """The first screen is the operator's: what drainhook is, then the Pod lines,
+    exactly what `drainhook plan --grace 30 --engine vllm --output yaml` prints, then
+    where to get it; the two commands that set everything up follow, under
+    "Develop", each a script in the repository."""
     text = README.read_text()
-    title, rest = text.split("\n", 1)
-    assert title == "# drainhook"
-    assert rest.lstrip("\n").startswith("<!-- drainhook:doc:setup -->")
+    assert text.startswith("# drainhook\n")
+    heads = re.findall(r"^## (.+)$", text, re.M)
+    assert heads[:2] == ["Get it", "Develop"]
+    assert text.index("<!-- drainhook:doc:pod -->") < text.index("## Get it")
+    assert len(text[: text.index("## Develop")].splitlines()) < 60  # the first screen
+    printed = subprocess.run(
+        [sys.executable, "-m", "drainhook", "plan", "--grace", "30", "--engine", "vllm",
+         "--output", "yaml"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert part(README, "pod") == f"```yaml\n{printed}```"
+    develop = text[text.index("## Develop") :]
+    assert develop.split("\n", 2)[2].lstrip("\n").startswith("<!-- drainhook:doc:setup -->")
     block = part(README, "setup")
     assert block.startswith("```sh\n") and block.endswith("\n```")
     commands = [line.split("#")[0].split() for line in block.splitlines()[1:-1]]
@@ -414,6 +427,6 @@ def test_doc_markers_are_well_formed(doc: Path) -> None:
 
 
 def test_checked_parts_are_where_the_tests_look() -> None:
-    assert "setup" in names(README)
+    assert {"pod", "setup"} <= set(names(README))
     assert {"verdicts", "gauges", "exits"} <= set(names(CONTRACT))
     assert {"plan-warnings", "observe-warnings"} <= set(names(OPERATIONS))
