@@ -23,9 +23,9 @@ signals.catch()
 def main() -> None:
     argv = sys.argv[1:]
     try:
-        # Everything the hook will import, imported now: an import is no place
-        # for a signal to land (drainhook.hook.signals says why). ssl encodes the
-        # TLS server name with the idna codec.
+        # What every run imports, now: no place for a signal (hook.signals says why);
+        # what a run may add later is pure Python (a swallowed signal is sent again).
+        # ssl encodes the TLS server name with the idna codec.
         import encodings.idna  # noqa: F401
 
         import drainhook.hook.run  # noqa: F401 (the reads, the loop, the log)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -282,3 +283,33 @@ def test_probe_unreachable_exits_4() -> None:
     shown, code = run_probe(ReadConfig(target=parse_url(f"http://127.0.0.1:{free_port()}/")), False)
     assert code == 4
     assert "unreachable" in shown
+
+
+def test_after_a_signal_the_hook_ends_without_waiting_on_its_reader(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A signal whose handler raised just after the HTTP pool took its own lock (the
+    pool's `with` not yet begun) leaves that lock held: a close would wait on it for
+    ever (seen under qemu-user, the summary written, the process never gone). The
+    hook ends with 143 and its summary, and never closes the reader after a signal."""
+    from drainhook.hook import run as hook
+    from drainhook.hook.drain import Interrupted
+
+    held = threading.Lock()
+    closed: list[bool] = []
+
+    class Interrupting:
+        name = "http://127.0.0.1:9/metrics"
+
+        def read(self, timeout: float) -> object:
+            held.acquire()  # as the pool's lock, whose release never comes
+            raise Interrupted(15)
+
+        def close(self) -> None:
+            closed.append(True)
+            held.acquire(timeout=2)
+
+    monkeypatch.setattr(hook, "hook_reader", lambda *_a, **_k: Interrupting())
+    code = run_wait(config("http://127.0.0.1:9/metrics"), time.monotonic())
+    end = summary(capsys.readouterr().err)
+    assert (code, end["outcome"], closed) == (143, "interrupted", [])

@@ -21,9 +21,7 @@ from drainhook.engines.verdict import Progress, Scan, Series, Verdict, count, va
 from drainhook.errors import Malformed
 
 ENGINE = BY_NAME["sglang"]
-# The largest DP deployments have tens of ranks; a body listing more than this
-# is not an engine's, and is refused before its entries are read.
-MAX_RANKS = 4096
+MAX_RANKS = 4096  # real bodies list tens of ranks: more is no engine's, refused unread
 # Values in the whole body, counted as its commas before it is parsed: parsing
 # builds every value first, and a 16 MiB body of `0,0,0,...` would cost some
 # 300 MB of objects. A real body (64 ranks, every section, 64 decode windows

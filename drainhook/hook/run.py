@@ -93,7 +93,9 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
     target = reader.name if reader is not None else config.reach.display
     log.summary(result, code, target, config.deadline, listening)
     log.close()
-    if reader is not None:
+    # Not after a signal, which may have left the pool's lock held (raised between its
+    # acquire and its `with`): closing would wait for ever. The process ends next.
+    if reader is not None and result.outcome is not Outcome.INTERRUPTED:
         reader.close()
     return code
 
