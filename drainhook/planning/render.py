@@ -424,10 +424,6 @@ def observe_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     return to_yaml(plan, notes, done)
 
 
-def codes(plan: Plan) -> set[str]:
-    return {w.code for w in plan.warnings}
-
-
 def observe_render(plan: Plan, observed: Observation, rec: Recommendation, output: str) -> str:
     if output == "json":
         return observe_json(plan, observed, rec)

@@ -97,10 +97,6 @@ class Round:
         self.last_search: SearchRecord | None = None
 
     @property
-    def readers(self) -> tuple[TargetReader, ...]:
-        return tuple(self._readers)
-
-    @property
     def name(self) -> str:
         """The targets as shown, comma-separated."""
         return ",".join(r.name for r in self._readers)
