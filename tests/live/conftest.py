@@ -41,7 +41,10 @@ def _in_ci() -> bool:
 def _required(name: str) -> str:
     value = os.environ.get(name, "")
     if not value:
-        pytest.fail(f"{name} is not set: the live tier runs through scripts/live-vllm", False)
+        pytest.fail(
+            f"{name} is not set: the live tiers run through scripts/live-vllm or live-sglang",
+            False,
+        )
     return value
 
 
@@ -120,7 +123,7 @@ def record() -> Callable[..., None]:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _RESULTS:
-        terminalreporter.section("live vLLM: measured")
+        terminalreporter.section("live engine: measured")
         for entry in _RESULTS:
             terminalreporter.line(json.dumps(entry))
 

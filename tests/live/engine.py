@@ -94,6 +94,16 @@ class LiveVllm:
     """One vLLM API server process (and its engine core) until killed."""
 
     scale = 1.0
+    name = "vLLM"
+    env = ENV
+
+    def serve(self, model: Path) -> list[str]:
+        """The server's argv after the python, host and port aside."""
+        return [
+            "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--served-model-name", MODEL_NAME, "--dtype", "float32", "--enforce-eager",
+            "--max-model-len", str(CONTEXT),
+        ]  # fmt: skip
 
     def __init__(self, python: str, model: Path, *flags: str, log: Path) -> None:
         self.port = free_port()
@@ -101,26 +111,9 @@ class LiveVllm:
         self.log = log
         self.rate = 50.0  # tokens/s of one stream, measured by start()
         self.durations: list[float] = []  # s, each completion streamed, start to last byte
-        argv = [
-            python,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--served-model-name",
-            MODEL_NAME,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--dtype",
-            "float32",
-            "--enforce-eager",
-            "--max-model-len",
-            str(CONTEXT),
-            *flags,
-        ]
-        env = {**os.environ, **ENV}
+        argv = [python, *self.serve(model), "--host", "127.0.0.1", "--port", str(self.port)]
+        argv += flags
+        env = {**os.environ, **self.env}
         self._out = open(log, "ab")  # noqa: SIM115 (closed by kill())
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
@@ -140,14 +133,18 @@ class LiveVllm:
         deadline = self.started_at + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise EngineFailed(f"vLLM exited {self.proc.returncode} at start:\n{self.tail()}")
+                raise EngineFailed(
+                    f"{self.name} exited {self.proc.returncode} at start:\n{self.tail()}"
+                )
             if self.get("/health")[0] == 200:
                 self.startup = time.monotonic() - self.started_at
                 break
             time.sleep(0.2)
         else:
             self.kill()
-            raise EngineFailed(f"vLLM not healthy after {START_TIMEOUT:.0f} s:\n{self.tail()}")
+            raise EngineFailed(
+                f"{self.name} not healthy after {START_TIMEOUT:.0f} s:\n{self.tail()}"
+            )
         # The fastest of three: a rate measured while the machine was busy elsewhere
         # would ask too few tokens, and a stream meant to outlast SIGTERM end before it.
         self.rate = max(self.measure_rate(64) for _ in range(3))
@@ -200,6 +197,10 @@ class LiveVllm:
 
     def engine_core(self) -> int:
         """The pid of the EngineCore child process (its title is `VLLM::EngineCore`)."""
+        return self.child(b"EngineCore")
+
+    def child(self, title: bytes) -> int:
+        """The pid of the engine's child process whose command line holds `title`."""
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -209,9 +210,9 @@ class LiveVllm:
             except OSError:
                 continue
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == self.pid and b"EngineCore" in cmdline:
+            if ppid == self.pid and title in cmdline:
                 return int(entry.name)
-        raise EngineFailed("no EngineCore child process found")
+        raise EngineFailed(f"no {title.decode()} child process found")
 
     def tail(self, lines: int = 40) -> str:
         try:

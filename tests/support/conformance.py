@@ -109,6 +109,7 @@ class Episode:
 
     name: str
     expected: tuple[Expected, ...]  # what the live engine showed: any one of these conforms
+    engine: str = "vllm"  # vllm | sglang | sglang-rust (SGLang's opt-in Rust HTTP server)
     shutdown_timeout: float = 0.0
     streams: tuple[float, ...] = ()
     sigterm: float = 1.0
@@ -522,6 +523,65 @@ EPISODES: dict[str, Episode] = {
             shutdown_timeout=N,
             sigterm=0.2,
             kill=N + 4.0,
+        ),
+        # SGLang 0.5.23 (its CPU engine, Python HTTP server): SIGTERM sets a flag its
+        # watchdog looks at every 5 s (on a grid from the server's start); it then
+        # drains with no bound, serving as before (/health 503 at once, /metrics
+        # 200, a new request accepted and served), looks again every 5 s, and
+        # once nothing is left shuts down in 1-2 s. So it exits 1-7 s after
+        # SIGTERM when idle, and 1-7 s after the first 5 s look that finds
+        # nothing left; the listener closes at the exit.
+        Episode(
+            "sglang-drain",
+            engine="sglang",
+            expected=(
+                Expected(
+                    streams=("complete", "complete"),
+                    late=("complete",),
+                    health=503,
+                    metrics=200,
+                    listener=Window(5.0, 17.0),
+                    exit=Window(5.0, 17.5),
+                ),
+            ),
+            streams=(3.0, 6.0),
+            sigterm=1.0,
+            late=(1.0,),
+            probe=0.5,
+            kill=25.0,
+        ),
+        # Its opt-in Rust HTTP server (SGLANG_RUST_SERVER=1): SIGTERM stops the
+        # listener and drops every stream at once (closed without [DONE]); the
+        # process exits well within a second.
+        Episode(
+            "sglang-rust-sigterm",
+            engine="sglang-rust",
+            expected=(
+                Expected(
+                    streams=("truncated", "truncated"),
+                    listener=Window(0.0, 0.5),
+                    exit=Window(0.0, 1.0),
+                ),
+            ),
+            streams=(30.0, 30.0),
+            sigterm=2.0,
+            kill=6.0,
+        ),
+        Episode(
+            "sglang-idle-sigterm",
+            engine="sglang",
+            expected=(
+                Expected(
+                    streams=(),
+                    health=503,
+                    metrics=200,
+                    listener=Window(0.5, 7.5),
+                    exit=Window(0.5, 8.0),
+                ),
+            ),
+            sigterm=0.2,
+            probe=0.3,
+            kill=15.0,
         ),
     )
 }
