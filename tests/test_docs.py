@@ -124,6 +124,7 @@ def test_every_plan_warning_is_documented() -> None:
         ("unified", {"engine": "vllm", "settle": 3.0}),
         ("unified", {"grace": 8.0, "settle": 6.0}),
         ("unified", {"stall_after": 30.0}),
+        ("unified", {"engine": "sglang"}),
     ):
         plan = planning.make_plan(planning.wait_config(**flags), role)
         seen |= {w.code for w in plan.warnings}
@@ -136,6 +137,7 @@ def test_every_plan_warning_is_documented() -> None:
         "no-room",
         "settle-short",
         "exit-reserve-short",
+        "sglang-exit",
         "sglang-pd-exit",
         "vllm-prefill-linger",
         "vllm-shutdown-timeout",
@@ -160,6 +162,7 @@ def _firing() -> list[tuple[planning.Rule, planning.Plan]]:
             ("prefill", {"engine": "vllm"}),
             ("unified", {"engine": "vllm", "settle": 3.0}),
             ("decode", {"engine": "sglang"}),
+            ("unified", {"engine": "sglang"}),
             ("unified", {"stall_after": 30.0}),
         )
     ]

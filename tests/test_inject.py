@@ -187,18 +187,20 @@ def test_leader_worker_set_leader_drains_worker_waits_on_it() -> None:
     )
 
 
-def test_sglang_statefulset_gets_metrics_and_the_default_grace_written() -> None:
+def test_sglang_statefulset_gets_metrics_and_the_grace_plan_advises() -> None:
+    """SGLang needs R = 10 s to exit (plan's sglang-exit): G rises from the default 30."""
     (doc,), result = run(file(MANIFESTS / "sglang-statefulset.yaml"))
     assert result.code == 0
     spec = doc["spec"]["template"]["spec"]
-    assert spec["terminationGracePeriodSeconds"] == 30
+    assert spec["terminationGracePeriodSeconds"] == 35
     engine = containers(spec)["sglang"]
     assert engine["command"][-1] == "--enable-metrics"
     assert engine["command"].count("--enable-metrics") == 1
     assert prestop(engine) == [
-        "/usr/local/bin/drainhook", "wait", "--grace", "30", "--engine", "sglang", *LOG,
+        "/usr/local/bin/drainhook", "wait", "--grace", "35", "--exit-reserve", "10",
+        "--engine", "sglang", *LOG,
     ]  # fmt: skip
-    assert levels(result) == ["injected", "changed", "changed"]
+    assert levels(result) == ["injected", "changed", "changed", "changed"]
 
 
 def test_sglang_prefill_grace_rises_as_plan_says() -> None:
@@ -518,7 +520,7 @@ def test_container_names_the_engine() -> None:
         ("d.yaml", text), options=Options(container="server", engine="sglang", wait_params=WAIT)
     )
     c = doc["spec"]["template"]["spec"]["containers"][0]
-    assert prestop(c)[4:8] == ["--engine", "sglang", "--port", "9000"]
+    assert prestop(c)[4:10] == ["--exit-reserve", "10", "--engine", "sglang", "--port", "9000"]
     assert c["args"] == ["--port", "9000", "--enable-metrics"]
     _, result = run(("d.yaml", text), options=Options(container="server", wait_params=WAIT))
     assert result.code == 1 and "--engine" in result.lines[0]

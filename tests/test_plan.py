@@ -185,7 +185,11 @@ def test_plan_agrees_with_the_drain_loop(flags: dict[str, float]) -> None:
         ("decode", {"engine": "sglang", "grace": 45.0, "exit_reserve": 19.0}, {"sglang-pd-exit"}),
         ("prefill", {"engine": "sglang", "grace": 44.0, "exit_reserve": 20.0}, {"sglang-pd-exit"}),
         ("prefill", {"engine": "sglang"}, {"sglang-pd-exit"}),
-        ("unified", {"engine": "sglang"}, set()),
+        # SGLang unified: R >= 10 (its watchdog's 5 s look, then 1-2 s to stop)
+        ("unified", {"engine": "sglang"}, {"sglang-exit"}),
+        ("unified", {"engine": "sglang", "grace": 35.0, "exit_reserve": 10.0}, set()),
+        ("unified", {"engine": "sglang", "exit_reserve": 9.5}, {"sglang-exit"}),
+        ("unified", {"exit_reserve": 5.0}, set()),  # auto: it may be vLLM
         # vLLM: --shutdown-timeout only for a settle under the router's 5 s
         ("unified", {"engine": "vllm"}, set()),
         ("unified", {"engine": "vllm", "settle": 3.0}, {"settle-short", "vllm-shutdown-timeout"}),
@@ -279,7 +283,7 @@ def test_each_rule_owns_one_code_and_fires_alone() -> None:
     cases = [
         make(grace=10.0), make(grace=30.5), make(settle=1.0), make(exit_reserve=1.0),
         make(grace=17.0, exit_reserve=10.5), make(grace=8.0, settle=6.0),
-        make("decode", engine="sglang"), make("prefill", engine="vllm"),
+        make("decode", engine="sglang"), make(engine="sglang"), make("prefill", engine="vllm"),
         make(engine="vllm", settle=3.0),
         make(stall_after=30.0),
         planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2),
@@ -316,6 +320,10 @@ def test_warnings_name_the_numbers() -> None:
     # G rises with R (D stays 40 s): the numbers the fragment will carry.
     assert w.code == "sglang-pd-exit"
     assert [(f.field, f.value) for f in w.fixes] == [("exit_reserve", 20.0), ("grace", 60.0)]
+    # A unified SGLang exits 3-7 s after SIGTERM (CONTRACT §7): R 10, G up by as much.
+    (w,) = make(engine="sglang", grace=30.0).warnings
+    assert w.code == "sglang-exit"
+    assert [(f.field, f.value) for f in w.fixes] == [("exit_reserve", 10.0), ("grace", 35.0)]
 
 
 def test_timeline_rules_and_advice_rules_split_the_table() -> None:
@@ -370,7 +378,7 @@ def applied(role: str = "unified", **flags: object) -> planning.Applied:
         # nothing to apply
         ("decode", {"engine": "sglang", "grace": 45.0, "exit_reserve": 20.0}, 45, 20),
         ("decode", {"engine": "vllm"}, 30, 5),
-        ("unified", {"engine": "sglang"}, 30, 5),
+        ("unified", {"engine": "sglang"}, 35, 10),
         ("prefill", {"engine": "vllm", "grace": 10.0}, 10, 5),  # timeline warnings stay
     ],
 )
@@ -379,7 +387,7 @@ def test_apply_advice_values(role: str, flags: dict[str, object], grace: int, re
     done = planning.apply_advice(given)
     c = done.plan.config
     assert (c.grace, c.exit_reserve) == (grace, reserve)
-    assert "sglang-pd-exit" not in codes(done.plan)  # the applied plan follows its advice
+    assert not {"sglang-exit", "sglang-pd-exit"} & codes(done.plan)  # it follows its advice
     assert c.deadline >= min(given.deadline, 25)  # the time to drain is never taken
     changed = {ch.field: (ch.given, ch.applied) for ch in done.changes}
     expect = {}
@@ -389,7 +397,8 @@ def test_apply_advice_values(role: str, flags: dict[str, object], grace: int, re
         expect["exit_reserve"] = (given.config.exit_reserve, reserve)
     assert changed == expect
     for ch in done.changes:
-        assert ch.because and all(b.startswith("sglang-pd-exit: ") for b in ch.because)
+        code = "sglang-exit: " if role == "unified" else "sglang-pd-exit: "
+        assert ch.because and all(b.startswith(code) for b in ch.because)
 
 
 def test_apply_advice_leaves_the_other_values_alone() -> None:

@@ -249,7 +249,7 @@ class _GaveUp(Exception):
 
 def server_missing(gauge: ServerGauge) -> str:
     """Why the server's own count is missing from a body: said once by `wait`."""
-    return f"no {gauge.name} in /metrics (an SGLang older than the gauge)"
+    return f"no {gauge.name} in /metrics (an SGLang older than it, or its Rust server)"
 
 
 def _with_signals(scan: Scan, signals: Signals) -> Scan:

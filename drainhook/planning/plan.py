@@ -45,8 +45,12 @@ ROLES = ("unified", "prefill", "decode")
 OUTPUTS = ("text", "json", "yaml")
 DEFAULT_BINARY = "/usr/local/bin/drainhook"
 
-# An SGLang prefill or decode server (disaggregation, 0.5.x) needs about 20 s
-# after SIGTERM to exit; G = 45 then leaves 20 s to drain after a 5 s settle.
+# SGLang exits once its SIGTERM watchdog, which looks every 5 s, finds nothing
+# left, then takes 1-2 s to shut down: up to 7 s after SIGTERM when idle
+# (CONTRACT §7; 3.1-6.3 s measured on 0.5.23). R = 10 s lets it exit before the kill. A prefill or
+# decode server (disaggregation) needs about 20 s; G = 45 then leaves 20 s to
+# drain after a 5 s settle.
+SGLANG_EXIT = 10.0
 SGLANG_PD_EXIT = 20.0
 SGLANG_PD_GRACE = 45.0
 # `vllm serve --shutdown-timeout N` (vLLM >= 0.18.0, vllm-project/vllm#34730)
@@ -147,35 +151,48 @@ def make_plan(
 Rule = Callable[[Plan], PlanWarning | None]
 
 
+def _sglang_exit(plan: Plan) -> PlanWarning | None:
+    """sglang-exit: an SGLang server (--engine sglang) needs R >= 10 s"""
+    if plan.engine != "sglang" or plan.role != "unified":
+        return None
+    why = ": its watchdog looks for work left every 5 s, then it takes 1-2 s to stop"
+    return _sglang_reserve(plan, "sglang-exit", SGLANG_EXIT, 0.0, why)
+
+
 def _sglang_pd_exit(plan: Plan) -> PlanWarning | None:
     """sglang-pd-exit: an SGLang prefill/decode server needs R >= 20 s and G >= 45 s"""
+    if plan.engine not in ("sglang", "auto") or plan.role not in ("prefill", "decode"):
+        return None
+    why = ", and is at least 45 s: 20 s to drain after a 5 s settle"
+    return _sglang_reserve(plan, "sglang-pd-exit", SGLANG_PD_EXIT, SGLANG_PD_GRACE, why)
+
+
+def _sglang_reserve(
+    plan: Plan, code: str, exit_s: float, least_g: float, why: str
+) -> PlanWarning | None:
+    """R rises to exit_s; G rises by as much, so that the time left to drain (D)
+    stays what it was, and to least_g at least."""
     g, r, role = plan.grace, plan.config.exit_reserve, plan.role
-    if plan.engine not in ("sglang", "auto") or role not in ("prefill", "decode"):
+    if r >= exit_s and g >= least_g:
         return None
-    if r >= SGLANG_PD_EXIT and g >= SGLANG_PD_GRACE:
-        return None
-    # R rises to 20 s; G rises by as much, so that the time left to drain (D)
-    # stays what it was, and to 45 s at least.
-    new_r = max(r, SGLANG_PD_EXIT)
+    new_r = max(r, exit_s)
     kept = g + (new_r - r)
-    new_g = max(kept, SGLANG_PD_GRACE)
-    needs = f"an SGLang {role} server needs about {seconds(SGLANG_PD_EXIT)} after SIGTERM"
+    new_g = max(kept, least_g)
+    server = "server" if role == "unified" else f"{role} server"
+    needs = f"an SGLang {server} needs about {seconds(exit_s)} after SIGTERM"
     fixes = []
     if new_r != r:
         fixes.append(Fix("exit_reserve", new_r, needs))
     if new_g != g:
-        why = (
-            f"G rises with R, so that D stays {seconds(plan.deadline)}"
-            if kept >= SGLANG_PD_GRACE and new_r != r
-            else f"an SGLang {role} server needs G >= {seconds(SGLANG_PD_GRACE)}"
-        )
-        fixes.append(Fix("grace", new_g, why))
+        rises = f"G rises with R, so that D stays {seconds(plan.deadline)}"
+        least = f"an SGLang {server} needs G >= {seconds(least_g)}"
+        fixes.append(Fix("grace", new_g, rises if kept >= least_g and new_r != r else least))
     return PlanWarning(
-        "sglang-pd-exit",
+        code,
         f"{needs}: use --exit-reserve {number(new_r)} (now {seconds(r)}) and "
         f"G = {seconds(new_g)} (now {seconds(g)})",
-        "with less, the kubelet kills it before it has exited; G rises with R so "
-        "that the deadline stays, and is at least 45 s: 20 s to drain after a 5 s settle",
+        "with less, the kubelet kills it before it has exited; G rises with R so that the "
+        f"deadline stays{why}",
         tuple(fixes),
     )
 
@@ -269,6 +286,7 @@ def _vllm_api_servers(plan: Plan) -> PlanWarning | None:
 # every Pod), a short-G Pod's drain would log it every time.
 ADVICE_RULES: tuple[Rule, ...] = (
     _stall_after_deadline,
+    _sglang_exit,
     _sglang_pd_exit,
     _vllm_prefill_linger,
     _vllm_shutdown_timeout,
