@@ -10,8 +10,11 @@ Read in the engines' code (CONTRACT §2a):
   API servers each process counts its own and one GET reaches one of them.
 - SGLang 0.5.23's `sglang:http_requests_active{endpoint,method}` (pure-ASGI
   middleware, `observability/http_request_metrics.py`): +1 before the body is
-  read, -1 after the whole response, stream included; every path counts, the
-  `/metrics` scrape itself too. A series appears once its path was first used.
+  read, -1 after the whole response, stream included, and after the response's
+  background task: a streamed response's abort task sleeps 2 s, so the count
+  stays up about 2 s after its last byte (measured live: 2.0 s). Every path
+  counts, the `/metrics` scrape itself too. A series appears once its path was
+  first used.
 """
 
 from __future__ import annotations
@@ -32,19 +35,31 @@ class ServerCounts:
         self._next_request = itertools.count()
         self._next_read = itertools.count()
         self._active: Counter[tuple[str, str]] = Counter()
+        self._tail: Counter[tuple[str, str]] = Counter()  # responses done, not yet counted off
 
     def begin(self, endpoint: str, method: str) -> None:
         with self._lock:
             self._active[(endpoint, method)] += 1
 
-    def end(self, endpoint: str, method: str) -> None:
+    def end(self, endpoint: str, method: str, tail: float = 0.0) -> None:
+        """The response is done; it stays in `active()` `tail` s more (SGLang's stream)."""
         with self._lock:
             self._active[(endpoint, method)] -= 1
+            if tail > 0:
+                self._tail[(endpoint, method)] += 1
+        if tail > 0:
+            timer = threading.Timer(tail, self._tail_end, (endpoint, method))
+            timer.daemon = True
+            timer.start()
+
+    def _tail_end(self, endpoint: str, method: str) -> None:
+        with self._lock:
+            self._tail[(endpoint, method)] -= 1
 
     def active(self) -> dict[tuple[str, str], int]:
         """SGLang's `http_requests_active`, by (endpoint, method) ever used."""
         with self._lock:
-            return dict(self._active)
+            return {key: n + self._tail[key] for key, n in self._active.items()}
 
     def completions(self) -> int:
         """Completion requests the server holds, from their first byte to their last."""

@@ -32,12 +32,16 @@ server is calibrated to the live vLLM 0.32 (CPU build, measured; CONTRACT
   the streams in flight are cut and new completions get HTTP 500, while the
   engine cores go on with the work for nobody until it ends or N. Inferred
   from the code, not observed.
-- SGLang: its watchdog looks at the SIGTERM flag every `notice_seconds` (from
-  `notice_origin`), then drains with no bound while serving as before, and
-  exits; a prefill/decode server never sooner than `exit_after_sigterm`.
-  With `idle_lag`, /metrics refreshes about once a second while busy and
-  shows idle only `idle_lag` after going idle; `GET /v1/loads` is always live.
-  Read in SGLang's code only: it has no CPU build to run here.
+- SGLang (0.5.23, measured live on its CPU engine: CONTRACT §7): `/health`
+  answers 503 from SIGTERM on; its watchdog looks at the SIGTERM flag every
+  `notice_seconds` (from `notice_origin`), then drains with no bound while
+  serving as before (a new request is served), looks again every
+  `notice_seconds` until nothing is left, and exits `exit_seconds` later; a
+  prefill/decode server never sooner than `exit_after_sigterm` (read in its
+  code). With `idle_lag`, /metrics refreshes about once a second while busy
+  and shows idle only `idle_lag` after going idle; `GET /v1/loads` is always
+  live. A stream stays in `http_requests_active` `stream_tail` after its last
+  byte (front.py).
 
 Where the gauges are blind (CONTRACT §2a; read in vLLM 0.32's and SGLang
 0.5.23's code): a request is in the HTTP server before its scheduler sees it.
@@ -161,6 +165,7 @@ class EngineConfig:
     load_tracking: bool = False  # vLLM --enable-server-load-tracking: /load counts
     refresh_iterations: int = 0  # SGLang: gauges set at each prefill and every N decode steps
     http_active: bool = True  # SGLang: sglang:http_requests_active on /metrics (0.5.23)
+    stream_tail: float = 0.0  # SGLang: a stream stays in that count this long after its end
 
 
 def tokens_duration(token_seconds: float, default_tokens: int = 16) -> Duration:

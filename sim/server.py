@@ -83,10 +83,11 @@ class _Handler(BaseHTTPRequestHandler):
         server = self.engine.server
         with self.engine.serving(self.connection):
             server.begin(path, method)
+            self._streamed = False
             try:
                 routes.get(path, self._not_found)()
             finally:
-                server.end(path, method)
+                server.end(path, method, self.engine.config.stream_tail if self._streamed else 0)
 
     def _not_found(self) -> None:
         self._plain(404, b"not found\n")
@@ -94,7 +95,9 @@ class _Handler(BaseHTTPRequestHandler):
     # --- the read-only pages -----------------------------------------------------------
 
     def _health(self) -> None:
-        self._plain(200, b"")
+        """200; SGLang answers 503 from SIGTERM on (it drains, still serving)."""
+        draining = self.engine.config.kind == "sglang" and self.engine.sigterm_at is not None
+        self._plain(503 if draining else 200, b"")
 
     def _metrics(self) -> None:
         start = time.monotonic()
@@ -208,6 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.engine.hold(self.connection)
 
     def _stream_head(self) -> None:
+        self._streamed = True
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")

@@ -1,10 +1,10 @@
 """The conformance episodes (tests/support/conformance.py) against the simulated engine.
 
-The rehearsal's engine process (`python -m rehearsal.engine --kind vllm`), its
-timeline scaled by SCALE, plays each episode and is held to the table the
-live vLLM was measured against (tests/live/test_conformance_live.py runs the
-same episodes on the live engine). Each case fails with the list of what the
-simulated engine did differently from vLLM.
+The rehearsal's engine process (`python -m rehearsal.engine --kind vllm|sglang`),
+its timeline scaled by SCALE, plays each episode and is held to the table the
+live engine was measured against (tests/live/ and tests/live_sglang/ run the
+same episodes on the live vLLM and SGLang). Each case fails with the list of
+what the simulated engine did differently from the live one.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ class SimEngine:
 
     scale = SCALE
 
-    def __init__(self, shutdown_timeout: float, *flags: str) -> None:
+    def __init__(self, shutdown_timeout: float, *flags: str, kind: str = "vllm") -> None:
         argv = [
             sys.executable,
             "-m",
             "rehearsal.engine",
             "--kind",
-            "vllm",
+            kind,
             "--dp",
             "1",
             "--max-running",
@@ -89,10 +89,15 @@ class SimEngine:
             self.proc.stdout.close()
 
 
-@pytest.mark.parametrize("name", list(conformance.EPISODES))
-def test_simulated_vllm_conforms_to_the_live_one(name: str) -> None:
+# The simulated engine models vLLM and SGLang's Python HTTP server, not SGLang's
+# opt-in Rust server (its episode runs on the live engine only).
+SIMULATED = [n for n, e in conformance.EPISODES.items() if e.engine in ("vllm", "sglang")]
+
+
+@pytest.mark.parametrize("name", SIMULATED)
+def test_simulated_engine_conforms_to_the_live_one(name: str) -> None:
     episode = conformance.EPISODES[name]
-    engine = SimEngine(episode.shutdown_timeout)
+    engine = SimEngine(episode.shutdown_timeout, kind=episode.engine)
     try:
         seen = conformance.run(engine, episode)
     finally:
