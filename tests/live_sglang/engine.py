@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from tests.live.engine import ENV, MODEL_NAME, EngineFailed, LiveVllm
+from tests.live.engine import ENV, MODEL_NAME, START_TIMEOUT, EngineFailed, LiveVllm
 
 STANDIN = Path(__file__).resolve().parent / "standin"
 KV_TOKENS = 8192  # --max-total-tokens: the KV pool, a bounded allocation
@@ -47,9 +47,25 @@ class LiveSglang(LiveVllm):
             "--max-total-tokens", str(KV_TOKENS), "--sleep-on-idle",
         ]  # fmt: skip
 
+    # When /metrics first answered 200 while the server started, and when it first
+    # carried a scheduler series (monotonic; None: not seen before /health 200).
+    metrics_at: float | None = None
+    series_at: float | None = None
+
     def start(self) -> LiveSglang:
-        """LiveVllm.start, then until the warm-up streams' server count has fallen
-        (it stays up about 2 s after each stream's last byte)."""
+        """Watch /metrics as the server starts (the window with no scheduler series),
+        then LiveVllm.start, then wait until the warm-up streams' server count has
+        fallen (it stays up about 2 s after each stream's last byte)."""
+        deadline = self.started_at + START_TIMEOUT
+        while self.series_at is None and time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break  # LiveVllm.start says why
+            status, body = self.get("/metrics", timeout=1.0)
+            if status == 200:
+                self.metrics_at = self.metrics_at or time.monotonic()
+                if b"sglang:num_running_reqs{" in body:
+                    self.series_at = time.monotonic()
+            time.sleep(0.02)
         super().start()
         deadline = time.monotonic() + 15
         while self.counted() > 0:

@@ -54,6 +54,17 @@ def probe(hook: Hook, engine: LiveSglang) -> tuple[int, dict[str, Any]]:
     return run.code, json.loads(run.stdout)
 
 
+def test_metrics_carry_the_scheduler_soon_after_the_listener_opens(
+    engine: LiveSglang, record: Any
+) -> None:
+    """For a moment after its listener opens, SGLang's /metrics answers 200 with no
+    scheduler series (a read then names no engine: doubt, never idle)."""
+    assert engine.metrics_at is not None and engine.series_at is not None
+    window = engine.series_at - engine.metrics_at
+    assert 0 <= window <= 10, window
+    record("sglang /metrics without scheduler series at start", window_s=round(window, 3))
+
+
 def test_probe_counts_what_the_engine_runs(hook: Hook, engine: LiveSglang, record: Any) -> None:
     """Idle: 0. Two long streams: 2, from /v1/loads and the server's own count."""
     code, idle = probe(hook, engine)

@@ -1,7 +1,8 @@
 """SGLang's exit after the hook: `plan`'s advice for SGLang against the live engine.
 
-One engine, one case: `wait` on the idle engine returns `drained`, SIGTERM at
-once (the conformance episode `sglang-idle-sigterm`), and the process exits
+One engine, one case: `wait --settle 0.5` on the idle engine returns `drained`
+within S + I (the confirming read I/4 after the first, the server's count at
+0), SIGTERM at once (the conformance episode `sglang-idle-sigterm`), and the process exits
 within the exit reserve `plan --engine sglang` advises, so the kubelet's kill
 never comes first. Ends the engine.
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import SPAWN_LATE, late
 from tests.live.conftest import Hook
 from tests.support import conformance
 
@@ -30,9 +32,13 @@ def test_sglang_exits_within_the_advised_reserve(
     with start_engine("idle") as engine:
         run = hook("wait", "--url", engine.url(), "--grace", "30", "--settle", "0.5")
         assert run.code == 0 and "outcome=drained" in run.stderr, run.stderr
+        assert run.elapsed <= late(0.5 + 1.0, SPAWN_LATE, run.starved), run.stderr
         seen = conformance.run(engine, episode)
     record(
-        "sglang SIGTERM after wait (idle)", advised_reserve_s=reserve, **conformance.numbers(seen)
+        "sglang SIGTERM after wait (idle)",
+        wait_elapsed_s=round(run.elapsed, 3),
+        advised_reserve_s=reserve,
+        **conformance.numbers(seen),
     )
     assert conformance.mismatch(seen, episode) == [], conformance.summary(seen)
     assert seen.exit is not None and seen.exit <= reserve - 1.0, (seen.exit, reserve)
