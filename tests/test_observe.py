@@ -176,18 +176,24 @@ def test_cli_from_file_gives_the_hand_computation(hook: Hook, hand: Hand) -> Non
     assert seen["source"] == str(SAMPLES / hand.file)
     assert seen["engine"] == hand.engine
     assert obj["grace"] == 30  # the plan itself is the one given
-    # With S = 5 s no engine advice stands (vLLM's --shutdown-timeout needs S < 5 s).
-    assert {w["code"] for w in obj["warnings"]} == hand.warnings
+    # With S = 5 s no vLLM advice stands (its --shutdown-timeout needs S < 5 s); an
+    # SGLang seen in the histogram gets its exit reserve (sglang-exit).
+    advice = {"sglang-exit"} if hand.engine == "sglang" else set()
+    assert {w["code"] for w in obj["warnings"]} == hand.warnings | advice
     assert obj["engine"] == "auto"  # as given
     applied = obj["applied"]
-    assert applied["grace"] == (30 if hand.grace is None else hand.grace)
-    assert applied["exit_reserve"] == 5
+    reserve = 10 if hand.engine == "sglang" else 5  # G from the histogram with that R
+    assert applied["exit_reserve"] == reserve
     if hand.grace is not None:
-        (change,) = applied["changes"]
-        assert (change["field"], change["from"], change["to"]) == ("grace", 30, hand.grace)
-        assert change["because"][0].startswith("observed: G = ceil(S 5 + p99.9 ")
+        grace = max(15, math.ceil(5 + hand.quantiles[2] + reserve))
+        assert grace == hand.grace + (reserve - 5) or hand.grace == 15
+        assert applied["grace"] == grace
+        changes = {c["field"]: c for c in applied["changes"]}
+        assert set(changes) == ({"grace", "exit_reserve"} if reserve == 10 else {"grace"})
+        assert (changes["grace"]["from"], changes["grace"]["to"]) == (30, grace)
+        assert changes["grace"]["because"][0].startswith("observed: G = ceil(S 5 + p99.9 ")
     else:
-        assert applied["changes"] == []
+        assert applied["changes"] == [] and applied["grace"] == 30
     assert applied["command"][applied["command"].index("--grace") + 1] == str(applied["grace"])
 
 
@@ -286,17 +292,21 @@ def test_yaml_output_carries_the_recommended_g(hook: Hook) -> None:
                "--engine", "sglang")  # fmt: skip
     assert run.code == 0, run.stderr
     data = yaml.safe_load(run.stdout)
-    assert data["terminationGracePeriodSeconds"] == 210
+    # SGLang's exit reserve (sglang-exit, R = 10) first, then G from the histogram with it.
+    assert data["terminationGracePeriodSeconds"] == 215
     command = data["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
-    assert command[command.index("--grace") + 1] == "210"
+    assert command[command.index("--grace") + 1] == "215"
+    assert command[command.index("--exit-reserve") + 1] == "10"
     spec = load_model(data, "V1PodSpec", "plan --observe --output yaml")
-    assert spec.termination_grace_period_seconds == 210
+    assert spec.termination_grace_period_seconds == 215
     changed = [line for line in run.stdout.splitlines() if line.startswith("# changed:")]
     assert changed == [
-        "# changed: terminationGracePeriodSeconds 30 -> 210 "
-        "(observed: G = ceil(S 5 + p99.9 200 + R 5) = 210)"
+        "# changed: --exit-reserve 5 -> 10 (sglang-exit: an SGLang server needs about 10s "
+        "after SIGTERM)",
+        "# changed: terminationGracePeriodSeconds 30 -> 215 "
+        "(observed: G = ceil(S 5 + p99.9 200 + R 10) = 215)",
     ]
-    assert "# with G = 210: D - S = 200s; at most 0% of observed requests ran longer" in run.stdout
+    assert "# with G = 215: D - S = 200s; at most 0% of observed requests ran longer" in run.stdout
 
 
 def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice_only_where_it_saves_work(

@@ -211,7 +211,10 @@ def test_deadline_with_reads_unknown(hook: Hook, tmp_path: Path) -> None:
     assert run.code == 3, run.stderr
     outcome, _, _, work = parse(path)
     assert outcome == "deadline"
-    assert work.startswith("work in flight unknown (last read unknown: read timed out")
+    # The last read is cut at D: its time runs out while it waits for the answer, or
+    # (a starved process starting it just before D) already while it sends the request.
+    assert work.startswith("work in flight unknown (last read unknown: "), work
+    assert any(f"{phase} timed out" in work for phase in ("read", "write")), work
 
 
 def test_deadline_before_any_read(hook: Hook, tmp_path: Path) -> None:
