@@ -90,8 +90,11 @@ def test_a_lone_short_request_is_held(spawn_hook: Any, engine: LiveSglang, recor
         "wait", "--url", engine.url(), "--settle", str(settle), "--interval", "0.5", *WAIT
     )
     spawned = time.monotonic()
+    assert proc.stderr is not None
+    proc.stderr.readline()  # the settle-short warning: written at the hook's start
+    started = time.monotonic()
     seen: list[float] = []
-    time.sleep(max(0.0, spawned + settle - 0.2 - time.monotonic()))  # in flight at the first read
+    time.sleep(max(0.0, started + settle - 0.2 - time.monotonic()))  # in flight at the first read
     request = Request(engine, COMPLETIONS, 20, "a lone short request")
     while request.out.ended is None:
         seen.append(gauges(engine)[0])

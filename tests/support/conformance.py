@@ -552,16 +552,20 @@ EPISODES: dict[str, Episode] = {
         ),
         # Its opt-in Rust HTTP server (SGLANG_RUST_SERVER=1): SIGTERM stops the
         # listener and drops every stream at once (closed without [DONE]); the
-        # process exits well within a second.
+        # process exits well within a second. It sometimes ends a stream with
+        # finish_reason "stop" before its length, ignore_eos and min_tokens
+        # notwithstanding (in 2 of 4 runs of its module): such a stream is over
+        # before SIGTERM (its test checks that each `complete` one ended before it).
         Episode(
             "sglang-rust-sigterm",
             engine="sglang-rust",
-            expected=(
-                Expected(
-                    streams=("truncated", "truncated"),
-                    listener=Window(0.0, 0.5),
-                    exit=Window(0.0, 1.0),
-                ),
+            expected=tuple(
+                Expected(streams=ends, listener=Window(0.0, 0.5), exit=Window(0.0, 1.0))
+                for ends in (
+                    ("truncated", "truncated"),
+                    ("complete", "truncated"),
+                    ("truncated", "complete"),
+                )
             ),
             streams=(30.0, 30.0),
             sigterm=2.0,
