@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 from tests.live.engine import LiveVllm
-from tests.live_sglang.engine import LiveSglang
 from tests.support import conformance
 
 # The path the tier's requests take, and the paths whose scrape is no work.
@@ -26,29 +25,12 @@ def long_prompt() -> str:
     return f"{random.getrandbits(64):x} " + "the engine drains a request " * PROMPT_REPEATS
 
 
-def samples(engine: LiveVllm) -> list[tuple[str, float]]:
-    status, text = engine.get("/metrics")
-    if status != 200:
-        raise AssertionError(f"/metrics answered {status}")
-    out = []
-    for line in text.decode().splitlines():
-        if line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            out.append((key, float(value)))
-    return out
-
-
 def gauges(engine: LiveVllm) -> tuple[float, float]:
     """(sglang:num_running_reqs, sglang:num_queue_reqs) on /metrics now."""
-    got = samples(engine)
+    got = engine.metrics().items()
     run = sum(v for k, v in got if k.startswith("sglang:num_running_reqs{"))
     queue = sum(v for k, v in got if k.startswith("sglang:num_queue_reqs{"))
     return run, queue
-
-
-def active(engine: LiveSglang) -> float:
-    """sglang:http_requests_active of /v1/completions (0 when the series is absent)."""
-    return engine.counted()
 
 
 def loads(engine: LiveVllm) -> int:

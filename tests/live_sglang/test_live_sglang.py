@@ -28,7 +28,6 @@ from tests.live_sglang.looks import (
     COMPLETIONS,
     GENERATE,
     Request,
-    active,
     gauges,
     loads,
     long_prompt,
@@ -77,7 +76,7 @@ def test_probe_counts_what_the_engine_runs(hook: Hook, engine: LiveSglang, recor
     assert (code, two["verdict"], two["in_flight"]) == (1, "busy", 2), two
     for s in streams.close():
         assert s.detail == "closed by the client", s
-    wait_for(lambda: loads(engine) == 0 and active(engine) == 0, 15, "the closed requests gone")
+    wait_for(lambda: loads(engine) == 0 and engine.counted() == 0, 15, "the closed requests gone")
     record("sglang probe 0/2 streams", in_flight=[idle["in_flight"], two["in_flight"]])
 
 
@@ -165,7 +164,7 @@ def test_streams_drained_and_the_tail(hook: Hook, engine: LiveSglang, record: An
     def watch() -> None:  # when the server's count last falls to 0
         while len(streams.ended) < 2 or any(s.ended is None for s in streams.ended):
             time.sleep(0.02)
-        while active(engine) > 0:
+        while engine.counted() > 0:
             time.sleep(0.02)
         falls.append(time.monotonic())
 
@@ -232,7 +231,7 @@ def _frozen_wait(hook: Hook, engine: LiveSglang, freeze: float, thaw: float | No
     finally:
         os.kill(scheduler, signal.SIGCONT)
         streams.close()
-    wait_for(lambda: loads(engine) == 0 and active(engine) == 0, 30, "the engine idle again")
+    wait_for(lambda: loads(engine) == 0 and engine.counted() == 0, 30, "the engine idle again")
     return done["run"], frozen - start
 
 
