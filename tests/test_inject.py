@@ -599,7 +599,7 @@ def test_comments_key_order_and_quoting_are_kept() -> None:
             assert line in out.splitlines()
     assert 'command: ["vllm", "serve"]' in out  # a flow sequence stays one
     assert '\'{"kv_connector":"NixlConnector", "kv_role":"kv_both"}\'' in out
-    (doc,) = manifests.load_string(out)
+    (doc,) = [d.data for d in manifests.parse("out", out)]
     assert list(doc["spec"]["template"]["spec"]) == [
         "initContainers", "serviceAccountName", "terminationGracePeriodSeconds", "volumes",
         "containers",

@@ -102,7 +102,7 @@ def plan(
     from drainhook.planning import plan as planning
     from drainhook.planning.render import render
 
-    config = planning.wait_config(**{name: params[name] for name in _PLAN_TIMELINE})
+    config = planning.wait_config(**{name: params[name] for name in planning.TIMELINE})
     if observe or from_file:
         from drainhook.planning.observe import ObserveRequest, run_observe
 
@@ -113,18 +113,13 @@ def plan(
         click.echo(run_observe(request), nl=False)
         return 0
     observe_only = [p.name for p in ctx.command.params if p.name in params]
-    observe_only = [n for n in observe_only if n not in _PLAN_TIMELINE] + ["quantile", "window"]
+    observe_only = [n for n in observe_only if n not in planning.TIMELINE] + ["quantile", "window"]
     given = [n for n in observe_only if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
     if given:
         raise UsageError(f"{', '.join('--' + n.replace('_', '-') for n in given)} need --observe")
     made = planning.make_plan(config, role, binary, api_servers=api_servers)
     click.echo(render(made, output), nl=False)
     return 0
-
-
-# The values of plan's own timeline (the rest of target_options is --observe's).
-_PLAN_TIMELINE = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
-                  "linger", "max_wait", "stall_after", "engine")  # fmt: skip
 
 
 @click.command()

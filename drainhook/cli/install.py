@@ -7,6 +7,7 @@ renamed aside first (a rename cannot replace a non-empty folder), then removed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -56,22 +57,12 @@ def _why(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-def _temporary(final: Path) -> Path:
-    return final.with_name(f".{final.name}.{os.getpid()}.tmp")
-
-
-def _same(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _install_folder(source: Path, final: Path) -> Path:
     """Copy the source folder to a temporary folder beside final, then rename it in."""
-    if _same(source, final):
-        return final
-    temporary = _temporary(final)
+    with contextlib.suppress(OSError):
+        if os.path.samefile(source, final):
+            return final
+    temporary = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     try:
         _copy_tree(source, temporary)
         _rename_into_place(temporary, final)

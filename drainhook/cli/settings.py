@@ -110,19 +110,15 @@ def reach_of(
         from drainhook.reading.auth import read_api_key
 
         api_key = read_api_key(params["api_key_file"])
+    same = ("max_body", "read_timeout", "cacert", "tls_server_name", "insecure", "allow_remote")
     reach = ReadConfig(
         target=first,
         more=tuple(more),
         source=source,
         api_key=api_key,
         engine=engine,
-        max_body=params["max_body"],
-        read_timeout=params["read_timeout"],
-        cacert=params["cacert"],
-        tls_server_name=params["tls_server_name"],
-        insecure=params["insecure"],
-        allow_remote=params["allow_remote"],
         discover=discovery_on(ctx, params) if discover is None else discover,
+        **{name: params[name] for name in same},
     )
     reach.check()
     return reach
@@ -130,22 +126,12 @@ def reach_of(
 
 def wait_config_of(ctx: click.Context, params: Mapping[str, Parsed]) -> WaitConfig:
     """`wait`'s frozen config from its parsed flags, checked."""
+    same = ("grace", "settle", "exit_reserve", "interval", "confirm", "linger", "max_wait",
+            "log_format", "log_reads", "log_file", "exit_zero", "quiet", "stall_after")  # fmt: skip
     config = WaitConfig(
         reach=reach_of(ctx, params),
-        grace=params["grace"],
-        settle=params["settle"],
-        exit_reserve=params["exit_reserve"],
-        interval=params["interval"],
-        confirm=params["confirm"],
-        linger=params["linger"],
-        max_wait=params["max_wait"],
-        log_format=params["log_format"],
-        log_reads=params["log_reads"],
-        log_file=params["log_file"],
-        exit_zero=params["exit_zero"],
-        quiet=params["quiet"],
         termination_log=choose_termination_log(params["termination_log"]),
-        stall_after=params["stall_after"],
+        **{name: params[name] for name in same},
     )
     config.check()
     return config

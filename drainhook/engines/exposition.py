@@ -10,7 +10,6 @@ unknown, as for a body over --max-body.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import mmap
 import time
@@ -23,7 +22,6 @@ from drainhook.engines.gauges import (
     PRIORITY_LABEL,
     Engine,
     SeriesKey,
-    ServerGauge,
     external_work,
     sample_kind,
     series_key,
@@ -40,6 +38,7 @@ from drainhook.engines.verdict import (
     Verdict,
     count,
     value_problem,
+    with_signals,
 )
 from drainhook.errors import Malformed
 
@@ -127,12 +126,6 @@ class _Candidates:
             # count): looked past, not read.
             end = body.find(b"\n", best)
             self._next[which] = -1 if end < 0 else body.find(self._needles[which], end)
-
-
-def _line_bounds(body: bytes | bytearray | mmap.mmap, pos: int) -> tuple[int, int]:
-    start = body.rfind(b"\n", 0, pos) + 1
-    end = body.find(b"\n", pos)
-    return start, len(body) if end < 0 else end
 
 
 class _ScanState:
@@ -229,7 +222,7 @@ class _ScanState:
         scan = Scan(verdict, chosen.name, total, series, reason, warnings, made)
         if total is None:
             return scan
-        return _with_signals(scan, self._signals(chosen, total))
+        return with_signals(scan, self._signals(chosen, total))
 
     def _signals(self, engine: Engine, scheduler: float) -> Signals:
         """The scheduler's count and the server's own (CONTRACT §2a) over the
@@ -239,24 +232,13 @@ class _ScanState:
             return Signals(scheduler)
         found = self.server[engine.name].values()
         if not found:
-            return Signals(scheduler).without(SERVER, server_missing(gauge))
+            why = f"no {gauge.name} in /metrics (an SGLang older than it, or its Rust server)"
+            return Signals(scheduler).without(SERVER, why)
         return Signals(scheduler, math.fsum(s.value for s in found if gauge.carries_work(s.labels)))
 
 
 class _GaveUp(Exception):
     """A bound on one body passed: the read is unknown, with this reason."""
-
-
-def server_missing(gauge: ServerGauge) -> str:
-    """Why the server's own count is missing from a body: said once by `wait`."""
-    return f"no {gauge.name} in /metrics (an SGLang older than it, or its Rust server)"
-
-
-def _with_signals(scan: Scan, signals: Signals) -> Scan:
-    """The scan counted by CONTRACT §2a's rule: the largest signal."""
-    total = signals.count()
-    verdict = Verdict.BUSY if total is not None and total > 0 else Verdict.IDLE
-    return dataclasses.replace(scan, verdict=verdict, in_flight=total, signals=signals)
 
 
 def scan(
@@ -301,7 +283,8 @@ def _scan_lines(
         looked += 1
         if until is not None and looked % _CLOCK_EVERY == 0 and clock() >= until:
             raise _GaveUp("read timed out: the read's time ran out scanning the body")
-        start, end = _line_bounds(body, at)
+        start, end = body.rfind(b"\n", 0, at) + 1, body.find(b"\n", at)
+        end = len(body) if end < 0 else end
         pos = end + 1
         name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
         if name_end - at > _LONGEST_NAME:

@@ -9,7 +9,7 @@ import math
 import mmap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 # A body as the readers hold it and the scanners read it (an mmap: read.py says why).
 Body = bytes | bytearray | mmap.mmap
@@ -206,11 +206,14 @@ class Reading:
         return self.in_flight
 
 
-def with_signals(reading: Reading, signals: Signals) -> Reading:
-    """The reading with these signals, its count and verdict by CONTRACT §2a's rule
-    (the largest signal; idle only when every signal answered reads 0). A reading
-    without a count (unknown, unreachable) keeps its verdict: doubt stays doubt."""
-    if not reading.counted:
+_Counted = TypeVar("_Counted", Scan, Reading)
+
+
+def with_signals(reading: _Counted, signals: Signals) -> _Counted:
+    """The reading (or scan) with these signals, its count and verdict by CONTRACT
+    §2a's rule (the largest signal; idle only when every signal answered reads 0).
+    One without a count (unknown, unreachable) keeps its verdict: doubt stays doubt."""
+    if reading.verdict not in (Verdict.IDLE, Verdict.BUSY):
         return dataclasses.replace(reading, signals=signals)
     total = signals.count()
     verdict = Verdict.BUSY if total is not None and total > 0 else Verdict.IDLE

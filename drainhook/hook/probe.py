@@ -20,16 +20,9 @@ SCHEMA = 1
 
 
 def series_text(s: Series) -> str:
-    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels)
+    escape = {ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n"}
+    labels = ",".join(f'{k}="{v.translate(escape)}"' for k, v in s.labels)
     return f"{s.name}{{{labels}}}" if labels else s.name
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _counts(totals: dict[str, float]) -> dict[str, int | float | None]:
-    return {name: json_number(value) for name, value in totals.items()}
 
 
 def progress_of(reading: Reading) -> tuple[Series, ...]:
@@ -91,7 +84,9 @@ def probe_json(reading: Reading, target: str, search: SearchRecord | None = None
             "read_ms": round(reading.read_ms, 3),
             "source": reading.source if counted else None,
             "warnings": list(reading.warnings),
-            "progress": _counts(counter_totals(progress_of(reading))),
+            "progress": {
+                n: json_number(v) for n, v in counter_totals(progress_of(reading)).items()
+            },
             "waiting_outside": json_number(external_of(reading)),
             "signals": signals_json(reading),
             "held_by": held_by(reading),

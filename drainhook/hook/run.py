@@ -22,7 +22,6 @@ from drainhook.hook.stall import StallWatch
 from drainhook.hook.timeline import instants, timeline_warnings
 from drainhook.reading import TargetReader
 from drainhook.reading.assemble import hook_reader, last_search
-from drainhook.reading.config import ReadConfig
 
 # The codes by name, as tests and tools have used them; drainhook.exits holds them all.
 
@@ -86,7 +85,10 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
     # from /proc without connecting to any (CONTRACT §2a).
     listening = None
     if result.outcome is Outcome.UNREACHABLE and (reader is None or last_search(reader) is None):
-        listening = listening_ports(config.reach)
+        from drainhook.reading.discovery.listeners import read_listeners  # this path only
+
+        mine = {t.port for t in config.reach.targets}
+        listening = tuple(sorted({one.port for one in read_listeners()} - mine))
     if config.termination_log is not None:
         line = termination.message(result, listening)
         termination.write(config.termination_log, line, log.warning)
@@ -98,14 +100,6 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
     if reader is not None and result.outcome is not Outcome.INTERRUPTED:
         reader.close()
     return code
-
-
-def listening_ports(reach: ReadConfig) -> tuple[int, ...]:
-    """The TCP ports that listen in this network namespace, but the targets'."""
-    from drainhook.reading.discovery.listeners import read_listeners  # this path only
-
-    mine = {t.port for t in reach.targets}
-    return tuple(sorted({one.port for one in read_listeners()} - mine))
 
 
 def exit_code(result: Result, exit_zero: bool = False) -> int:

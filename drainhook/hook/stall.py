@@ -1,13 +1,9 @@
-"""The stall rule of CONTRACT §2b: work reported is not work done.
-
-Pure: `StallWatch.observe(t, reading)` sees each read with its time (seconds
-from the hook's start, the read's start) and says whether the replica is
-stalled; nothing here reads a clock. Per target, the work that can stall is
-the scheduler's count less the work reported as waiting outside the engine
-(`Progress.external`, from the engine table); its window opens at the first
-such read and again at every counter move or reset, and closes with no such
-work. The replica is stalled when a target's window has been open W seconds
-and no target that reports work says otherwise (§2b has every case).
+"""The stall rule of CONTRACT §2b (every case is there): work reported is not work
+done. Pure: `StallWatch.observe(t, reading)` sees each read at its start time and
+says whether the replica is stalled: a target's window opens at its first read of
+work that can stall (the scheduler's count less `Progress.external`) and again at
+every counter move or reset, and the replica is stalled once a window has been
+open W seconds and no target that reports work says otherwise.
 """
 
 from __future__ import annotations

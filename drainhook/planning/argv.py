@@ -18,7 +18,8 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, FoldedScalarString
 
 from drainhook.planning.manifests import Node
-from drainhook.planning.pods import SHELLS, SLEEP, TIMELINE, Refused, Site, recognise
+from drainhook.planning.plan import TIMELINE
+from drainhook.planning.pods import SHELLS, SLEEP, Refused, Site, recognise
 
 
 class Argv:

@@ -1,13 +1,8 @@
-"""The latency histograms of `plan --observe`: a /metrics body (bytes) to the
-series of a few histogram families, and those series to one summed histogram.
-
-The gauge scanner's discipline and line grammar (drainhook.engines.exposition):
-only the wanted families' lines are parsed (`bytes.find`), what one body can make
-it hold and its time are bounded (`ScanLimit`), and a family that breaks a bound
-or a rule (a bad line, a NaN or negative count, a bucket twice, a cumulative
-count that goes down, a `_count` apart from `+Inf`) gets a `problem`: a reason,
-never a traceback or a wrong count. `_sum` lines are not read; `_created` is
-another family; `_` for `:` is the same one; an OpenMetrics exemplar is dropped.
+"""The latency histograms of `plan --observe`: a /metrics body to the series of a
+few histogram families (`scan_families`, with the gauge scanner's grammar and
+bounds), and those summed (`sum_series`) or differenced (`difference`). A family
+that breaks a bound or a rule gets a `problem`: a reason, never a traceback or a
+wrong count. `_sum` is not read; `_created` is another family.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from drainhook.engines.gauges import spellings
 
@@ -104,11 +100,9 @@ class Histogram:
         """
         if self.total <= 0:
             return None
-        qn, qd = exact(q)
-        tn, td = exact(self.total)
+        wanted = exact(q) * exact(self.total)
         for bound, cum in zip((*self.bounds, INF), self.cumulative, strict=True):
-            cn, cd = exact(cum)
-            if cn * qd * td >= qn * tn * cd:
+            if exact(cum) >= wanted:
                 return bound
         return INF  # pragma: no cover - the +Inf bucket is the total
 
@@ -132,18 +126,10 @@ class Histogram:
         return rows
 
 
-def exact(x: float) -> tuple[int, int]:
-    """x as the decimal it prints as (`repr`, the shortest that reads back), as a
-    fraction (numerator, denominator): 0.999 is 999/1000, not the binary float
-    just below it. Only for finite x."""
-    text = repr(float(x))
-    mantissa, _, exponent = text.partition("e")
-    whole, _, frac = mantissa.partition(".")
-    negative = whole.startswith("-")
-    digits = int(whole.lstrip("-") + frac)
-    scale = len(frac) - int(exponent or 0)
-    num, den = (digits, 10**scale) if scale >= 0 else (digits * 10**-scale, 1)
-    return (-num if negative else num), den
+def exact(x: float) -> Fraction:
+    """x as the decimal it prints as (`repr`, the shortest that reads back): 0.999 is
+    999/1000, not the binary float just below it. Only for finite x."""
+    return Fraction(repr(float(x)))
 
 
 def scan_families(

@@ -1,11 +1,8 @@
-"""`drainhook inject`: the hook wired into a user's own manifests (CONTRACT §4).
-
-A text transform, as `linkerd inject` is: YAML documents in, every document out,
-in order. Each engine container of a workload it recognises gets the preStop
-`wait` that `plan` would write for it (drainhook.planning.plan's rules) and the
-engine's own flags that advice names; what it cannot do it refuses, writing the
-document unchanged with one line on stderr. Where it wires: drainhook.planning.pods;
-the engine's command line: drainhook.planning.argv. Loaded only by `inject`.
+"""`drainhook inject`: the hook wired into a user's own manifests (CONTRACT §4), as
+a text transform: YAML documents in, every document out, in order, each engine
+container given the preStop `plan` would write and the engine flags its advice
+names; a document it cannot wire is written unchanged, with why on stderr.
+Where it wires: drainhook.planning.pods; the engine's argv: drainhook.planning.argv.
 """
 
 from __future__ import annotations
@@ -49,6 +46,7 @@ from drainhook.planning.manifests import (
     sequence,
 )
 from drainhook.planning.plan import (
+    TIMELINE,
     Applied,
     EngineFlag,
     apply_advice,
@@ -68,7 +66,6 @@ from drainhook.planning.pods import (
     INSTALL_UID,
     KSERVE_MAIN,
     LOG_FILE,
-    TIMELINE,
     VOLUME_MOUNT,
     VOLUME_NAME,
     WORKER_MARGIN,

@@ -268,11 +268,6 @@ def join(texts: Sequence[str]) -> str:
     return "".join(out)
 
 
-def load_string(text: str) -> list[Node]:
-    """Every document of a YAML stream, parsed (for tests and comparisons)."""
-    return [d for d in YAML(typ="rt").load_all(text)]
-
-
 # -- building values that serialise as the rest of a manifest ----------------------
 
 

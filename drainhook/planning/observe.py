@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, spellings
@@ -262,11 +263,7 @@ def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
 
 def ceil_sum(*values: float) -> int:
     """ceil of the exact decimal sum: 5 + 0.3 + 5 is 10.3, never 10.299999..."""
-    num, den = 0, 1
-    for value in values:
-        n, d = exact(value)
-        num, den = num * d + n * den, den * d
-    return -(-num // den)
+    return math.ceil(sum(map(exact, values), Fraction(0)))
 
 
 def recommend(config: WaitConfig, observed: Observation, quantile: float) -> Recommendation:

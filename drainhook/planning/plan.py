@@ -1,12 +1,8 @@
 """`drainhook plan`: the timeline of CONTRACT §1 for given values, with warnings
-and advice (CONTRACT §4).
-
-Pure: a `WaitConfig` (the same value `wait` runs on, so the deadline is the
-hook's own) plus a role and a binary path in, a `Plan` out: `make_plan`; the
-warnings as a table of rules (`RULES`: the timeline's own, which `wait` logs at
-its start, then `ADVICE_RULES`); `apply_advice`, the one place that decides the
-values the fragment carries; `engine_flags`, the engine's own flags the advice
-names (`plan`'s JSON and `inject` read both). drainhook.planning.render writes it.
+and advice (§4). Pure: a `WaitConfig` (what `wait` runs on) plus a role and a
+binary in, a `Plan` out (`make_plan`); the warnings a table of rules (`RULES`);
+`apply_advice`, the one place that decides the values the fragment carries;
+`engine_flags`, the engine's own flags the advice names. render.py writes it.
 """
 
 from __future__ import annotations
@@ -45,19 +41,11 @@ ROLES = ("unified", "prefill", "decode")
 OUTPUTS = ("text", "json", "yaml")
 DEFAULT_BINARY = "/usr/local/bin/drainhook"
 
-# SGLang exits once its SIGTERM watchdog, which looks every 5 s, finds nothing
-# left, then takes 1-2 s to shut down: up to 7 s after SIGTERM when idle
-# (CONTRACT §7; 3.1-6.3 s measured on 0.5.23). R = 10 s lets it exit before the kill. A prefill or
-# decode server (disaggregation) needs about 20 s; G = 45 then leaves 20 s to
-# drain after a 5 s settle.
+# What an engine takes to exit after SIGTERM, and what vLLM's `--shutdown-timeout N`
+# (>= 0.18, vllm-project/vllm#34730) costs: CONTRACT §7, measured in benchmarks/.
 SGLANG_EXIT = 10.0
 SGLANG_PD_EXIT = 20.0
-SGLANG_PD_GRACE = 45.0
-# `vllm serve --shutdown-timeout N` (vLLM >= 0.18.0, vllm-project/vllm#34730)
-# lets running requests go on for N s after SIGTERM; what still runs at N stalls
-# until the kubelet's SIGKILL, as every running request does without the flag.
-# Measured on vLLM 0.32: the engine core is killed only at N, idle or not, so
-# the exit takes about N + 0.5 s on every SIGTERM (0.4 s without the flag).
+SGLANG_PD_GRACE = 45.0  # 20 s to drain after a 5 s settle, then R
 VLLM_SHUTDOWN_TIMEOUT_SINCE = "0.18"
 
 
@@ -88,6 +76,12 @@ class Plan(Instants):
     @property
     def command(self) -> tuple[str, ...]:
         return prestop_command(self.config, self.binary)
+
+
+# wait_config's parameters: the timeline's flags of `wait`, which `plan` takes and
+# renders (prestop_command); inject keeps the hook's other flags as given.
+TIMELINE = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
+            "linger", "max_wait", "stall_after", "engine")  # fmt: skip
 
 
 def wait_config(

@@ -20,10 +20,7 @@ from drainhook import exits
 from drainhook.errors import DrainhookError, UsageError
 from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
 from drainhook.planning.manifests import Node, mapping, plain_data, sequence
-from drainhook.planning.plan import (
-    DEFAULT_BINARY,
-    wait_config,
-)
+from drainhook.planning.plan import DEFAULT_BINARY, wait_config
 
 VIA = ("image", "image-volume", "init")
 ENGINES = ("auto", "vllm", "sglang")
@@ -59,10 +56,6 @@ KSERVE_MAIN = "main"  # the preset's engine container, by name
 # Routing proxies, gateways and schedulers whose images carry an engine's name.
 NOT_AN_ENGINE = ("router", "proxy", "sidecar", "gateway", "scheduler", "epp")
 SHELLS = ("sh", "bash", "dash", "ash")
-# The timeline's flags of `wait`: `plan` renders them (prestop_command); the
-# hook's other flags (--port, --annotations, --exit-zero, ...) are kept as given.
-TIMELINE = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
-            "linger", "max_wait", "stall_after", "engine")  # fmt: skip
 # A preStop `sleep` (exec or the kubelet's sleep action) is what inject replaces.
 SLEEP = re.compile(r"^(?:exec\s+)?(?:/usr)?(?:/bin/)?sleep\s+(\d+(?:\.\d+)?)s?\s*;?\s*$")
 

@@ -1,26 +1,9 @@
-"""Several targets read as one (`--url` or `--port` given more than once).
-
-vLLM's `--data-parallel-multi-port-external-lb` runs one API server per DP
-rank on port + local rank, each serving its own rank's gauges; the hook reads
-every target each round and sums them. A round's verdict:
-
-- every target unreachable: `unreachable` (ends `wait`, as for one target);
-- a target that answers `unknown`: `unknown`;
-- a target unreachable that answered earlier in this hook: its engine has
-  exited and holds no work, so it counts as 0 (and the round says so);
-- a target unreachable that has never answered while others do: `unknown`.
-  It may be an engine that is gone, or a port typed wrong; the hook cannot
-  tell, and a typo must not silently shrink the drain to the other targets.
-  The read line and `probe` name it;
-- a target that refused from the start and that listener discovery stands in
-  for (`replaced`, CONTRACT §2a): 0 while it refuses; counted if it answers;
-- otherwise the total of the answering targets: `busy` or `idle`.
-
-The total is over the answering targets' series merged (`merge_series`):
-a series identical in name and labels on two targets (a proxy re-exporting
-the engine's metrics) counts once, at its largest; different series add up.
-Counts are never negative, so the verdict is the one a plain sum would give:
-the merge only keeps the total shown from counting a copy twice.
+"""Several targets read as one (`--url` or `--port` given more than once, as for
+vLLM's `--data-parallel-multi-port-external-lb`), and listener discovery's first
+read (CONTRACT §2a). A round's verdict and its merge of series that two targets
+both export are the rules of docs/design.md, "Several targets" (`combine_readings`):
+a target that answered before and now refuses counts 0 (its engine exited); one
+that never answered makes the round `unknown` (a typo must not shrink the drain).
 """
 
 from __future__ import annotations
@@ -63,21 +46,14 @@ class Discover:
 
 
 class Round:
-    """Reads every target once per `read`, within one shared timeout; one target's
-    reading is its own. `answered`: targets known to have answered already;
-    `replaced`: targets that refused from the start, which discovery stands in
-    for (see `combine_readings`).
+    """Reads every target once per `read`, within one shared timeout. `answered`:
+    targets known to have answered; `replaced`: targets that refused from the
+    start, which discovery stands in for (`combine_readings`).
 
-    With `discover`, the first read searches the Pod's listeners when every
-    target refused it (or always, for probe), within that read's time left
-    (never past D, which bounds the timeout the loop hands in). Found: from
-    then on the round is the configured targets and the found listeners, and
-    this first read is the round made of the search's own reads of them (no
-    listener is read twice for it); the configured targets count as 0 while
-    they refuse. Found nothing: the read stays `unreachable`, its reason
-    naming every listener tried. Only the first read searches: a target that
-    answered and then refuses is an engine that exited. `last_search` holds
-    the search, if one ran.
+    With `discover`, only the first read searches the Pod's listeners (when every
+    target refused it, or always for probe) within its time left; what it finds
+    joins the round, its own reads of them being that first reading, and the
+    refusing targets count 0. `last_search` holds the search, if one ran.
     """
 
     def __init__(

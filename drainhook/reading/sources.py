@@ -1,17 +1,9 @@
-"""One target's read (CONTRACT §2a): its /metrics, then the side source its
-engine declares in the engine table (drainhook.engines.gauges.SideSource), then
-the connection signal on its port, under one time budget.
-
-- SGLang's /v1/loads counts the scheduler's queues live (its /metrics lags up
-  to 30 s while idle) and is counted instead of the scheduler's gauges;
-- vLLM's /load is the server's own count (drainhook.engines.server_load);
-- the connections (drainhook.reading.connections) are dumped after the HTTP
-  reads, so that none of the hook's own is in flight on the port.
-
-A side source that fails is never a reason for `unreachable` or `unknown`: the
-read keeps /metrics' count, with a warning or the signal missing; a 401, 403 or
-404 switches it off for good. The side read and the dump follow only a read the
-others call idle (the only reads they can change), unless `every` (probe).
+"""One target's read (CONTRACT §2a): its /metrics, then the side source its engine
+declares (drainhook.engines.gauges.SideSource: SGLang's live /v1/loads counted in
+the scheduler's stead, vLLM's /load as the server's own count), then the
+connections on its port, dumped last so that none of the hook's own is in flight,
+all under one time budget. A side source that fails keeps /metrics' count (a
+warning, or the signal missing); a 401, 403 or 404 switches it off for good.
 """
 
 from __future__ import annotations
@@ -114,7 +106,12 @@ class EngineReader:
         took = (self._clock() - start) * 1000.0
         if live.counted:
             warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
-            progress = _progress_of(first.progress, live.progress)
+            # Both bodies' progress counters; /v1/loads' external waiting, whose
+            # work is the one counted (CONTRACT §2b).
+            m, lo = first.progress, live.progress
+            progress = (
+                None if m is None or lo is None else Progress(m.counters + lo.counters, lo.external)
+            )
             counted = dataclasses.replace(
                 live, read_ms=took, warnings=warnings, source="loads", progress=progress
             )
@@ -184,14 +181,6 @@ class EngineReader:
                 self._off[CONNECTIONS] = why = f"the connection table cannot be read: {why}"
             return with_signals(got, signals.without(CONNECTIONS, why))
         return with_signals(got, dataclasses.replace(signals, connections=float(count)))
-
-
-def _progress_of(metrics: Progress | None, loads: Progress | None) -> Progress | None:
-    """A read counted from /v1/loads: the progress counters of both bodies, and the
-    external waiting of /v1/loads, whose work is the one counted (CONTRACT §2b)."""
-    if metrics is None or loads is None:
-        return None
-    return Progress(metrics.counters + loads.counters, loads.external)
 
 
 def _kind(reading: Reading) -> str:
