@@ -322,9 +322,7 @@ def test_a_hanging_loads_costs_the_read_timeout_and_never_the_deadline(hook: Hoo
     # Each read waited out /v1/loads within its own 0.3 s, then counted /metrics; a
     # read longer than I is followed at once, so two reads cost 2 x 0.3 after S.
     assert (
-        SETTLE + 2 * 0.25
-        <= float(end["elapsed"])
-        < late(SETTLE + 2 * 0.3, HOOK_LATE, run.starved)
+        SETTLE + 2 * 0.25 <= float(end["elapsed"]) < late(SETTLE + 2 * 0.3, HOOK_LATE, run.starved)
     )
     reads = [fields(line) for line in run.lines if " read=" in line]
     assert all(0.25 * 1000 <= float(r["read_ms"]) <= 0.45 * 1000 for r in reads)
