@@ -1,10 +1,6 @@
-"""Entry point: a signal catcher first, then the imports, then the raising
-handlers and the CLI. A SIGTERM or SIGINT while the hook imports ends it at
-once with one line (see drainhook.hook.signals); after that, with its summary.
-
-Under `wait`, an install that cannot import its own modules and a usage error
-hold like a blind sleep until D before they exit (drainhook.failsafe); a bug
-in the run is held by the run itself, with its config's D."""
+"""Entry point: a signal catcher, the imports, then the raising handlers and the CLI
+(drainhook.hook.signals). Under `wait`, an install that cannot import its own
+modules and a usage error hold like a blind sleep until D (drainhook.failsafe)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Which build of drainhook is running: the PyInstaller directory build, or a
-Python install (pip, editable, `python -m drainhook`).
-
-PyInstaller's bootloader sets `sys.frozen` and `sys._MEIPASS` (the folder the
-bundled modules and libraries are loaded from: `_internal/` beside the
-executable). There is no single-file build (docs/packaging.md says why).
-"""
+"""Which build of drainhook is running: the PyInstaller directory build (its
+bootloader sets `sys.frozen` and `sys._MEIPASS`, the `_internal/` beside the
+executable), or a Python install. There is no single-file build (docs/packaging.md)."""
 
 from __future__ import annotations
 

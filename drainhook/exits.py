@@ -1,9 +1,5 @@
-"""Every exit code drainhook gives, in one place: CONTRACT §5, row for row.
-
-Imports nothing, so that the signal catcher that runs before any other import
-(drainhook.hook.signals) can use it too. `wait`'s codes are keyed by the outcome's
-name and `probe`'s by the verdict's, the words the log and the JSON show.
-"""
+"""Every exit code drainhook gives, CONTRACT §5 row for row, keyed by the word the log
+and JSON show. Imports nothing: the signal catcher that runs first uses it too."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""`wait` fails safe (CONTRACT §5): a bug, a broken install or a wrong flag
-ends in `hold`: one line naming the failure, the wait until D like the blind
-sleep the hook replaces, the termination message, then the exit code (70, or
-2 for a usage error). D comes from the config when it was built, else from
-`plain_deadline`, which reads `--grace`, `--exit-reserve`, `--max-wait` and
-their variables with the standard library only (defaults where it cannot):
-this module imports nothing of drainhook but `exits`.
-"""
+"""`wait` fails safe (CONTRACT §5): a bug, a broken install or a wrong flag ends in
+`hold`: one line, the wait until D like the blind sleep the hook replaces, the
+termination message, then the exit code (70, or 2 for usage). D is the config's,
+else `plain_deadline`'s, read from the flags with the standard library only."""
 
 from __future__ import annotations
 
@@ -49,11 +45,8 @@ def is_wait(argv: Sequence[str]) -> bool:
 
 
 def flag_value(argv: Sequence[str], environ: Mapping[str, str], flag: str) -> str | None:
-    """The last `--flag V` or `--flag=V` of argv, else DRAINHOOK_<FLAG> (as set:
-    perhaps ''), else None.
-
-    Read plainly: nothing else of the command line is understood, so a value
-    that happens to follow another flag's name is still found."""
+    """The last `--flag V` or `--flag=V` of argv, else DRAINHOOK_<FLAG> (perhaps ''), else
+    None: read plainly, nothing else of the command line understood."""
     found: str | None = None
     for i, arg in enumerate(argv):
         if arg == "--":

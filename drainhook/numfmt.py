@@ -1,10 +1,7 @@
-"""Numbers as drainhook writes them: one rule for every command's text and JSON.
-
-A whole number is written without a fraction (`30`, not `30.0`); any other
-is written exactly, as Python's shortest round-trip form (`0.5`, `1234567.5`),
-never rounded (`:g` would print 1234567.5 as `1.23457e+06`). A value that is
-not finite is written as Python spells it (`nan`, `inf`); a missing one as `-`.
-"""
+"""Numbers as drainhook writes them, in every command's text and JSON: a whole
+number without a fraction (`30`), any other exactly in Python's shortest
+round-trip form (`1234567.5`, never `:g`'s `1.23457e+06`), `nan`/`inf` as Python
+spells them, a missing one as `-`."""
 
 from __future__ import annotations
 

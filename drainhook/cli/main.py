@@ -1,9 +1,6 @@
-"""The commands (CONTRACT §4-5): flags and environment in, one frozen config,
-an exit code out. Each command declares its flag groups (drainhook.cli.flags);
-drainhook.cli.settings turns what they parse into the config: every flag also
-reads DRAINHOOK_<FLAG>, and explicit flags (command line or environment) win
-over `--annotations`. `build_wait_config` does that for `wait` in-process.
-"""
+"""The commands (CONTRACT §4-5): flags and environment in, one frozen config, an exit
+code out. Flag groups: drainhook.cli.flags; the config: drainhook.cli.settings,
+where explicit flags (command line or environment) win over `--annotations`."""
 
 from __future__ import annotations
 
@@ -129,11 +126,8 @@ def probe(ctx: click.Context, /, as_json: bool, **params: Parsed) -> int:
 
 
 def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
-    """Run the CLI on argv; every failure is an exit code with a one-line message.
-
-    `hold` (the entry point's, for `wait`): a usage error or a bug that ends the
-    command is handed to it as that line instead, to hold until D before the
-    exit (CONTRACT §5); a bug in the run holds there, with its config's D."""
+    """Run the CLI on argv; every failure is an exit code with a one-line message. `hold`
+    (`wait`'s): a usage error or a bug that ends the command holds until D (CONTRACT §5)."""
 
     def error(message: str, code: int) -> int:
         line = " ".join(message.split())

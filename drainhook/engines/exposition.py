@@ -1,12 +1,7 @@
-"""The line scanner: a /metrics body (bytes) to a verdict (CONTRACT §2-3).
-
-Only the lines of counted gauges are parsed (Prometheus text 0.0.4 and
-OpenMetrics 1.0 sample lines); every other family is skipped unread, so a
-malformed or huge family elsewhere cannot change the verdict. What one body
-can make the scanner hold or do is bounded (the bytes of counted lines, the
-series and labels kept, the read's deadline): past a bound the verdict is
-unknown, as for a body over --max-body.
-"""
+"""The line scanner: a /metrics body to a verdict (CONTRACT §2-3). Only the counted
+gauges' lines are parsed (Prometheus text 0.0.4 and OpenMetrics 1.0), so a bad or
+huge family elsewhere cannot change the verdict; what a body can make it hold or do
+is bounded, and past a bound the verdict is unknown, as for a body over --max-body."""
 
 from __future__ import annotations
 
@@ -72,10 +67,8 @@ _LONGEST_NAME = max(
     )
 )
 
-# Bounds on one body (see the module docstring). A vLLM or SGLang server of
-# any size writes a few hundred counted lines of under 200 bytes, with at
-# most 8 labels each (SGLang 0.5); these leave that ten times over and keep
-# what the scanner holds under about 10 MB.
+# Bounds on one body: ten times a large server's few hundred counted lines (under 200
+# bytes, at most 8 labels each), holding the scanner under about 10 MB.
 MAX_COUNTED_BYTES = 2 * 1024 * 1024  # counted lines read from one body, in bytes
 MAX_SERIES = 2048  # counted series kept (series differing only in tp_rank: one)
 MAX_LABELS_KEPT = 16384  # labels on all the counted series kept
@@ -139,9 +132,8 @@ class _ScanState:
         self.sampled: set[str] = set()  # canonical names with at least one total series
         # Per engine, the series kept: one per label set without tp_rank, the largest.
         self.kept: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
-        # Progress counters (one per label set as written, the largest), the
-        # uncounted external-waiting gauges' sums (CONTRACT §2b), and the server's
-        # own count's series (§2a), per engine.
+        # Per engine: progress counters (the largest per label set), uncounted
+        # external waiting's sums (§2b), the server's own count's series (§2a).
         self.counters: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}
         self.outside: dict[str, dict[str, float]] = {e.name: {} for e in ENGINES}
         self.server: dict[str, dict[SeriesKey, Series]] = {e.name: {} for e in ENGINES}

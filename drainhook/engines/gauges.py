@@ -1,8 +1,5 @@
-"""The engine table of CONTRACT §3: which gauges count, defined here and nowhere else.
-
-The scanner, `probe`, `plan` (and `plan --observe`, for each engine's latency
-histogram) and the gauge table of docs/contract.md all read `ENGINES`.
-"""
+"""The engine table of CONTRACT §3, defined here and nowhere else: the scanner, `probe`,
+`plan` and the contract's own gauge table read `ENGINES`."""
 
 from __future__ import annotations
 
@@ -119,10 +116,8 @@ class Engine:
     latency: LatencyHistogram
     optional: tuple[str, ...] = ()
     loads_fields: tuple[LoadsField, ...] = ()  # empty: the engine serves no /v1/loads
-    # CONTRACT §2b: the counters that advance while the engine computes (sample
-    # names as written, `_total` / `_count` included), the work reported as
-    # waiting outside it, and the same for /v1/loads (paths in a rank entry; an
-    # int is an index into a list).
+    # CONTRACT §2b: the counters that move while the engine computes (names as
+    # written), the work waiting outside it; the same for /v1/loads (entry paths).
     progress: tuple[str, ...] = ()
     external: tuple[ExternalWait, ...] = ()
     loads_progress: tuple[tuple[str | int, ...], ...] = ()
@@ -311,10 +306,8 @@ _KINDS: dict[str, tuple[Engine, str]] = {
 
 
 def sample_kind(raw: str) -> tuple[Engine, str, str] | None:
-    """Map a sample name to (engine, canonical name, kind), kind being `counted`,
-    `progress` or `external` (CONTRACT §2b), `server` (§2a), or None if the hook reads no such
-    sample. A name written
-    with `_` after the engine prefix (OpenMetrics escaping of `:`) is the same one."""
+    """(engine, canonical name, kind) of a sample name, kind being `counted`, `progress`,
+    `external` (§2b) or `server` (§2a); None if the hook reads no such sample."""
     for engine in ENGINES:
         p = engine.prefix
         if len(raw) > len(p) and raw.startswith(p) and raw[len(p)] in NAME_SEPARATORS:

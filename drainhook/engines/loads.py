@@ -1,11 +1,7 @@
-"""SGLang's `GET /v1/loads` body (JSON) to a verdict, with the rules of CONTRACT §2.
-
-One entry per DP rank (docs/engines.md has the versions and the shape), in
-`{"loads": [...]}` or a bare list; which numbers count is `Engine.loads_fields`
-(gauges.py), summed over ranks. The body is a process's the hook does not
-control: at most MAX_RANKS entries are read, and nothing it holds (NaN, a
-string, a deep nest, a huge integer) raises here.
-"""
+"""SGLang's `GET /v1/loads` body (JSON) to a verdict, by CONTRACT §2's rules: one entry
+per DP rank (docs/engines.md has the shape), the numbers of `Engine.loads_fields`
+summed. The body is another process's: at most MAX_RANKS entries are read, and
+nothing it holds (NaN, a string, a deep nest, a huge integer) raises here."""
 
 from __future__ import annotations
 
@@ -107,11 +103,8 @@ def scan_loads(
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Scan:
-    """The verdict of a 2xx /v1/loads body: idle, busy or unknown (with a reason).
-
-    `until`, on `clock`'s scale, is when the read must be over: a body whose
-    parse would not end by then is unknown, as a server too slow to send it is.
-    """
+    """The verdict of a 2xx /v1/loads body; unknown when its parse would not end by
+    `until` (on `clock`), as a server too slow to send it is."""
     if until is not None:
         parse = len(body) / (1024 * 1024) * PARSE_SECONDS_PER_MIB
         if clock() + parse > until:

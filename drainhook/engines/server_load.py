@@ -1,11 +1,7 @@
-"""vLLM's `GET /load` body (CONTRACT §2a, the server's own count): `{"server_load": N}`.
-
-With `--enable-server-load-tracking` vLLM counts every inference request its API
-server holds, from the parsed body to the response's last byte (without it 0.32
-answers 0; before the route, 404); one count per API-server process. A body is a
-count (finite, >= 0); doubt (a negative or non-finite `server_load`, as vLLM
-#49526 saw: `unknown`); or no /load at all (asked no more).
-"""
+"""vLLM's `GET /load` body (CONTRACT §2a, the server's own count): `{"server_load": N}`,
+every inference request one API-server process holds, with
+`--enable-server-load-tracking` (0 without; 404 before the route). A count, doubt
+(negative or not finite, as vLLM #49526 saw: `unknown`), or no /load (asked no more)."""
 
 from __future__ import annotations
 

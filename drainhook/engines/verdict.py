@@ -221,11 +221,8 @@ def with_signals(reading: _Counted, signals: Signals) -> _Counted:
 
 
 def engine_shown(reading: Reading, engine: str = "auto") -> str | None:
-    """The engine a reading shows, as `--engine` recognises one (the one
-    pinned-engine rule). With `auto` the scanner names an engine only when its
-    gauges are in the body; a pinned engine's scanner names that engine for any
-    2xx body (a sidecar's too, as `unknown`), so there the reading shows it only
-    when at least one of its counted series was read."""
+    """The engine a reading shows, as `--engine` recognises one: a pinned engine's scanner
+    names it for any 2xx body (a sidecar's too), so then only with a counted series read."""
     if reading.engine is None or (engine != "auto" and not reading.series):
         return None
     return reading.engine

@@ -1,8 +1,5 @@
-"""The hook's configuration: defaults, one frozen value, validation (CONTRACT §1, §4).
-
-The CLI builds a `WaitConfig` from flags, environment and the annotations
-file; nothing below the CLI reads any of those.
-"""
+"""The hook's configuration (CONTRACT §1, §4): defaults, one frozen value, validation;
+the CLI builds it, and nothing below the CLI reads flags or the environment."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The drain loop of CONTRACT §1: reads in, an outcome out.
-
-Pure: the clock, the sleep and the read are handed in (tests run it under a
-fake clock). It checks first, then waits, and never waits past the deadline D:
-every sleep and read timeout is clipped to the time left. The cadence
-(`Cadence`) is §1's: I, I/4 while the work drains, and the confirming read
-I/4 after an idle read the server's own count answered (I on gauges alone).
-"""
+"""The drain loop of CONTRACT §1: reads in, an outcome out. Pure (clock, sleep and
+read are handed in); it checks first, then waits, and never waits past D: every
+sleep and read timeout is clipped to the time left. Reads come at `Cadence`."""
 
 from __future__ import annotations
 
@@ -40,9 +35,8 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-# While the work drains, the hook reads this many times per interval: the first idle
-# read then follows the last request's end by at most I/4, and an engine's API
-# server answers at most 4 reads an interval (6-54 ms of its CPU each, live).
+# Reads per interval while the work drains: the first idle read follows the last
+# request's end by at most I/4 (what it costs the API server: benchmarks/README.md).
 DRAIN_READS_PER_INTERVAL = 4
 
 

@@ -1,11 +1,7 @@
-"""What the hook says (CONTRACT §5): a read line when something changed (or a
-heartbeat every HEARTBEAT seconds, its `reads` field the reads it stands for;
-every read with `--log-reads all`), warnings, the discovery line and one
-summary line. Each line is one `Event`, rendered as text or JSON with the same
-fields, to stderr and `--log-file`. Writing never blocks or fails the hook: a
-lost line is all a closed stderr, a full disk or an unread FIFO costs.
-Targets are shown through `Target.display`, which has no userinfo.
-"""
+"""What the hook says (CONTRACT §5): read lines (on a change, a heartbeat, or every
+read), warnings, the discovery line and the summary, each an `Event` written as
+text or JSON to stderr and `--log-file`. Writing never blocks or fails the hook:
+a closed stderr, a full disk or an unread FIFO lose the line. No userinfo is shown."""
 
 from __future__ import annotations
 
@@ -91,10 +87,8 @@ HEARTBEAT = 10.0
 
 
 def read_event(t: float, n: int, reading: Reading, stands_for: int | None = None) -> Event:
-    """A read's line: when, its number, verdict, count, time, what was counted,
-    each signal's count and which held the hook, the targets that answered (with
-    several), why (when not counted); `reads`: how many reads a heartbeat line
-    stands for (those since the last line, this one included)."""
+    """A read's line: when, its number, verdict, count, time, source, each signal and what
+    held, the targets answering, why; `reads`: the reads a heartbeat line stands for."""
     parts = reading.parts
     answering = sum(1 for _, r in parts if r.verdict.value != "unreachable")
     return Event(
@@ -172,10 +166,9 @@ def summary_event(
     deadline: float,
     listening: tuple[int, ...] | None = None,
 ) -> Event:
-    """The run's last line: outcome, when, reads, the work left and why, the exit
-    code, D, the target; at the deadline or stalled with vLLM work in flight, what
-    becomes of it after SIGTERM; a stall's frozen counters; unreachable, the TCP
-    ports that listen in the namespace (`listening`, when read; [] for none)."""
+    """The run's last line: outcome, when, reads, the work left and why, exit code, D and
+    target; what becomes of vLLM work left (`after_sigterm`), a stall's counters, and
+    for unreachable the ports that listen (`listening`; [] for none)."""
     last = result.last
     reason = last.reason if last else None
     after, why = hang_note(result) or (None, None)
@@ -224,11 +217,8 @@ class Log:
         self._warned: set[str] = set()
 
     def open_file(self, path: Path) -> None:
-        """Also write to path; say so on stderr and go on if it cannot be opened.
-
-        O_NONBLOCK: a FIFO with no reader refuses at once instead of hanging,
-        and a full pipe (such as /proc/1/fd/1) drops a line instead of blocking.
-        """
+        """Also write to path (O_NONBLOCK: a FIFO with no reader refuses at once, a full pipe
+        such as /proc/1/fd/1 drops a line); say so on stderr and go on if it cannot be opened."""
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             self._fd = os.open(path, flags, 0o644)

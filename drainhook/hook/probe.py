@@ -171,11 +171,9 @@ def _signals_text(reading: Reading) -> str:
 
 
 def probe_both(readings: tuple[Reading, Reading], targets: tuple[str, str], as_json: bool) -> str:
-    """`probe --source both`: /metrics and /v1/loads read one after the other, side by side.
-
-    JSON: the /metrics object of `probe --json`, plus `loads`, the same object for
-    /v1/loads. Text: one row per source, then each source's own block.
-    """
+    """`probe --source both`: /metrics and /v1/loads, one after the other. JSON: the
+    /metrics object plus `loads`, the same for /v1/loads; text: a row per source,
+    then each source's block."""
     metrics, loads = readings
     if as_json:
         whole = json.loads(probe_json(metrics, targets[0]))
@@ -199,14 +197,10 @@ PROBE_EXIT = {verdict: exits.PROBE[verdict.value] for verdict in Verdict}
 
 
 def run_probe(reach: ReadConfig, as_json: bool, list_all: bool = False) -> tuple[str, int]:
-    """`probe`: one read now; the text to print and the exit code.
-
-    With `--source both`: /metrics as the flags name it, then /v1/loads on the
-    same listeners; the exit code is the /metrics read's. Listener discovery
-    as `wait` does it on its first read (the verdict is then the found
-    listeners'); `list_all` (`--discover`): search whatever the target gave,
-    and list the engine listeners found.
-    """
+    """`probe`: one read now; the text to print and the exit code. `--source both`:
+    /metrics, then /v1/loads on the same listeners (the exit code is /metrics').
+    Discovery as `wait` does it; `list_all` (`--discover`): search whatever the
+    target gave, and list the engines found."""
     if reach.source == "both":
         metrics = dataclasses.replace(reach, source="metrics")
         loads = dataclasses.replace(

@@ -1,10 +1,5 @@
-"""The hook's run: one frozen config in, an outcome and an exit code out
-(CONTRACT §1, §5).
-
-`cli` turns flags and environment into the config and calls here; `demo`
-(sim) and the tests call here directly. Nothing here reads a flag,
-a variable or the click context. The readers come from drainhook.reading.assemble.
-"""
+"""The hook's run: one frozen config in, an outcome and an exit code out (CONTRACT §1,
+§5). The CLI, the demo and the tests call here; nothing here reads a flag or a variable."""
 
 from __future__ import annotations
 
@@ -27,11 +22,8 @@ from drainhook.reading.assemble import hook_reader, last_search
 
 
 def run_wait(config: WaitConfig, t0: float) -> int:
-    """`wait`: drain per config from t0 (the hook's start), log, return the exit code.
-
-    Fails safe (CONTRACT §5): a failure it did not plan for, anywhere in the
-    run (a reader, the loop, the stall watch, a log line), holds until the
-    config's D like a blind sleep, then exits 70 (2 for a usage error)."""
+    """`wait`: drain per config from t0, log, return the exit code. Fails safe (CONTRACT
+    §5): a failure it did not plan for holds until the config's D, then exits 70 (2 usage)."""
     try:
         return _run_wait(config, t0)
     except Interrupted:

@@ -1,9 +1,6 @@
-"""The drain's outcome in the Pod's status: one line in the termination message
-file (CONTRACT §5), which the kubelet copies into the container's status (at
-most 4096 bytes). Writing never blocks or fails the hook: O_NONBLOCK (a FIFO
-nobody reads refuses at once); a directory, a read-only or full filesystem
-only lose the line, said once on stderr.
-"""
+"""The drain's outcome in the Pod's status: one line in the termination message file
+(CONTRACT §5, at most 4096 bytes), written without ever blocking (O_NONBLOCK); a
+failure loses the line, said once on stderr."""
 
 from __future__ import annotations
 

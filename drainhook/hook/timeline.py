@@ -112,10 +112,8 @@ def instants(config: WaitConfig) -> Instants:
     return Instants(config, first_read, idle_return, drains, reads_max)
 
 
-# The timeline's rules: one function each, `(instants) -> PlanWarning | None`,
-# about the run's own instants from its own flags; its docstring is `code: when`,
-# one line, which `plan --help` lists. `wait` logs what they find
-# at its start, each once; `plan` checks them first (plan.RULES).
+# The timeline's rules, as plan.RULES's (which begin with them): `wait` logs what
+# they find at its start, each once.
 TimelineRule = Callable[[Instants], PlanWarning | None]
 
 

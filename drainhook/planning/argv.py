@@ -1,10 +1,6 @@
-"""The engine's command line as `inject` reads and edits it (CONTRACT §4): a
-list, or the tail of a shell script (`argv_of`), the flags that name its
-port, role, API servers and TLS, and an existing `drainhook wait` preStop read
-by `wait`'s own options (`parse_hook`).
-
-Imported only by the `inject` command, lazily, as drainhook.planning.inject.
-"""
+"""The engine's command line as `inject` reads and edits it (CONTRACT §4): a list or a
+shell script's tail (`argv_of`), the flags naming its port, role, API servers and
+TLS, and an existing `drainhook wait` read by `wait`'s own options (`parse_hook`)."""
 
 from __future__ import annotations
 

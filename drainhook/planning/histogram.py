@@ -1,9 +1,7 @@
-"""The latency histograms of `plan --observe`: a /metrics body to the series of a
-few histogram families (`scan_families`, with the gauge scanner's grammar and
-bounds), and those summed (`sum_series`) or differenced (`difference`). A family
-that breaks a bound or a rule gets a `problem`: a reason, never a traceback or a
-wrong count. `_sum` is not read; `_created` is another family.
-"""
+"""The latency histograms of `plan --observe`: a /metrics body to a few families'
+series (`scan_families`, with the gauge scanner's grammar and bounds), summed
+(`sum_series`) or differenced (`difference`); a family that breaks a rule gets a
+`problem`, never a traceback or a wrong count."""
 
 from __future__ import annotations
 
@@ -30,11 +28,9 @@ from drainhook.errors import Malformed
 
 Labels = tuple[tuple[str, str], ...]
 
-# Bounds on each family in one body. vLLM writes 23 lines per histogram series
-# (21 bounds, +Inf, _count) and one series per DP engine; SGLang 24 (22 bounds),
-# one series per is_streaming value (and per extra label). A 64-engine vLLM
-# server's e2e family is about 1500 samples and 200 KB; these leave that twenty
-# times over. Past one, that family is a problem; the others are read on.
+# Bounds on each family in one body: twenty times a 64-engine vLLM's e2e family
+# (23 lines a series, a series per engine: about 1500 samples, 200 KB). Past one,
+# that family is a problem; the others are read on.
 MAX_FAMILY_BYTES = 4 * 1024 * 1024  # bytes of one family's lines
 MAX_SAMPLES = 32768  # bucket and _count samples of one family
 _CLOCK_EVERY = 256  # family lines between two looks at the clock
@@ -91,13 +87,9 @@ class Histogram:
         return self.bounds[-1] if self.bounds else None
 
     def quantile(self, q: float) -> float | None:
-        """The upper bound of the bucket holding the q-quantile (INF: the +Inf
-        bucket), or None when nothing was observed.
-
-        That bucket is the first whose cumulative count reaches q x total,
-        compared exactly (q as the decimal it prints as), so that 999 of 1000
-        requests is p99.9 and not one request short of it.
-        """
+        """The upper bound of the first bucket whose cumulative count reaches q x total
+        (INF: the +Inf bucket; None: nothing observed), compared exactly (`exact`), so
+        that 999 of 1000 requests is p99.9 and not one request short of it."""
         if self.total <= 0:
             return None
         wanted = exact(q) * exact(self.total)
@@ -139,12 +131,9 @@ def scan_families(
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Family]:
-    """Every series of each named histogram family (canonical names, `prefix:rest`).
-
-    Raises ScanLimit past `until` (on `clock`'s scale). A family over its bounds
-    or whose lines are wrong keeps its first `problem` and is read no further;
-    the scan goes on, so that one broken family never hides another.
-    """
+    """Every series of each named histogram family (canonical names). Raises ScanLimit
+    past `until`; a family over its bounds or with a wrong line keeps its first
+    `problem` and is read no further, the others on."""
     families = {name: Family(name) for name in names}
     needles: list[tuple[bytes, Family]] = []
     for name in names:
@@ -211,27 +200,20 @@ def _line(
 _LE = re.compile(rf"{NUMBER}|{SPECIAL}")
 
 
-def _parse(rest: str) -> tuple[Labels, float]:
-    """Labels and value; an OpenMetrics exemplar (`... value # {labels} v`) is dropped."""
-    try:
-        return parse_rest(rest)
-    except Malformed:
-        cut = rest.rfind(" # {")
-        if cut < 0:
-            raise
-        return parse_rest(rest[:cut])
-
-
 def _add(family: Family, suffix: bytes, rest: str) -> None:
+    """One sample line's labels and value, stored; an OpenMetrics exemplar
+    (`... value # {labels} v`) is dropped."""
     try:
-        labels, value = _parse(rest)
+        try:
+            labels, value = parse_rest(rest)
+        except Malformed:
+            cut = rest.rfind(" # {")
+            if cut < 0:
+                raise
+            labels, value = parse_rest(rest[:cut])
     except Malformed as exc:
         family.fail(f"malformed line ({exc})")
         return
-    _store(family, suffix, labels, value)
-
-
-def _store(family: Family, suffix: bytes, labels: Labels, value: float) -> None:
     le = [v for k, v in labels if k == "le"]
     key = tuple(sorted(kv for kv in labels if kv[0] != "le")) if le else tuple(sorted(labels))
     if math.isnan(value) or math.isinf(value) or value < 0:
@@ -289,12 +271,8 @@ def _check(family: Family) -> None:
 
 
 def sum_series(name: str, series: Iterable[RawSeries]) -> Histogram:
-    """Checked series summed into one histogram.
-
-    Series with different bounds (a target with other `--custom-histogram-buckets`)
-    are summed at the bounds they all share: the cumulative count there is
-    exact for each, so the sum is too; the other bounds are left out (`dropped`).
-    """
+    """Checked series summed into one histogram, at the bounds they all share (exact for
+    each, so for the sum); the others are left out (`dropped`)."""
     kept = [s for s in series if s.buckets]
     if not kept:
         return Histogram(name, (), (0.0,), 0)
@@ -309,15 +287,10 @@ def sum_series(name: str, series: Iterable[RawSeries]) -> Histogram:
 def difference(
     before: dict[Labels, RawSeries], after: dict[Labels, RawSeries]
 ) -> tuple[list[RawSeries], int]:
-    """The observations between two reads of one target, per series, and how many
-    series were reset (their engine restarted) in between.
-
-    A series whose counts went down, or whose bounds changed, restarted from 0
-    between the reads: all it holds now came after the first read, so it counts
-    whole (what it held before the restart is lost, as Prometheus's `increase`
-    treats a counter reset). A series new in the second read counts whole; a
-    series gone from it (an engine that exited) counts nothing.
-    """
+    """The observations between two reads of one target, per series, and how many series
+    were reset between them: a series whose counts went down or whose bounds changed
+    restarted from 0 and counts whole (as Prometheus's `increase`); a new series
+    counts whole; one gone counts nothing."""
     out: list[RawSeries] = []
     resets = 0
     for key, now in after.items():

@@ -354,21 +354,6 @@ def _apply_engine_flags(
             say("changed", f"container {name}: added {' '.join(flag.args)} ({flag.why})")
 
 
-def _grace(spec: CommentedMap, default: float) -> float:
-    given = spec.get("terminationGracePeriodSeconds")
-    return (
-        float(given) if isinstance(given, (int, float)) and not isinstance(given, bool) else default
-    )
-
-
-def _set_grace(spec: CommentedMap, grace: float) -> None:
-    value = int(grace)
-    if "terminationGracePeriodSeconds" in spec:
-        spec["terminationGracePeriodSeconds"] = value
-    else:
-        spec.insert(0, "terminationGracePeriodSeconds", value)
-
-
 @dataclass
 class Outcome:
     """One document's output: its text, whether inject changed or refused it, and
@@ -450,7 +435,9 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
         )
     wirings = [_decide(site, c, engine, options.wait_params) for c, engine in chosen]
     worker = site.leader is not None and site.leader.wired is not None
-    given = _grace(site.spec, site.default_grace)
+    given = site.spec.get("terminationGracePeriodSeconds")
+    number_given = isinstance(given, (int, float)) and not isinstance(given, bool)
+    given = float(given) if number_given else site.default_grace
     grace, why = _after_kept_sleep(wirings, given)
     if worker:
         assert site.leader is not None
@@ -475,7 +462,10 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
     elif grace != given:
         say("changed", f"terminationGracePeriodSeconds {number(given)} -> {number(grace)} "
             f"({why})")  # fmt: skip
-    _set_grace(site.spec, grace)
+    if "terminationGracePeriodSeconds" in site.spec:
+        site.spec["terminationGracePeriodSeconds"] = int(grace)
+    else:
+        site.spec.insert(0, "terminationGracePeriodSeconds", int(grace))
     names = []
     for w, early, applied in zip(wirings, first, final, strict=True):
         name = w.container.get("name")

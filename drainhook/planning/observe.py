@@ -1,11 +1,7 @@
-"""`drainhook plan --observe`: G from evidence (CONTRACT §4).
-
-Reads the engine's end-to-end latency histogram (every series and target
-summed, saved scrapes with `--from-file`, or the difference of two reads
-`--window` apart), takes the upper bound of the bucket holding `--quantile` and
-recommends G = ceil(S + latency + R), with no interpolation inside a bucket:
-`gather` (the only I/O), `recommend` (pure), `observe_warnings` (the honest edges).
-"""
+"""`drainhook plan --observe`: G from evidence (CONTRACT §4): the end-to-end latency
+histogram (every series and target summed; saved scrapes; or two reads' difference)
+gives the upper bound of the bucket holding `--quantile`, and G = ceil(S + it + R).
+`gather` is the only I/O; `recommend` and `observe_warnings` are pure."""
 
 from __future__ import annotations
 
@@ -297,9 +293,7 @@ class Evidence:
         return quantile_label(self.rec.quantile)
 
 
-# The honest edges of the evidence, as a table of rules like plan's RULES: one
-# function each, `(evidence) -> PlanWarning | None` (codes `observe-*`), checked
-# in the order of OBSERVE_RULES; a new warning is one function and one entry.
+# The honest edges of the evidence, a table of rules like plan's RULES (`observe-*`).
 ObserveRule = Callable[[Evidence], PlanWarning | None]
 
 
@@ -465,10 +459,6 @@ def run_observe(request: ObserveRequest) -> str:
 def quantile_label(q: float) -> str:
     """0.999 as p99.9, 0.5 as p50."""
     return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
-
-
-def quantile_key(q: float) -> str:
-    return repr(q)
 
 
 def bound_text(value: float | None) -> str:

@@ -136,12 +136,9 @@ def make_plan(
     )  # fmt: skip
 
 
-# The warnings: one rule each, `(plan) -> PlanWarning | None`, checked in the
-# order of RULES (the order `plan` prints them). A new warning is one function
-# and one entry in TIMELINE_RULES or ADVICE_RULES. They read only the plan, so
-# any WaitConfig's plan has them: `make_plan(config).warnings`. A rule whose
-# advice names values (`fixes`) has them applied by `apply_advice`. A rule's
-# docstring is `code: when`, one line: `plan --help` lists them (help_text).
+# The warnings: one function each, `(plan) -> PlanWarning | None`, in the order
+# `plan` prints them (RULES); a rule's `fixes` are applied by `apply_advice`, and its
+# docstring, `code: when` on one line, is what `plan --help` lists.
 Rule = Callable[[Plan], PlanWarning | None]
 
 
@@ -274,10 +271,8 @@ def _vllm_api_servers(plan: Plan) -> PlanWarning | None:
     )
 
 
-# Advice for the Pod spec and the engine's own flags (a role, an engine option):
-# `plan` only; logging them on every drain would say nothing about that drain.
-# `stall-after-deadline` too: with a W given for a longer G (one flag set for
-# every Pod), a short-G Pod's drain would log it every time.
+# Advice for the Pod spec and the engine's own flags: `plan` only, never logged by a
+# drain (a W set for every Pod would warn on each short-G Pod's drains).
 ADVICE_RULES: tuple[Rule, ...] = (
     _stall_after_deadline,
     _sglang_exit,
@@ -349,14 +344,11 @@ class Applied:
 
 
 def apply_advice(plan: Plan, evidence: Evidence | None = None) -> Applied:
-    """The one place that decides the values the fragment carries.
-
-    The values the warnings name (their `fixes`: an SGLang prefill/decode's exit
-    reserve and grace, the one rule that names values) are applied, over values
-    given explicitly too (each change is named); then G from evidence (`plan
-    --observe`), computed with that exit reserve, replaces G, the fixes staying
-    floors under it. A fix is a floor computed from the plan's own values, so
-    one application reaches it. Advice without a value stays a warning."""
+    """The one place that decides the values the fragment carries: the warnings'
+    `fixes` (floors from the plan's own values: one application reaches them), over
+    values given too, each change named; then G from evidence (`plan --observe`),
+    computed with that R, replaces G, the fixes still floors. Advice without a
+    value stays a warning."""
     reasons: dict[str, list[str]] = {f: [] for f in APPLIED_FIELDS}
     current = _fixed(plan, reasons)
     found = evidence(current.config) if evidence is not None else None
@@ -423,23 +415,18 @@ def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[s
     return tuple(args)
 
 
-# SGLang serves /metrics only with --enable-metrics: without it every read is
-# unreachable (404) and the hook returns right after the settle.
-# vLLM's `GET /load` (the count its HTTP server holds, issue 25's server signal)
-# answers only with --enable-server-load-tracking (default off); it is in every
-# vLLM this project supports (0.9 and newer, read in vLLM's code).
+# SGLang serves /metrics only with --enable-metrics (without it every read is a
+# 404); vLLM's `GET /load` answers only with --enable-server-load-tracking, in every
+# vLLM since 0.9.
 VLLM_LOAD_TRACKING_SINCE = "0.9"
 
 
 @dataclass(frozen=True)
 class EngineFlag:
-    """One flag of the engine's own command line that the advice names.
-
-    `value` None: a switch. `ceiling`: the value is the most the timeline leaves
-    (vLLM's --shutdown-timeout): a larger one given is brought down to it, a smaller
-    one kept. `needed`: the hook cannot read the engine without it. `since`: the
-    engine version that has it (older ones refuse the flag and do not start).
-    `add`: written where missing (False: a value given is only brought down)."""
+    """One flag of the engine's own command line that the advice names. `value` None:
+    a switch; `ceiling`: a larger value given is brought down to it, a smaller kept;
+    `needed`: the hook cannot read the engine without it; `since`: the version that
+    has it (older ones refuse it and do not start); `add`: written where missing."""
 
     flag: str
     value: str | None

@@ -1,9 +1,5 @@
-"""Where `inject` wires (CONTRACT §4): its options and messages, the pod specs
-of each kind a manifest holds (`sites`), which of their containers is the
-engine (`recognise`) and the engine's version from its image tag.
-
-Imported only by the `inject` command, lazily, as drainhook.planning.inject.
-"""
+"""Where `inject` wires (CONTRACT §4): its options and messages, the pod specs each
+kind holds (`sites`), the engine container (`recognise`), the version in its tag."""
 
 from __future__ import annotations
 
@@ -212,11 +208,9 @@ def known_kind(doc: Mapping[str, Node]) -> bool:
     return (api.split("/")[0] if "/" in api else "", doc.get("kind")) in KNOWN
 
 
-# A template that parsed as YAML: a whole value that is an envsubst `${VAR}`, or a
-# Helm action anywhere in a value (`{{ .Values.x }}`, `{{- include ...`), or a key
-# that is no scalar (Helm's `{{ x }}` read as a flow mapping). A shell's `${VAR}`
-# inside a script, Kubernetes' own `$(VAR)` and a chat template's `{{ messages }}`
-# are none of these.
+# An unrendered template: a whole value that is an envsubst `${VAR}`, a Helm action
+# in a value (`{{ .Values.x }}`, `{{- include`), a key that is no scalar (`{{ x }}`
+# read as a flow map); not a script's `${VAR}`, `$(VAR)` or a chat's `{{ messages }}`.
 _TEMPLATE = re.compile(
     r"^\s*\$\{[^}]*\}\s*$|\{\{-?\s*(?:[.$]|(?:include|toYaml|template|tpl|if|"
     r"range|with|end|default|quote|required|printf|lookup)\b)"

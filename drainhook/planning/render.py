@@ -1,8 +1,6 @@
-"""The outputs of `plan` (CONTRACT §4): the timeline as text, its stable JSON
-(schema 1) and the Pod-spec fragment (`--output yaml`); and those of `plan
---observe`, which add the evidence (the histogram drawn, the quantiles, G's
-formula). YAML is written by hand, so that no YAML library is needed.
-"""
+"""The outputs of `plan` (CONTRACT §4): text, its stable JSON (schema 1) and the
+Pod-spec fragment (`--output yaml`, written by hand: no YAML library), and those of
+`plan --observe`, which add the evidence."""
 
 from __future__ import annotations
 
@@ -24,7 +22,6 @@ from drainhook.planning.observe import (
     count_text,
     finite,
     pct,
-    quantile_key,
     quantile_label,
     recommend,
 )
@@ -105,9 +102,7 @@ def applied_json(applied: Applied) -> dict[str, object]:
         "grace": json_number(c.grace),
         "exit_reserve": json_number(c.exit_reserve),
         "command": list(applied.plan.command),
-        # The engine's own flags the advice names (engine_flags: vLLM's
-        # --shutdown-timeout and /load, SGLang's /metrics), as arguments to add to
-        # the engine's command line: for tooling (the rehearsal, inject), not the hook.
+        # The engine's own flags the advice names (engine_flags), for tooling.
         "engine_args": engine_args(applied.plan),
         "changes": [
             {
@@ -213,13 +208,10 @@ def warnings_text(warnings: tuple[PlanWarning, ...]) -> list[str]:
 
 
 def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = None) -> str:
-    """A Pod-spec fragment: terminationGracePeriodSeconds and the container's preStop,
-    for the plan with its advice applied (`apply_advice`; `applied` when the caller
-    has applied evidence too), each changed value named in a comment, then the
-    caller's notes, then the warnings that still stand.
-
-    Every string is written as a JSON string, which YAML reads as a double-quoted
-    scalar, so no value can change meaning (`"30"` stays a string)."""
+    """A Pod-spec fragment for the plan with its advice applied (`applied`, when the
+    caller has applied evidence too): terminationGracePeriodSeconds and the preStop,
+    each change, the caller's notes and the standing warnings as comments. Every
+    string is written as JSON, which YAML reads as a double-quoted scalar."""
     if applied is None:
         applied = apply_advice(plan)
     chosen = applied.plan
@@ -258,7 +250,7 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
         "requests": json_number(observed.requests),
         "quantile": rec.quantile,
         "latency_s": finite(rec.latency),
-        "quantiles": {quantile_key(q): finite(v) for q, v in rec.quantiles.items()},
+        "quantiles": {repr(q): finite(v) for q, v in rec.quantiles.items()},
         "longer_than_deadline": rec.longer,
         "source": observed.source,
         "engine": observed.engine,

@@ -1,8 +1,6 @@
-"""Where and how to read: targets, one HTTP read under its deadline, rounds,
-sources, discovery. `TargetReader` is the seam between the three readers: one
-GET (drainhook.reading.read.Reader), one target's signals (sources.EngineReader:
-/metrics, its engine's side source, the connections), and several targets as
-one, with listener discovery (rounds.Round)."""
+"""Where and how to read. `TargetReader` is the seam between the three readers: one GET
+(read.Reader), one target's signals (sources.EngineReader), several targets as one
+with listener discovery (rounds.Round)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Reader assembly: a ReadConfig in, the reader that `wait`, `probe` and `plan
---observe` read through out. The one place that turns the reach flags into
-Readers (drainhook.reading.read): per target, a Reader with the scanner its
-source needs, in an EngineReader with its engine's side source and the
-connections where they apply (drainhook.reading.sources); a Round over
-several, and with listener discovery only when it is on.
-"""
+"""The one place that turns the reach flags (a ReadConfig) into the reader `wait`,
+`probe` and `plan --observe` read through: per target a Reader in an EngineReader
+with its side source and connections, a Round over several, discovery when on."""
 
 from __future__ import annotations
 

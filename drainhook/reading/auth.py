@@ -1,11 +1,6 @@
-"""The API key a read sends (`--api-key-file`): SGLang's `--api-key` guards
-/v1/loads as it guards the API, so `--source loads` against such a server
-needs the key, sent as `Authorization: Bearer <key>`.
-
-The key is read from a file (a mounted Secret), never from a flag or the
-environment, where `ps` and `kubectl describe` would show it; no message here
-ever includes it.
-"""
+"""The API key a read sends (`--api-key-file`, as `Authorization: Bearer <key>`:
+SGLang's `--api-key` guards /v1/loads). Read from a file (a mounted Secret), never
+a flag or a variable that `ps` or `kubectl describe` would show; never in a message."""
 
 from __future__ import annotations
 
@@ -19,12 +14,8 @@ API_KEY_MAX_BYTES = 4096
 
 
 def read_api_key(path: Path) -> str:
-    """The key in `path`, surrounding whitespace (a trailing newline) stripped.
-
-    A regular file only, opened without blocking, at most API_KEY_MAX_BYTES.
-    Raises UsageError, with a one-line message naming the file but not its
-    contents, when it cannot be read or holds no usable key.
-    """
+    """The key in `path` (a regular file, opened without blocking, at most
+    API_KEY_MAX_BYTES), stripped; a UsageError naming the file, never its contents."""
     data = read_small_file(path, API_KEY_MAX_BYTES, "--api-key-file")
     try:
         key = data.decode("ascii").strip()

@@ -12,11 +12,9 @@ import httpcore
 from drainhook.engines.verdict import Verdict
 from drainhook.reading.failures import NoBody
 
-# A body is gathered in an anonymous memory map grown in place (mremap), not
-# in a bytearray: once glibc's malloc has freed one large block its mmap
-# threshold rises, the next body then grows on the heap by copying, and a
-# 16 MiB body cost up to 32 MiB for a moment on every read after the first.
-# Where mremap is missing (it is Linux's) a map cannot grow: a bytearray then.
+# A body grows in place in an anonymous map (mremap), not a bytearray: once glibc
+# has freed one large block, a 16 MiB body grew on the heap by copying, 32 MiB for a
+# moment on every later read. Without mremap (it is Linux's): a bytearray.
 _GROW_IN_PLACE = sys.platform.startswith("linux")
 _FIRST_MAP = 256 * 1024
 _INFLATE_STEP = 256 * 1024
@@ -58,11 +56,8 @@ class BodyBuffer:
 
 
 def gather(response: httpcore.Response, body: BodyBuffer, cap: int) -> None:
-    """Gather the body, decoded; NoBody when it is over the cap or undecodable.
-
-    identity was asked for; a server that compresses anyway is decoded
-    here, a chunk at a time, so that a small gzip bomb stops at the cap.
-    """
+    """Gather the body, decoded (gzip or deflate sent although identity was asked for: a
+    chunk at a time, so a small bomb stops at the cap); NoBody over the cap or undecodable."""
     encoding = _header(response, b"content-encoding").strip().lower() or "identity"
     inflate: zlib._Decompress | None = None
     if encoding in ("gzip", "x-gzip"):

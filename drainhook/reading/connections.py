@@ -1,11 +1,8 @@
-"""The connection signal (CONTRACT §2a): requests in flight on the TCP connections
-to the serving port, from the kernel's `struct tcp_info` of every established
-socket of the namespace (NETLINK_SOCK_DIAG, what `ss -ti` reads): one that has
-received bytes and sent none, or received more recently than it sent
-(`carries_request`), holds a request; the hook's own sockets never count. Pure
-parsing (`request`, `parse`, `tcp_info`, `in_flight`) is apart from the I/O (`dump`,
-`own_inodes`). Where sock_diag is unavailable the signal is missing, said once.
-"""
+"""The connection signal (CONTRACT §2a): requests in flight on the serving port's TCP
+connections, from every established socket's `struct tcp_info` (NETLINK_SOCK_DIAG,
+what `ss -ti` reads): one that received bytes and sent none, or received more
+recently than it sent, holds a request; the hook's own never count. Pure parsing
+apart from the I/O (`dump`, `own_inodes`); no sock_diag: the signal is missing."""
 
 from __future__ import annotations
 

@@ -15,10 +15,8 @@ verdict (CONTRACT §2):
       (identity is asked for; gzip and deflate sent anyway are decoded)
     anything else (a bug) ................................. unknown
 
-httpcore's other exceptions cannot come out of a read: one read at a time
-never waits for a pool slot, no proxy is used, the URL is always http or
-https with a host, and a connection the pool cannot use is retried inside it.
-tests/test_read.py walks every exported class and holds that list.
+No other httpcore exception can come out of a read (tests/test_read.py walks
+every exported class and says why for each).
 """
 
 from __future__ import annotations
@@ -55,11 +53,9 @@ class NoBody(Exception):
 
 
 def status_verdict(status: int, answered: bool) -> Verdict:
-    """The verdict of a non-2xx status (CONTRACT §2): a 5xx or a 429 says the
-    server is there and troubled, `unknown` (the hook holds); any other (a 3xx, a
-    4xx) is a misconfiguration, `unreachable`, only while the target has never
-    answered 2xx (`answered`), and `unknown` after: a path that answered a
-    moment ago is not a wrong path."""
+    """A non-2xx status's verdict (CONTRACT §2): a 5xx or 429 is a troubled server,
+    `unknown`; a 3xx or 4xx is `unreachable` (a misconfiguration) only while the target
+    has never answered 2xx (`answered`), `unknown` after."""
     if status >= 500 or status == 429 or answered:
         return Verdict.UNKNOWN
     return Verdict.UNREACHABLE

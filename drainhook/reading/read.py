@@ -1,10 +1,6 @@
-"""One read: a GET of the metrics URL, turned into exactly one verdict (CONTRACT §2).
-
-Its parts: a failure's verdict (drainhook.reading.failures), the deadline of the
-whole read (drainhook.reading.deadline), the body under the cap
-(drainhook.reading.body). Built on httpcore's public extension points: no
-redirect is followed, no proxy or .netrc consulted, the body read raw.
-"""
+"""One read: a GET of the metrics URL, turned into exactly one verdict (CONTRACT §2),
+on httpcore's public extension points: no redirect followed, no proxy or .netrc,
+the body read raw. Failures: reading.failures; the deadline: reading.deadline."""
 
 from __future__ import annotations
 
@@ -103,11 +99,8 @@ class Reader:
         return self.read_with(timeout, self._scan)
 
     def read_with(self, timeout: float, parse: Callable[[Body, float], T]) -> T | Reading:
-        """One GET within `timeout` whose body goes to `parse(body, until)` (`read`'s
-        is the scanner; `until`: the read's deadline on the reader's clock), and the
-        one place a failure becomes its verdict: the failed Reading of why there is
-        no body. The body is valid only inside `parse`; what `parse` raises passes
-        through."""
+        """One GET within `timeout` whose body goes to `parse(body, until)` (valid only there;
+        what it raises passes through): the one place a failure becomes its verdict."""
         self._deadline.start(timeout)
         self._started = self._clock()
         body = BodyBuffer()

@@ -27,13 +27,9 @@ if typing.TYPE_CHECKING:  # discovery is loaded only when a search runs
 
 @dataclass(frozen=True)
 class Discover:
-    """Listener discovery for a round (CONTRACT §2a): what its search needs.
-
-    `make_reader` reads a found URL; `on_refused`: search when every configured
-    target refused the first read; `always` (`probe --discover`): search on the
-    first read whatever it gave, to list what the Pod serves (the reading stays
-    the configured targets' unless they all refused); `on_search` is told of
-    the search as it ends."""
+    """Listener discovery for a round (CONTRACT §2a). `on_refused`: search when every
+    target refused the first read; `always` (`probe --discover`): search on the first
+    read whatever it gave, to list what the Pod serves; `on_search` hears of the search."""
 
     targets: Sequence[Target]
     make_reader: Callable[[str], TargetReader]
@@ -46,15 +42,11 @@ class Discover:
 
 
 class Round:
-    """Reads every target once per `read`, within one shared timeout. `answered`:
-    targets known to have answered; `replaced`: targets that refused from the
-    start, which discovery stands in for (`combine_readings`).
-
-    With `discover`, only the first read searches the Pod's listeners (when every
-    target refused it, or always for probe) within its time left; what it finds
-    joins the round, its own reads of them being that first reading, and the
-    refusing targets count 0. `last_search` holds the search, if one ran.
-    """
+    """Reads every target once per `read`, within one shared timeout (`combine_readings`:
+    `answered`, targets known to have answered; `replaced`, refusing ones discovery
+    stands in for). With `discover`, the first read alone may search the Pod's
+    listeners within its time left; what it finds joins the round, its reads of them
+    that first reading, the refusing targets then 0. `last_search`: the search, if any."""
 
     def __init__(
         self,
@@ -208,10 +200,8 @@ def combine_readings(
 
 
 def merge_series(per_target: Sequence[Sequence[Series]]) -> tuple[Series, ...]:
-    """Every target's series as one set, in first-seen order; a series seen on
-    several targets once, with its largest value (and that copy's labels).
-    "The same" sets `tp_rank` aside (gauges.series_key), as one body's scan does
-    (§3), so a copy read a moment later whose largest rank changed is still it."""
+    """Every target's series as one set, in first-seen order: one seen on several targets
+    once, at its largest, "the same" setting `tp_rank` aside as one body's scan does (§3)."""
     merged: dict[SeriesKey, Series] = {}
     for series in per_target:
         for one in series:

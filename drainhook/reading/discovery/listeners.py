@@ -1,17 +1,12 @@
-"""The listening TCP sockets of the hook's network namespace, and where to read them
-(CONTRACT §2a, listener discovery), from `/proc/net/tcp` and `/proc/net/tcp6`,
-which every container of the Pod shares (tests/proc_net holds real ones).
-
-An address is the kernel's bytes printed as 32-bit `%08X` words of the host's
-integers (127.0.0.1 is `0100007F` on a little-endian host); the port is hex;
-state `0A` is LISTEN; sockets sharing an address and port (SO_REUSEPORT) are one
-listener. `0.0.0.0` and `127.0.0.1` (and their IPv4-mapped forms) are read over
-127.0.0.1; `::` and `::1` over ::1 unless an IPv4 listener shares the port (a
-`::` socket may be IPV6_V6ONLY, which /proc does not show); any other address
-as it is, but IPv6 link-local ones (no interface is named). At most `MAX_READS`,
-loopback first, then by port and address: an engine's port is low beside a large
-engine's ephemeral RPC ports. Nothing here raises on what it reads.
-"""
+"""The listening TCP sockets of the hook's network namespace, which every container of
+the Pod shares, and where to read them (CONTRACT §2a, listener discovery), from
+`/proc/net/tcp` and `/proc/net/tcp6` (tests/proc_net holds real ones): addresses as
+the kernel's bytes in host-order `%08X` words, hex ports, state `0A` LISTEN, one
+listener per address and port (SO_REUSEPORT). `0.0.0.0`, `127.0.0.1` (and their
+IPv4-mapped forms) are read over 127.0.0.1; `::` and `::1` over ::1 unless an IPv4
+listener shares the port (a `::` socket may be IPV6_V6ONLY, which /proc does not
+show); others as they are, but IPv6 link-local (no interface is named). At most
+`MAX_READS`, loopback first, then by port. Nothing here raises on what it reads."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """Listener discovery (CONTRACT §2a): when every configured target refused the
-hook's first read, a search of the Pod's own listeners for the engine.
-
-A *search* (`search`) lists the listeners, reads each candidate once
-(`read_candidates`: all at once, never past D) and keeps the engines'; a
-`Discovery` is what it found, a `Tried` one candidate's read, a `SearchRecord`
-the search as the hook ran it (for the log and `probe`). A `Round` runs one on
-a refused first read, and imports this module only then. Each read runs in a
-daemon thread, abandoned (never joined) if it has not answered by `until`: a
-ThreadPoolExecutor's workers would hold the interpreter's exit.
-"""
+hook's first read, a search of the Pod's own listeners for the engine. `search`
+lists them and reads each candidate once, all at once and never past D
+(`read_candidates`), keeping the engines'. Each read runs in a daemon thread,
+abandoned if it has not answered by `until`: a pool's workers would hold the exit."""
 
 from __future__ import annotations
 
@@ -157,12 +151,9 @@ def search(
     is_engine: Callable[[Reading], bool] = names_engine,
     listeners: Callable[[], Iterable[Listener]] = read_listeners,
 ) -> Discovery:
-    """Listener discovery whole: list this namespace's listeners, read each once
-    (but the `exclude`d (host, port) pairs, already tried) and keep the engines'.
-
-    `reader_for(url)` makes the reader of one URL (with the hook's TLS, engine
-    and body cap); each is closed after its read, or abandoned with its thread.
-    """
+    """Listener discovery whole: list this namespace's listeners, read each once (but
+    the `exclude`d (host, port) pairs, already tried) through `reader_for(url)`'s
+    reader (closed after its read, or abandoned with its thread), keep the engines'."""
     planned = candidates(listeners(), exclude=exclude)
 
     def read_one(url: str, timeout: float) -> Reading:
