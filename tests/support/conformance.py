@@ -429,7 +429,7 @@ def summary(seen: Observed) -> str:
 # ---- the episodes and what the live engine did --------------------------------------
 #
 # Measured on vLLM 0.32 (CPU build), one API server, a 30M-parameter model, on a
-# busy two-core machine (docs/operations.md, "What rests on the live engine"):
+# busy two-core machine (benchmarks/live.md):
 # - default mode: SIGTERM kills the engine core at once and the listener closes
 #   within 0.04-0.46 s. What the streams in flight see is a race: the API
 #   server's process manager sends the engine core SIGTERM and SIGKILL at once,
