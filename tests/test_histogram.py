@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import mmap
-from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -317,11 +316,12 @@ def test_quantile_comparison_is_exact_where_floats_are_not() -> None:
 
 
 def test_exact_reads_a_float_as_it_prints() -> None:
-    assert exact(0.999) == Fraction(999, 1000) != Fraction(0.999)  # not the binary float
-    assert exact(30.0) == 30
-    assert exact(1e-05) == Fraction(1, 100000)
-    assert exact(1.5e20) == 150000000000000000000
-    assert exact(-2.5) == Fraction(-5, 2)
+    assert exact(0.999) == (999, 1000)  # not the binary float just below it
+    assert exact(30.0) == (300, 10)
+    assert exact(1e-05) == (1, 100000)
+    assert exact(1.5e20) == (150000000000000000000, 1)
+    assert exact(-2.5) == (-25, 10)
+    assert exact(-0.5) == (-5, 10)
 
 
 def test_at_most_is_known_only_at_bounds() -> None:

@@ -33,15 +33,13 @@ def progress_of(reading: Reading) -> tuple[Series, ...]:
 
 
 def external_of(reading: Reading) -> float | None:
-    """The work reported as waiting outside the engine, over the targets; None when
-    no target's could be read."""
+    """The work waiting outside the engine over the targets (None: none could say)."""
     found = [r.progress.external for _, r in reading.per_target() if r.progress is not None]
     return sum(found) if found else None
 
 
 def signals_json(reading: Reading) -> dict[str, object] | None:
-    """Each signal's own count (CONTRACT §2a) and why a missing one is missing;
-    None when the read gave no count."""
+    """Each signal's own count (CONTRACT §2a) and why one is missing (None: no count)."""
     signals = reading.signals
     if signals is None or not reading.counted:
         return None

@@ -10,7 +10,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 from drainhook.engines.gauges import spellings
 
@@ -92,9 +91,10 @@ class Histogram:
         that 999 of 1000 requests is p99.9 and not one request short of it."""
         if self.total <= 0:
             return None
-        wanted = exact(q) * exact(self.total)
+        (qn, qd), (tn, td) = exact(q), exact(self.total)
         for bound, cum in zip((*self.bounds, INF), self.cumulative, strict=True):
-            if exact(cum) >= wanted:
+            cn, cd = exact(cum)
+            if cn * qd * td >= qn * tn * cd:
                 return bound
         return INF  # pragma: no cover - the +Inf bucket is the total
 
@@ -118,10 +118,14 @@ class Histogram:
         return rows
 
 
-def exact(x: float) -> Fraction:
-    """x as the decimal it prints as (`repr`, the shortest that reads back): 0.999 is
-    999/1000, not the binary float just below it. Only for finite x."""
-    return Fraction(repr(float(x)))
+def exact(x: float) -> tuple[int, int]:
+    """x as the decimal it prints as (`repr`), a fraction (numerator, denominator):
+    0.999 is 999/1000, not the binary float below it. Only for finite x. Not
+    fractions.Fraction: it imports decimal, which the binary leaves out."""
+    mantissa, _, exponent = repr(float(x)).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits, scale = int(whole + frac), len(frac) - int(exponent or 0)
+    return (digits, 10**scale) if scale >= 0 else (digits * 10**-scale, 1)
 
 
 def scan_families(

@@ -10,7 +10,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, spellings
@@ -259,7 +258,10 @@ def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
 
 def ceil_sum(*values: float) -> int:
     """ceil of the exact decimal sum: 5 + 0.3 + 5 is 10.3, never 10.299999..."""
-    return math.ceil(sum(map(exact, values), Fraction(0)))
+    num, den = 0, 1
+    for n, d in map(exact, values):
+        num, den = num * d + n * den, den * d
+    return -(-num // den)
 
 
 def recommend(config: WaitConfig, observed: Observation, quantile: float) -> Recommendation:
