@@ -19,9 +19,11 @@ from drainhook.reading.discovery.search import SearchRecord
 SCHEMA = 1
 
 
+_ESCAPE = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n"})  # as /metrics writes them
+
+
 def series_text(s: Series) -> str:
-    escape = {ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n"}
-    labels = ",".join(f'{k}="{v.translate(escape)}"' for k, v in s.labels)
+    labels = ",".join(f'{k}="{v.translate(_ESCAPE)}"' for k, v in s.labels)
     return f"{s.name}{{{labels}}}" if labels else s.name
 
 
