@@ -23,6 +23,7 @@ from rehearsal.timeline import (
     SGLANG_NOTICE,
     SGLANG_PD_EXIT,
     VLLM_EXIT,
+    VLLM_TEARDOWN,
 )
 
 IDLE_SLACK = 0.1  # the "+ 100 ms" on an idle replica's hold
@@ -111,6 +112,13 @@ def _lost_before_deadline(run: Run, key: str) -> Claim | None:
     )
 
 
+def _flag_exit(shutdown_timeout: float) -> str:
+    """vLLM's exit after SIGTERM with nothing in flight, with `--shutdown-timeout N`."""
+    if not shutdown_timeout:
+        return f"{VLLM_EXIT:g} s"
+    return f"{min(shutdown_timeout, VLLM_TEARDOWN):g} + {VLLM_EXIT:g} s"
+
+
 def _idle_half(run: Run, key: str) -> Claim | None:
     mine, base = run.cell(key, "idle"), run.cell(BASELINE, "idle")
     timeline = run.timeline(key)
@@ -124,7 +132,8 @@ def _idle_half(run: Run, key: str) -> Claim | None:
         f"held {run.real(mine.held_s):.2f} s against {run.real(base.held_s):.2f} s "
         f"(ratio {ratio:.2f}).",
         f"An idle replica is held S + I/4 = {s + i / 4:g} s plus the engine's exit "
-        f"(N + {VLLM_EXIT:g} s with vLLM's `--shutdown-timeout N`, {VLLM_EXIT:g} s without); "
+        f"({VLLM_EXIT:g} s; with vLLM's `--shutdown-timeout N`, {VLLM_TEARDOWN:g} s more of "
+        f"its engine core's teardown, or N if shorter); "
         f"{_label(BASELINE)}'s sleep lasts {strategy_table.BY_KEY[BASELINE].sleep:g} s, and "
         f"its own `--shutdown-timeout` exit follows.",
     )
@@ -187,9 +196,10 @@ def _rollout_oracle(run: Run, key: str) -> Claim | None:
         f"{over:+.2f} s per replica ({sum(mine.holds()):.1f} against "
         f"{sum(floor.holds()):.1f} accelerator-seconds, ratio {ratio:.3f}; I/2 + "
         f"{IDLE_SLACK * 1000:.0f} ms = {bound:g} s).",
-        f"vLLM's `--shutdown-timeout {mine.cells[0].shutdown_timeout:g}` kills the engine core "
-        f"only then, idle or not: every exit takes N + {VLLM_EXIT:g} s after SIGTERM against "
-        f"the oracle's {VLLM_EXIT:g} s."
+        f"With vLLM's `--shutdown-timeout {mine.cells[0].shutdown_timeout:g}` the drained "
+        f"engine core first tears itself down: every exit takes "
+        f"{_flag_exit(mine.cells[0].shutdown_timeout)} after SIGTERM against the oracle's "
+        f"{VLLM_EXIT:g} s."
         if mine.cells[0].shutdown_timeout
         else "drainhook's release came later after the last request's end than its read grid "
         "allows, or its engine took longer to exit than the oracle's.",
@@ -370,17 +380,17 @@ _PHASE = (
 )
 _VLLM_DRAIN = (
     "kserve and llm-d send SIGTERM at 15 s while streams still run, and vLLM with "
-    "`--shutdown-timeout 45` drains them itself, but kills its engine core only at 45 s "
-    "after SIGTERM, idle or not: it exits at about 60 s (kserve: the SIGKILL at G). {me} "
-    "sends SIGTERM only once two reads 1 s apart found the engine idle, and vLLM then takes "
-    "{my_exit} to exit. Where they win, it is on what their drain answers: new requests "
-    "get HTTP 500 meanwhile (`router-lag-20`), and with several API servers the streams "
-    "are cut instead (`dp-api-servers`)."
+    "`--shutdown-timeout 45` drains them itself, then tears its engine core down: it exits "
+    "about {drained_exit:g} s after its last request ends. {me} sends SIGTERM only once two "
+    "reads 1 s apart found the engine idle, and vLLM then takes {my_exit} to exit. Where "
+    "they win, it is on what their drain answers: new requests get HTTP 500 meanwhile "
+    "(`router-lag-20`), and with several API servers the streams are cut instead "
+    "(`dp-api-servers`)."
 )
 _HANG = (
     "/metrics never answers: {me} cannot tell idle from busy and holds until D = {d:g} s. "
-    "kserve's and llm-d's sleep reads nothing (their vLLM then holds until 45 s after "
-    "SIGTERM); the loops hold until their G (30 s) or G - 5."
+    "kserve's and llm-d's sleep reads nothing (their vLLM then drains and exits about "
+    "{drained_exit:g} s after SIGTERM); the loops hold until their G (30 s) or G - 5."
 )
 _HUNG_HELD = (
     "The wedged engine's streams never end, and vLLM waits for their connections until the "
@@ -393,9 +403,9 @@ _HUNG_HELD = (
 # own --shutdown-timeout is no part of the difference there.
 HELD_TO_G = frozenset({"hung"})
 _OWN_FLAG = (
-    "{me}'s own vLLM `--shutdown-timeout {st:g}` keeps the engine until {st:g} s after "
-    "SIGTERM, idle or not (exit {st:g} + {exit:g} s against {exit:g} s without it): "
-    "{st:g} s of the difference."
+    "{me}'s own vLLM `--shutdown-timeout {st:g}` keeps the drained engine while its core "
+    "tears itself down (exit {flag_exit} after SIGTERM against {exit:g} s without it): "
+    "that much of the difference."
 )
 _HUNG = (
     "The engine is wedged: no request in flight can end, whatever the recipe. No hook's "
@@ -523,9 +533,8 @@ def better(run: Run) -> list[str]:
                     text = _reason(table, sc.key, winner).format(
                         me=_label(key),
                         exit=VLLM_EXIT,
-                        my_exit=f"{mine.shutdown_timeout:g} + {VLLM_EXIT:g} s"
-                        if mine.shutdown_timeout
-                        else f"{VLLM_EXIT:g} s",
+                        my_exit=_flag_exit(mine.shutdown_timeout),
+                        drained_exit=VLLM_TEARDOWN + VLLM_EXIT,
                         lag=mine.router_lag,
                         notice=SGLANG_NOTICE,
                         pd=SGLANG_PD_EXIT,
@@ -543,9 +552,11 @@ def better(run: Run) -> list[str]:
                         reasons.append(text)
                 flag = mine.shutdown_timeout
                 held = any("held" in w for w in wins) and sc.key not in HELD_TO_G
-                if flag and held and _OWN_FLAG not in reasons:
-                    # The recipe's own vLLM flag holds every exit until N.
-                    reasons.insert(0, _OWN_FLAG.format(me=_label(key), st=flag, exit=VLLM_EXIT))
+                if flag and held:  # the recipe's own vLLM flag: the core's teardown
+                    own = _OWN_FLAG.format(
+                        me=_label(key), st=flag, exit=VLLM_EXIT, flag_exit=_flag_exit(flag)
+                    )
+                    reasons[:0] = [] if own in reasons else [own]
                 lines.append(f"- **{sc.key}**: {', '.join(wins)}. {' '.join(reasons)}".rstrip())
             if trades:
                 lines.append(

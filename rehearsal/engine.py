@@ -36,6 +36,7 @@ from rehearsal.timeline import (
     VLLM_CORE_KILL,
     VLLM_EXIT,
     VLLM_LISTENER_CLOSE,
+    VLLM_TEARDOWN,
     Scale,
 )
 from sim import EngineConfig, SimEngine, SimServer
@@ -108,6 +109,7 @@ def config(args: argparse.Namespace) -> EngineConfig:
         core_seconds=f(VLLM_CORE_KILL),
         listener_seconds=f(VLLM_LISTENER_CLOSE),
         exit_seconds=f(VLLM_EXIT if args.kind == "vllm" else SGLANG_EXIT),
+        teardown_seconds=f(VLLM_TEARDOWN),
         notice_seconds=f(SGLANG_NOTICE),
         stream_tail=f(SGLANG_STREAM_TAIL) if args.kind == "sglang" else 0.0,
         notice_origin=args.watchdog_origin,

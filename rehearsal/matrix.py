@@ -25,7 +25,7 @@ from rehearsal.record import Cell
 from rehearsal.rollout import Rollout
 from rehearsal.scenarios import Scenario
 from rehearsal.strategies import Plan, Strategy
-from rehearsal.timeline import REPLICA_START, ROUTER_LAG, WARMUP, Scale
+from rehearsal.timeline import REPLICA_START, ROUTER_LAG, VLLM_TEARDOWN, WARMUP, Scale
 
 __all__ = ["ROOT", "Cell", "Job", "jobs", "namespace_prefix", "run_matrix"]
 
@@ -86,7 +86,7 @@ def expected(job: Job, router_lag: float) -> float:
     work = sc.lag(router_lag) + load.high if load else 0.0
     hold = st.grace if sc.engine.metrics_hang or st.key == "curl-loop" else max(st.sleep, work)
     if st.shutdown_timeout and sc.engine.kind == "vllm":
-        hold = max(hold, st.sleep + st.shutdown_timeout)  # vLLM holds until N after SIGTERM
+        hold = max(hold, st.sleep + min(st.shutdown_timeout, VLLM_TEARDOWN))  # its drain
     return (WARMUP if load else 0.0) + min(st.grace, hold) + 1.0
 
 

@@ -28,6 +28,7 @@ from rehearsal.timeline import (
     VLLM_CORE_KILL,
     VLLM_EXIT,
     VLLM_LISTENER_CLOSE,
+    VLLM_TEARDOWN,
     WARMUP,
 )
 
@@ -355,9 +356,10 @@ def write(path: Path, run: Run, picture: str) -> None:
         f"those clients end with a truncated body; with nothing in flight it exits "
         f"{VLLM_EXIT:g} s after SIGTERM. With `--shutdown-timeout N` it answers each new "
         "request with HTTP 500 (`cannot schedule new futures after shutdown`), lets running "
-        "and waiting requests finish, keeps /health and /metrics answering, and kills its "
-        f"engine core at N whatever is left, idle or not: it exits {VLLM_EXIT:g} s after N, "
-        "and a request still running at N stalls as without the flag. With several API "
+        "and waiting requests finish, keeps /health and /metrics answering, and once none is "
+        f"left its engine core tears itself down and exits {VLLM_TEARDOWN:g} s later; the "
+        f"process follows {VLLM_EXIT:g} s after that. A request still running at N stalls as "
+        "without the flag (the engine core is killed then). With several API "
         "servers each drops "
         "its engine connection at once (streams cut, new requests HTTP 500; inferred from the "
         f"code, not measured). SGLang looks at its SIGTERM flag every {SGLANG_NOTICE:g} s, then "
@@ -467,9 +469,12 @@ def write(path: Path, run: Run, picture: str) -> None:
         "core killed about 20 ms after SIGTERM with no abort, stalled streams, the listener "
         "closed within 0.25 s, the process kept by any open connection until SIGKILL, an exit "
         "0.4 s after SIGTERM with none; with `--shutdown-timeout N`, HTTP 500 for new "
-        "requests and the engine core killed at N, idle or not, so the exit comes at about "
-        "N + 0.4 s (live: 4.5-4.8 s at N = 4, 10.8 s at N = 10; kserve's and llm-d's "
-        "N = 45 is that rule, not a measurement). Every delay is scaled with the rest. The "
+        "requests; drained, the engine core tears itself down and the process exits "
+        f"{VLLM_TEARDOWN + VLLM_EXIT:g} s after the last request ended (live, idle at SIGTERM: "
+        "3.94-4.13 s at N = 4, 10 and 45; after a stream that ended 1.65 s into the drain, "
+        "3.98 s after its end: kserve's and llm-d's N = 45 does not hold an idle replica "
+        "45 s), or the core is killed at N if a request is still running. Every delay is "
+        "scaled with the rest. The "
         "several-API-server path is read in vLLM's code, not measured: inferred. A request "
         "that reaches vLLM in the 0.25 s between the engine core's death and the listener's "
         "close is taken to stall like those in flight (not measured).",

@@ -22,11 +22,13 @@ ROUTER_LAG = 2.0  # the router sends new requests this long after the delete
 WARMUP = 4.0  # traffic starts this long before the delete, so the engine is busy at t=0
 TOKEN_TICK = 0.1  # one streamed event per tick
 # vLLM 0.32's stop, measured live (CONTRACT §7): from SIGTERM (with
-# --shutdown-timeout N, from N after it, idle or not) the engine core is killed,
-# the listener closes, and the process exits once no request is in progress.
+# --shutdown-timeout N, from the core's own exit VLLM_TEARDOWN after the drain,
+# or from N if a request is left then) the engine core is gone, the listener
+# closes, and the process exits once no request is in progress.
 VLLM_CORE_KILL = 0.02
 VLLM_LISTENER_CLOSE = 0.25
-VLLM_EXIT = 0.4  # SIGTERM (or N) to exit with nothing in flight
+VLLM_EXIT = 0.4  # SIGTERM (or that origin) to exit with nothing in flight
+VLLM_TEARDOWN = 3.45  # --shutdown-timeout: drained to the engine core's own exit
 SGLANG_EXIT = 1.5  # SGLang's exit once its watchdog finds nothing left (1-2 s, live)
 SGLANG_STREAM_TAIL = 2.0  # a stream stays in http_requests_active 2 s after its end (live)
 SGLANG_NOTICE = 5.0  # SGLang's SIGTERM watchdog sleeps 5 s between looks at the flag

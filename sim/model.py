@@ -20,11 +20,13 @@ server is calibrated to the live vLLM 0.32 (CPU build, measured; CONTRACT
 - vLLM, `--shutdown-timeout N`: running and waiting requests go on; a new
   completion gets HTTP 500 at once (`cannot schedule new futures after
   shutdown`); `/health` and `/metrics` keep answering until the listener
-  closes. The engine core's worker does not exit by itself, so vLLM's process
-  manager kills it at N whatever is left, idle or not, and the stop above
-  follows from there: a request still running at N stalls, the listener
-  closes at about N + 0.25 s, the process exits at about N + 0.4 s with no
-  connection open (live: N = 4 gave 4.5 and 4.8 s, N = 10 gave 10.8 s).
+  closes. Once no request is left the engine core tears itself down and
+  exits `teardown_seconds` later (its worker process first); if one is left
+  at N, vLLM's process manager kills the core then. The stop above follows
+  from whichever comes first: a request still running at N stalls, the
+  listener closes `listener_seconds` later, the process exits
+  `exit_seconds` later with no connection open (live, idle at SIGTERM: the
+  listener closed 3.64-3.81 s after it at N = 4, 10 and 45).
 - Once the engine core is gone, /metrics shows the values it last published
   (frozen), while the listener lasts.
 - vLLM, several API servers (`api_servers` > 1, vLLM's default under internal
@@ -145,10 +147,12 @@ class EngineConfig:
     token_seconds: float = 0.05  # one streamed event this often
     api_servers: int = 1  # vLLM: more than one takes the several-API-server path
     shutdown_timeout: float = 0.0  # vLLM --shutdown-timeout
-    # vLLM's stop, from SIGTERM (default) or from N after it (--shutdown-timeout N):
+    # vLLM's stop, from SIGTERM (default) or, with --shutdown-timeout N, from N after
+    # it or the core's own exit after the drain, whichever comes first:
     core_seconds: float = 0.02  # the engine core is killed (no abort sent)
     listener_seconds: float = 0.25  # the listener is closed
     exit_seconds: float = 0.4  # the process exits, once no request is in progress
+    teardown_seconds: float = 3.45  # --shutdown-timeout: drained to the core's own exit
     notice_seconds: float = 5.0  # SGLang: its SIGTERM watchdog's period
     notice_origin: float | None = None  # SGLang: when that grid starts (default: the start)
     exit_after_sigterm: float = 0.0  # SGLang prefill/decode: no exit sooner than this
@@ -518,8 +522,10 @@ class SimEngine:
         if c.shutdown_timeout > 0:
             with self._cond:
                 self.answer = Answer.ERROR  # new completions: HTTP 500
-            self._wait_idle(c.shutdown_timeout)  # requests that end within N complete
-            stop += c.shutdown_timeout  # the engine core is killed at N, idle or not
+            drained = self._wait_idle(c.shutdown_timeout)  # those ending within N complete
+            stop += c.shutdown_timeout  # the engine core is killed at N ...
+            if drained:  # ... unless its own teardown ends first
+                stop = min(stop, time.monotonic() + c.teardown_seconds)
         self._api_server_stop(stop)
 
     def _api_server_stop(self, origin: float) -> None:

@@ -73,9 +73,9 @@ def levels(result: injecting.Injected) -> list[str]:
 
 def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_down() -> None:
     """llm-d's decode Deployment after its graceful-shutdown component: preStop
-    /bin/sleep 15, G 75, --shutdown-timeout 45 (vLLM then holds every replica about
-    45 s after SIGTERM, idle or not). After: the hook at G 75 on the engine's port,
-    --shutdown-timeout brought down to vLLM's default 0 (with the 5 s settle it has
+    /bin/sleep 15, G 75, --shutdown-timeout 45 (vLLM then drains after SIGTERM and
+    exits once its engine core has torn itself down). After: the hook at G 75 on the
+    engine's port, --shutdown-timeout brought down to vLLM's default 0 (with the settle it has
     nothing left to save: docs/design.md §7), /load on; the routing proxy untouched."""
     path = MANIFESTS / "llm-d-decode.yaml"
     before = yaml.safe_load(path.read_text())

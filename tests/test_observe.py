@@ -314,7 +314,7 @@ def test_yaml_output_for_vllm_carries_the_shutdown_timeout_advice_only_where_it_
 ) -> None:
     """The engine is known from its histogram (--engine auto). With G from the observed
     requests and S = 5, nothing is left for vLLM's --shutdown-timeout to save (no request
-    outlives D, none slips in after the settle), and it costs N s of exit: not advised.
+    outlives D, none slips in after the settle), and it lengthens every exit: not advised.
     With a settle shorter than the router's deregistration (5 s) it is."""
     run = hook("plan", "--from-file", str(SAMPLES / "vllm-chat-dp2.txt"), "--output", "yaml",
                "--exit-reserve", "8")  # fmt: skip
