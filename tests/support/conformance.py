@@ -452,8 +452,8 @@ def summary(seen: Observed) -> str:
 #   exits about 2 s after the drain ends, the core 1.5 s later): idle at
 #   SIGTERM, the listener closed 3.64-3.81 s after it and the process exited at
 #   3.94-4.13 s (7 runs, N = 4, 10 and 45 alike); after a stream that ended
-#   1.65 s into the drain, at 5.32 and 5.64 s (N = 45). Earlier measurements
-#   had it killed at N when idle (N + 0.4-0.85 s): a teardown that overran N.
+#   1.65 s into the drain, at 5.32 and 5.64 s (N = 45). Runs on 2026-12-01
+#   had it killed at N when idle (N + 0.4-0.85 s at N = 4 and 10); not since.
 #   If a request is still running at N the process manager kills the engine
 #   core then: that request stalls or errors as in default mode; it is never
 #   aborted (in drain mode the engine core's SIGTERM handler aborts nothing).
