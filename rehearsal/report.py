@@ -471,7 +471,7 @@ def write(path: Path, run: Run, picture: str) -> None:
         "0.4 s after SIGTERM with none; with `--shutdown-timeout N`, HTTP 500 for new "
         "requests; drained, the engine core tears itself down and the process exits "
         f"{VLLM_TEARDOWN + VLLM_EXIT:g} s after the last request ended (live, idle at SIGTERM: "
-        "3.94-4.28 s at N = 4, 10 and 45; after a stream that ended 1.65 s into the drain, "
+        "3.94-4.45 s at N = 4, 10 and 45; after a stream that ended 1.65 s into the drain, "
         "3.98 s after its end: kserve's and llm-d's N = 45 does not hold an idle replica "
         "45 s), or the core is killed at N if a request is still running. Every delay is "
         "scaled with the rest. The "

@@ -26,7 +26,7 @@ server is calibrated to the live vLLM 0.32 (CPU build, measured; CONTRACT
   from whichever comes first: a request still running at N stalls, the
   listener closes `listener_seconds` later, the process exits
   `exit_seconds` later with no connection open (live, idle at SIGTERM: the
-  listener closed 3.64-3.95 s after it at N = 4, 10 and 45).
+  listener closed 3.64-4.10 s after it at N = 4, 10 and 45).
 - Once the engine core is gone, /metrics shows the values it last published
   (frozen), while the listener lasts.
 - vLLM, several API servers (`api_servers` > 1, vLLM's default under internal

@@ -450,8 +450,8 @@ def summary(seen: Observed) -> str:
 #   gets HTTP 500; /health and /metrics answer 200 until the listener closes.
 #   Once nothing is left the engine core tears itself down (its worker process
 #   exits about 2 s after the drain ends, the core 1.5 s later): idle at
-#   SIGTERM, the listener closed 3.64-3.95 s after it and the process exited at
-#   3.94-4.28 s (8 runs, N = 4, 10 and 45 alike); after a stream that ended
+#   SIGTERM, the listener closed 3.64-4.10 s after it and the process exited at
+#   3.94-4.45 s (9 runs, N = 4, 10 and 45 alike); after a stream that ended
 #   1.65 s into the drain, at 5.32 and 5.64 s (N = 45). Runs on 2026-12-01
 #   had it killed at N when idle (N + 0.4-0.85 s at N = 4 and 10); not since.
 #   If a request is still running at N the process manager kills the engine
