@@ -556,7 +556,8 @@ def better(run: Run) -> list[str]:
                     own = _OWN_FLAG.format(
                         me=_label(key), st=flag, exit=VLLM_EXIT, flag_exit=_flag_exit(flag)
                     )
-                    reasons[:0] = [] if own in reasons else [own]
+                    if own not in reasons:
+                        reasons.insert(0, own)
                 lines.append(f"- **{sc.key}**: {', '.join(wins)}. {' '.join(reasons)}".rstrip())
             if trades:
                 lines.append(

@@ -25,8 +25,8 @@ server is calibrated to the live vLLM 0.32 (CPU build, measured; CONTRACT
   at N, vLLM's process manager kills the core then. The stop above follows
   from whichever comes first: a request still running at N stalls, the
   listener closes `listener_seconds` later, the process exits
-  `exit_seconds` later with no connection open (live, idle at SIGTERM: the
-  listener closed 3.64-4.10 s after it at N = 4, 10 and 45).
+  `exit_seconds` later with no connection open (live numbers:
+  benchmarks/live.md).
 - Once the engine core is gone, /metrics shows the values it last published
   (frozen), while the listener lasts.
 - vLLM, several API servers (`api_servers` > 1, vLLM's default under internal
