@@ -24,7 +24,7 @@ from drainhook.engines.exposition import ACCEPT
 from drainhook.engines.verdict import Reading, Scan, Verdict
 from drainhook.reading import body as gathering
 from drainhook.reading import deadline, failures
-from drainhook.reading.read import Reader, classify, status_verdict
+from drainhook.reading.read import Reader, classify
 from drainhook.reading.target import parse_url
 from tests.conftest import READ_LATE, late
 from tests.support.loopback import (
@@ -55,14 +55,15 @@ UNKNOWN, UNREACHABLE = Verdict.UNKNOWN, Verdict.UNREACHABLE
 
 GENERIC = {httpcore.NetworkError, httpcore.TimeoutException, httpcore.ProtocolError}
 
-# CONTRACT §2: timed out, reset or closed mid-response -> unknown; refused,
-# TLS, name resolution -> unreachable. A new httpcore class fails
+# CONTRACT §2: timed out, reset or closed mid-response -> unknown; a failure to
+# connect (TLS, name resolution) -> unknown, a wrong target; only a refusal is
+# unreachable (classify checks it first). A new httpcore class fails
 # test_every_exported_exception_is_decided until it is decided here.
 EXPECTED: dict[str, Verdict] = {
     "ConnectTimeout": UNKNOWN,
     "ReadTimeout": UNKNOWN,
     "WriteTimeout": UNKNOWN,
-    "ConnectError": UNREACHABLE,
+    "ConnectError": UNKNOWN,
     "ReadError": UNKNOWN,
     "WriteError": UNKNOWN,
     "RemoteProtocolError": UNKNOWN,
@@ -177,8 +178,10 @@ def test_a_tls_handshake_failure_is_unreachable(error: ssl.SSLError, words: str)
     with Loopback(never_read) as srv:
         url = srv.url.replace("http://", "https://", 1)
         reading, took = timed_read(url, ssl_context=ctx)
-    assert reading.verdict is UNREACHABLE
-    assert reading.reason is not None and reading.reason.startswith(f"cannot connect: {words}")
+    assert reading.verdict is UNKNOWN  # a wrong scheme holds (CONTRACT §2)
+    assert reading.reason is not None
+    assert reading.reason.startswith(f"misconfigured: cannot connect: {words}")
+    assert reading.reason.endswith("check --scheme (the listener may speak http) and --cacert")
     assert took < late(0.0, READ_LATE)  # at once
 
 
@@ -197,13 +200,14 @@ def chain(*excs: BaseException) -> BaseException:
                 httpcore.ConnectError("y"),
                 socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
             ),
-            UNREACHABLE,
-            "cannot connect: name resolution failed (Name or service not known)",
+            UNKNOWN,
+            "misconfigured: cannot connect: name resolution failed (Name or service not known)"
+            ": check --host or --url",
         ),
         (
             chain(httpcore.ConnectError("x"), ConnectionRefusedError(111, "Connection refused")),
             UNREACHABLE,
-            "cannot connect: connection refused",
+            "connection refused",
         ),
         (
             chain(httpcore.ReadError("x"), ConnectionResetError(104, "Connection reset by peer")),
@@ -383,31 +387,31 @@ def test_max_body_is_inclusive(cap_minus_size: int, verdict: Verdict) -> None:
 def test_a_redirect_is_not_followed(status: int) -> None:
     with Loopback(serve(b"", status, "Moved", headers={"Location": "/metrics"})) as srv:
         reading, _ = timed_read(srv.url)
-    assert (reading.verdict, reading.reason) == (UNREACHABLE, f"HTTP {status}")
+    assert reading.verdict is UNKNOWN and reading.reason is not None
+    assert reading.reason.startswith(f"misconfigured: HTTP {status}: ")
     assert srv.connections == 1
 
 
 @pytest.mark.parametrize(
-    ("status", "before", "after"),
+    ("status", "fix"),
     [
-        (301, UNREACHABLE, UNKNOWN),
-        (308, UNREACHABLE, UNKNOWN),
-        (401, UNREACHABLE, UNKNOWN),
-        (404, UNREACHABLE, UNKNOWN),
-        (418, UNREACHABLE, UNKNOWN),
-        (429, UNKNOWN, UNKNOWN),
-        (500, UNKNOWN, UNKNOWN),
-        (503, UNKNOWN, UNKNOWN),
-        (599, UNKNOWN, UNKNOWN),
+        (301, "check --url"),
+        (308, "check --url"),
+        (401, "--api-key-file"),
+        (404, "check --path"),
+        (418, "check --url"),
+        (429, None),
+        (500, None),
+        (503, None),
+        (599, None),
     ],
 )
-def test_a_status_is_unreachable_only_before_the_first_2xx(
-    status: int, before: Verdict, after: Verdict
+def test_a_status_is_doubt_and_a_wrong_target_before_the_first_2xx(
+    status: int, fix: str | None
 ) -> None:
-    """CONTRACT §2's rows: 5xx and 429 are doubt; a 3xx or 4xx is a wrong path
-    only while the target has never answered 2xx. The same Reader, reading again."""
-    assert status_verdict(status, answered=False) is before
-    assert status_verdict(status, answered=True) is after
+    """CONTRACT §2's rows: every non-2xx is `unknown`, which holds; a 3xx or 4xx
+    from a target that never answered 2xx is a wrong target, named with its fix.
+    The same Reader, reading again."""
     failing = serve(b"no\n", status, "X")
     with Loopback(sequence(failing, serve(IDLE), failing)) as srv:
         reader = Reader(parse_url(srv.url))
@@ -415,9 +419,16 @@ def test_a_status_is_unreachable_only_before_the_first_2xx(
             first, ok, again = (reader.read(2.0) for _ in range(3))
         finally:
             reader.close()
-    assert (first.verdict, first.reason, first.status) == (before, f"HTTP {status}", status)
+    assert (first.verdict, first.status, again.verdict, again.status) == (
+        UNKNOWN, status, UNKNOWN, status
+    )  # fmt: skip
+    if fix is None:
+        assert first.reason == f"HTTP {status}"
+    else:
+        assert first.reason is not None and first.reason.startswith(f"misconfigured: HTTP {status}")
+        assert fix in first.reason
     assert ok.verdict is Verdict.IDLE
-    assert (again.verdict, again.reason, again.status) == (after, f"HTTP {status}", status)
+    assert again.reason == f"HTTP {status}"
     assert srv.connections == 3
 
 
@@ -513,11 +524,14 @@ def test_a_name_is_looked_up_then_read(lookup: Callable[..., FakeLookup]) -> Non
     assert request_headers(heard.heads[0])[1]["host"] == f"engine.test:{port}"
 
 
-def test_a_failed_lookup_is_unreachable(lookup: Callable[..., FakeLookup]) -> None:
+def test_a_failed_lookup_is_a_wrong_target(lookup: Callable[..., FakeLookup]) -> None:
     lookup(answer=None)
     reading, took = timed_read("http://engine.test:9/metrics")
-    assert reading.verdict is UNREACHABLE
-    assert reading.reason == "cannot connect: name resolution failed (Name or service not known)"
+    assert reading.verdict is UNKNOWN
+    assert reading.reason == (
+        "misconfigured: cannot connect: name resolution failed (Name or service not known)"
+        ": check --host or --url"
+    )
     assert took < late(0.0, READ_LATE)  # at once
 
 

@@ -40,23 +40,19 @@ def test_a_series_seen_on_two_targets_counts_once_at_its_max() -> None:
     assert combine_readings([(A, counted(0)), (B, counted(0))], set()).verdict is Verdict.IDLE
 
 
-def test_a_refused_target_that_discovery_replaced_counts_as_zero_while_it_refuses() -> None:
-    refused = Reading.failed(Verdict.UNREACHABLE, "cannot connect", 1.0, refused=True)
-    r = combine_readings([(A, refused), (B, counted(0))], {B}, replaced={A})
-    assert (r.verdict, r.in_flight, r.reason) == (Verdict.IDLE, 0, None)
-    # ...and is counted like any target when an engine answers there after all.
-    back = combine_readings([(A, counted(2, rank="1")), (B, counted(1))], {B}, replaced={A})
-    assert (back.verdict, back.in_flight) == (Verdict.BUSY, 3)
+def test_a_target_that_answered_then_refuses_counts_as_zero() -> None:
+    refused = Reading.failed(Verdict.UNREACHABLE, "connection refused", 1.0)
+    # Never answered: the round is in doubt (a typo must not shrink the drain).
+    never = combine_readings([(A, refused), (B, counted(0))], {B})
+    assert never.verdict is Verdict.UNKNOWN and never.reason is not None
     # Once it has answered, refusing again is an engine that exited: 0, and said.
-    gone = combine_readings([(A, refused), (B, counted(0))], {A, B}, replaced={A})
+    gone = combine_readings([(A, refused), (B, counted(0))], {A, B})
     assert gone.verdict is Verdict.IDLE and gone.reason is not None and "exited" in gone.reason
 
 
-def test_every_target_refused_is_a_refused_round() -> None:
-    refused = Reading.failed(Verdict.UNREACHABLE, "cannot connect", 1.0, refused=True)
-    other = Reading.failed(Verdict.UNREACHABLE, "HTTP 404", 1.0, status=404)
-    assert combine_readings([(A, refused), (B, refused)], set()).refused
-    assert not combine_readings([(A, refused), (B, other)], set()).refused
+def test_every_target_refused_is_an_unreachable_round() -> None:
+    refused = Reading.failed(Verdict.UNREACHABLE, "connection refused", 1.0)
+    assert combine_readings([(A, refused), (B, refused)], set()).verdict is Verdict.UNREACHABLE
 
 
 def test_idle_only_when_every_target_is_idle() -> None:

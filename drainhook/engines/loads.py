@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,21 +68,26 @@ def _rank_label(entry: dict[str, object], index: int) -> str:
     return str(index)
 
 
+class NotLoads(Malformed):
+    """A body that is no /v1/loads report at all (CONTRACT §2a: the signal is missing,
+    not in doubt); its Scan names no engine."""
+
+
 def _ranks(document: object) -> list[object]:
     if isinstance(document, dict):
         loads = document.get("loads")
         if not isinstance(loads, list):
-            raise Malformed("no loads list in the body")
+            raise NotLoads("no loads list in the body")
         return loads
     if isinstance(document, list):
         return document
-    raise Malformed(f"body is a JSON {type(document).__name__}, not an object or a list")
+    raise NotLoads(f"body is a JSON {type(document).__name__}, not an object or a list")
 
 
-def _parse(body: bytes | bytearray | memoryview | mmap.mmap) -> object:
+def _parse(body: bytes | bytearray | memoryview) -> object:
     if len(body) > MAX_BYTES:
         # Parsed in one json.loads call, which no deadline can interrupt.
-        raise Malformed(f"body over {MAX_BYTES // 1024 // 1024} MiB: not a load report")
+        raise NotLoads(f"body over {MAX_BYTES // 1024 // 1024} MiB: not a load report")
     data = bytes(body)
     if data.count(b",") >= MAX_VALUES:
         raise Malformed(f"more than {MAX_VALUES} JSON values")
@@ -94,11 +98,11 @@ def _parse(body: bytes | bytearray | memoryview | mmap.mmap) -> object:
     except RecursionError:  # [[[[... nested past the interpreter's stack
         raise Malformed("JSON nested too deep") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise Malformed(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
+        raise NotLoads(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
 
 
 def scan_loads(
-    body: bytes | bytearray | memoryview | mmap.mmap,
+    body: bytes | bytearray | memoryview,
     *,
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -131,7 +135,8 @@ def scan_loads(
             if counters is not None:
                 counters = _progress(entry, labels, counters, uncounted)
     except Malformed as exc:
-        return Scan(Verdict.UNKNOWN, ENGINE.name, None, (), str(exc))
+        engine = None if isinstance(exc, NotLoads) else ENGINE.name
+        return Scan(Verdict.UNKNOWN, engine, None, (), str(exc))
     progress = None
     if counters is not None:
         external = external_work(ENGINE, series, uncounted, ENGINE.loads_external)
@@ -189,6 +194,6 @@ class LoadsScanner:
     source: str = "loads"
 
     def __call__(
-        self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
+        self, body: bytes | bytearray, *, until: float, clock: Callable[[], float]
     ) -> Scan:
         return scan_loads(body, until=until, clock=clock)

@@ -25,17 +25,24 @@ class ServerLoad:
     absent: str | None = None  # not a /load answer at all
 
 
+class _Object(list[tuple[str, object]]):
+    """A JSON object as its pairs, in order, a key given twice kept twice."""
+
+
 def parse_server_load(body: Body, _until: float = 0.0) -> ServerLoad:
     """A 2xx /load body to its count, its doubt, or its absence (never raises)."""
     if len(body) > MAX_BYTES:
         return ServerLoad(absent=f"a body of {len(body)} bytes is not a /load answer")
     try:
-        document = json.loads(bytes(body), parse_int=float)
+        document = json.loads(bytes(body), parse_int=float, object_pairs_hook=_Object)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return ServerLoad(absent="not JSON")
-    if not isinstance(document, dict) or FIELD not in document:
+    values = [v for k, v in document if k == FIELD] if isinstance(document, _Object) else []
+    if not values:
         return ServerLoad(absent=f"no {FIELD} in the body")
-    value = document[FIELD]
+    if len(values) > 1:  # which one a server meant is anyone's guess (CONTRACT §2a)
+        return ServerLoad(doubt=f"{FIELD} given {len(values)} times")
+    value = values[0]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ServerLoad(doubt=f"{FIELD} is not a number")
     if not math.isfinite(value):

@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import mmap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-# A body as the readers hold it and the scanners read it (an mmap: read.py says why).
-Body = bytes | bytearray | mmap.mmap
+# A body as the readers hold it and the scanners read it.
+Body = bytes | bytearray
 
 
 class Verdict(str, enum.Enum):
@@ -147,9 +146,6 @@ class Reading:
     # What was counted: "metrics" (/metrics) or "loads" (SGLang's /v1/loads);
     # with several targets that counted different ones, "mixed".
     source: str | None = None
-    # Unreachable because the connection was refused (every target's, for a round):
-    # the one failure that sends the hook looking for the engine (CONTRACT §2a).
-    refused: bool = False
     status: int | None = None  # the HTTP status of a non-2xx answer
     # The progress counters and external waiting of the body (CONTRACT §2b);
     # with several targets each part has its own and this one is None.
@@ -180,12 +176,9 @@ class Reading:
         read_ms: float,
         *,
         source: str | None = None,
-        refused: bool = False,
         status: int | None = None,
     ) -> Reading:
-        return cls(
-            verdict, None, None, (), reason, read_ms, source=source, refused=refused, status=status
-        )
+        return cls(verdict, None, None, (), reason, read_ms, source=source, status=status)
 
     @property
     def counted(self) -> bool:

@@ -1,6 +1,6 @@
-"""Where and how to read. `TargetReader` is the seam between the three readers: one GET
+"""Where and how to read. `TargetReader` is the seam between the readers: one GET
 (read.Reader), one target's signals (sources.EngineReader), several targets as one
-with listener discovery (rounds.Round)."""
+(rounds.Round), and a refusal shown to be the engine gone (assemble.ShownGone)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,6 @@ class TargetReader(Protocol):
     @property
     def name(self) -> str: ...
 
-    def read(self, timeout: float) -> Reading: ...
+    def read(self, left: float) -> Reading: ...
 
     def close(self) -> None: ...

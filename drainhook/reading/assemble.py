@@ -1,24 +1,24 @@
 """The one place that turns the reach flags (a ReadConfig) into the reader `wait`,
 `probe` and `plan --observe` read through: per target a Reader in an EngineReader
-with its side source and connections, a Round over several, discovery when on."""
+with its side source and connections, a Round over several, and for the hook a
+refusal shown to be the engine gone, or else a wrong target (`ShownGone`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import typing
+import time
 from collections.abc import Callable
 
 from drainhook.engines.exposition import MetricsScanner
 from drainhook.engines.gauges import LOADS, SERVER_LOAD, SideSource
-from drainhook.engines.verdict import Scanner
-from drainhook.reading import TargetReader
+from drainhook.engines.verdict import Reading, Scanner, Verdict
+from drainhook.reading import TargetReader, gone
 from drainhook.reading.config import ReadConfig
+from drainhook.reading.failures import MISCONFIGURED
 from drainhook.reading.read import Reader
 from drainhook.reading.sources import EngineReader
-from drainhook.reading.target import Target, parse_url, ssl_context
-
-if typing.TYPE_CHECKING:  # discovery is loaded only when it runs
-    from drainhook.reading.discovery.search import SearchRecord
+from drainhook.reading.target import Target, ssl_context
 
 
 def scanner_for(reach: ReadConfig) -> Scanner:
@@ -40,47 +40,49 @@ def side_scanner(side: SideSource) -> Scanner:
     return ServerLoadScanner()
 
 
-def plain_reader(
-    reach: ReadConfig, target: Target, scanner: Scanner | None = None, *, in_pod: bool = False
-) -> Reader:
-    """One GET of target with reach's body cap, TLS and key; `scanner` (reach's source's
-    by default) names the Accept header and counts the body. `in_pod`: a listener found
-    in the hook's own namespace, read over TLS as a loopback one is (unverified)."""
+def plain_reader(reach: ReadConfig, target: Target, scanner: Scanner | None = None) -> Reader:
+    """One GET of target with reach's timeout, body cap, TLS and key; `scanner` (reach's
+    source's by default) names the Accept header and counts the body."""
     return Reader(
         target,
         scanner=scanner or scanner_for(reach),
         max_body=reach.max_body,
-        ssl_context=ssl_context(target, reach.cacert, reach.insecure or in_pod),
+        read_timeout=reach.read_timeout,
+        ssl_context=ssl_context(target, reach.cacert, reach.insecure),
         tls_server_name=reach.tls_server_name,
         api_key=reach.api_key,
     )
 
 
-def target_reader(reach: ReadConfig, target: Target, *, in_pod: bool = False) -> TargetReader:
+def target_reader(reach: ReadConfig, target: Target) -> TargetReader:
     """The reader of one target: a Reader of reach's source; with `auto`, /metrics
     with SGLang's /v1/loads (an engine that may be SGLang's) and vLLM's /load (one
-    that may be vLLM's) beside it; and, for a target in the Pod (loopback, or
-    found by discovery), the connection signal on its port (CONTRACT §2a)."""
-    metrics = plain_reader(reach, target, in_pod=in_pod)
+    that may be vLLM's) beside it; and, for a target in the Pod (loopback), the
+    connection signal on its port (CONTRACT §2a)."""
+    metrics = plain_reader(reach, target)
     sides: dict[str, Callable[[], Reader]] = {}
     if reach.source == "auto":
         engines = {"auto": (LOADS, SERVER_LOAD), "sglang": (LOADS,), "vllm": (SERVER_LOAD,)}
         for side in engines.get(reach.engine, ()):
             where = target.with_path(side.path)
             sides[side.path] = functools.partial(
-                lambda s, w: plain_reader(reach, w, side_scanner(s), in_pod=in_pod), side, where
+                lambda s, w: plain_reader(reach, w, side_scanner(s)), side, where
             )
-    port = target.port if reach.connections and (in_pod or target.is_loopback) else None
+    port = target.port if reach.connections and target.is_loopback else None
     if not sides and port is None:
         return metrics
     return EngineReader(
-        metrics, sides=sides, port=port, engine=reach.engine, every=reach.every_signal
+        metrics,
+        sides=sides,
+        port=port,
+        engine=reach.engine,
+        every=reach.every_signal,
+        read_timeout=reach.read_timeout,
     )
 
 
 def reader_for(reach: ReadConfig) -> TargetReader:
-    """The configured targets' reader, without discovery: one target's, or a
-    Round over one per target."""
+    """The configured targets' reader: one target's, or a Round over one per target."""
     readers = [target_reader(reach, target) for target in reach.targets]
     if len(readers) == 1:
         return readers[0]
@@ -89,40 +91,44 @@ def reader_for(reach: ReadConfig) -> TargetReader:
     return Round(readers)
 
 
-def discovers(reach: ReadConfig) -> bool:
-    """Whether a refused first read searches the Pod (CONTRACT §2a): when
-    reach.discover says so and every target is in the Pod (loopback: a remote
-    target that refuses is a remote engine gone, which the Pod's own listeners
-    do not stand in for)."""
-    return reach.discover and all(t.is_loopback for t in reach.targets)
+class ShownGone:
+    """The hook's reader (CONTRACT §2): a read that every target refused stays
+    `unreachable` only when /proc shows the engine gone (drainhook.reading.gone);
+    otherwise the engine is elsewhere and the target wrong: `unknown`, misconfigured,
+    which holds to D and names what listens. The check has its own read timeout."""
+
+    def __init__(
+        self,
+        inner: TargetReader,
+        read_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._inner = inner
+        self._read_timeout = read_timeout
+        self._clock = clock
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def read(self, left: float) -> Reading:
+        until = self._clock() + left
+        got = self._inner.read(left)
+        if got.verdict is not Verdict.UNREACHABLE:
+            return got
+        found = gone.engine_gone(min(until, self._clock() + self._read_timeout))
+        if found.gone:
+            return dataclasses.replace(
+                got, reason=f"{got.reason}; the engine is gone: {found.said}"
+            )
+        why = f"{MISCONFIGURED}: {got.reason}; {found.said}: point --port or --url at the engine"
+        return dataclasses.replace(got, verdict=Verdict.UNKNOWN, reason=why)
 
 
-def hook_reader(
-    reach: ReadConfig,
-    *,
-    always: bool = False,
-    on_search: Callable[[SearchRecord], None] = lambda _s: None,
-) -> TargetReader:
-    """The reader `wait` and `probe` read through: the configured targets', with
-    listener discovery over them when it is on (`discovers`) or `always` (probe
-    --discover); without, no discovering reader at all."""
-    if not (discovers(reach) or always):
-        return reader_for(reach)
-    from drainhook.reading.rounds import Discover, Round  # discovery only
-
-    discover = Discover(
-        reach.targets,
-        lambda url: target_reader(reach, parse_url(url), in_pod=True),
-        read_timeout=reach.read_timeout,
-        engine=reach.engine,
-        on_refused=discovers(reach),
-        always=always,
-        on_search=on_search,
-    )
-    return Round([target_reader(reach, target) for target in reach.targets], discover=discover)
-
-
-def last_search(reader: TargetReader) -> SearchRecord | None:
-    """The search a hook reader ran, if it ran one."""
-    found: SearchRecord | None = getattr(reader, "last_search", None)
-    return found
+def hook_reader(reach: ReadConfig) -> TargetReader:
+    """The reader `wait` and `probe` read through: the configured targets', whose
+    refusal ends the hook only once the engine is shown gone."""
+    return ShownGone(reader_for(reach), reach.read_timeout)

@@ -1,5 +1,5 @@
-"""How the engine's count is read: the targets, the source, discovery and each
-read's own limits (CONTRACT §2, §2a), as one frozen value built at the edge."""
+"""How the engine's count is read: the targets, the source and each read's own
+limits (CONTRACT §2, §2a), as one frozen value built at the edge."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ DEFAULT_SOURCE = "auto"
 @dataclass(frozen=True)
 class ReadConfig:
     """How to read the engine's count: the targets, what to count there (source,
-    engine), listener discovery when they refuse, and each read itself (its
+    engine), and each read itself (its
     timeout, the body cap, TLS, the API key); `check` holds the loopback rule."""
 
     target: Target
@@ -32,9 +32,6 @@ class ReadConfig:
     # "auto": /metrics, and SGLang's GET /v1/loads beside it when the body is
     # SGLang's (drainhook.reading.sources); "metrics" or "loads": that one only.
     source: str = DEFAULT_SOURCE
-    # Listener discovery (CONTRACT §2a) when every target refuses: only when
-    # asked for (--discover).
-    discover: bool = False
     api_key: str | None = field(default=None, repr=False)  # never shown
     max_body: int = DEFAULT_MAX_BODY
     read_timeout: float = DEFAULT_READ_TIMEOUT

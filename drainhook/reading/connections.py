@@ -47,6 +47,11 @@ class Unavailable(Exception):
     """sock_diag cannot be read here (the reason is the message): the signal is missing."""
 
 
+class Doubt(Exception):
+    """A dump that did not finish (it timed out, or listed more than MAX_SOCKETS):
+    the signal is in doubt this read (CONTRACT §2a), not missing."""
+
+
 @dataclass(frozen=True)
 class TcpInfo:
     """What a socket's `struct tcp_info` says of its data (bytes, ms ago)."""
@@ -175,7 +180,7 @@ def dump(
 ) -> list[Socket]:
     """Every established TCP socket of this network namespace (with `port`, those
     from or to it), with its tcp_info, within `timeout` seconds; Unavailable
-    where sock_diag cannot be read."""
+    where sock_diag cannot be read; Doubt when the dump does not finish."""
     until = time.monotonic() + timeout
     try:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG)
@@ -186,7 +191,7 @@ def dump(
         for seq, family in enumerate(families, 1):
             found += _dump_one(sock, family, seq, until, port)
             if len(found) > MAX_SOCKETS:
-                raise Unavailable(f"more than {MAX_SOCKETS} sockets")
+                raise Doubt(f"more than {MAX_SOCKETS} sockets")
     finally:
         sock.close()
     return found
@@ -208,7 +213,7 @@ def _dump_one(
                 return
             pending = _unparsed(pending)
     except TimeoutError:
-        raise Unavailable("sock_diag dump timed out") from None
+        raise Doubt("sock_diag dump timed out") from None
     except OSError as exc:
         raise Unavailable(f"sock_diag dump failed ({_why(exc)})") from None
 
@@ -230,15 +235,20 @@ def _why(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def own_inodes(fd_dir: str = "/proc/self/fd") -> set[int]:
-    """The inodes of this process's sockets (`socket:[N]` links); empty when /proc
-    cannot say (the exclusion then rests on the dump's timing alone)."""
-    found: set[int] = set()
+def own_inodes() -> set[int]:
+    """The inodes of this process's sockets; empty when /proc cannot say (the
+    exclusion then rests on the dump's timing alone)."""
     try:
-        names = os.listdir(fd_dir)
+        return socket_inodes("/proc/self/fd")
     except OSError:
-        return found
-    for name in names:
+        return set()
+
+
+def socket_inodes(fd_dir: str) -> set[int]:
+    """The inodes of the sockets (`socket:[N]` links) in a process's fd directory;
+    OSError when it cannot be listed (drainhook.reading.gone: doubt)."""
+    found: set[int] = set()
+    for name in os.listdir(fd_dir):
         try:
             link = os.readlink(f"{fd_dir}/{name}")
         except OSError:

@@ -12,11 +12,11 @@ from collections.abc import Callable
 import httpcore
 
 from drainhook.engines.exposition import MetricsScanner
-from drainhook.engines.verdict import Body, Reading, Scanner
-from drainhook.reading.body import BodyBuffer, gather
-from drainhook.reading.config import DEFAULT_MAX_BODY
+from drainhook.engines.verdict import Body, Reading, Scanner, Verdict
+from drainhook.reading.body import gather
+from drainhook.reading.config import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT
 from drainhook.reading.deadline import Deadline, DeadlineBackend
-from drainhook.reading.failures import NoBody, classify, is_refused, status_verdict
+from drainhook.reading.failures import NoBody, classify, status_reason
 from drainhook.reading.target import Target
 
 T = typing.TypeVar("T")
@@ -25,9 +25,10 @@ USER_AGENT = "drainhook"
 
 
 class Reader:
-    """Reads one target: `read(timeout)` returns one Reading and never raises (but for a
-    signal handler's exception). `scanner` turns a 2xx body into its verdict and names
-    the Accept header; `clock` times, bounds and ends the read."""
+    """Reads one target: `read(left)` returns one Reading within `read_timeout`, and
+    within `left` (the time to D), and never raises (but for a signal handler's
+    exception). `scanner` turns a 2xx body into its verdict and names the Accept
+    header; `clock` times, bounds and ends the read."""
 
     def __init__(
         self,
@@ -35,6 +36,7 @@ class Reader:
         *,
         scanner: Scanner | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         ssl_context: ssl.SSLContext | None = None,
         tls_server_name: str | None = None,
         api_key: str | None = None,
@@ -43,10 +45,11 @@ class Reader:
         self.target = target
         self._scanner: Scanner = scanner or MetricsScanner()
         self._max_body = max_body
+        self._read_timeout = read_timeout
         self._clock = clock
         self._deadline = Deadline(clock)
         self._started = 0.0
-        self._answered = False  # a 2xx seen: a 3xx or 4xx is then doubt (status_verdict)
+        self._answered = False  # a 2xx seen: a 3xx or 4xx is then no wrong target
         headers = [
             ("Host", target.host_header),
             ("Accept", self._scanner.accept),
@@ -94,31 +97,26 @@ class Reader:
     def close(self) -> None:
         self._pool.close()
 
-    def read(self, timeout: float) -> Reading:
-        """One read, ending within `timeout` seconds, whatever the server does."""
-        return self.read_with(timeout, self._scan)
+    def read(self, left: float) -> Reading:
+        """One read, ending within --read-timeout and `left` seconds, whatever the
+        server does."""
+        return self.read_with(left, self._scan)
 
-    def read_with(self, timeout: float, parse: Callable[[Body, float], T]) -> T | Reading:
-        """One GET within `timeout` whose body goes to `parse(body, until)` (valid only there;
-        what it raises passes through): the one place a failure becomes its verdict."""
-        self._deadline.start(timeout)
+    def read_with(self, left: float, parse: Callable[[Body, float], T]) -> T | Reading:
+        """One GET within --read-timeout and `left` whose body goes to `parse(body, until)`
+        (what it raises passes through): the one place a failure becomes its verdict."""
+        self._deadline.start(min(left, self._read_timeout))
         self._started = self._clock()
-        body = BodyBuffer()
         try:
-            try:
-                self._fetch(body)
-            except NoBody as exc:
-                return Reading.failed(
-                    exc.verdict, exc.reason, self._ms(), source=self.source, status=exc.status
-                )
-            except Exception as exc:
-                verdict, reason = classify(exc)
-                return Reading.failed(
-                    verdict, reason, self._ms(), source=self.source, refused=is_refused(exc)
-                )
-            return parse(body.contents(), self._deadline.at)
-        finally:
-            body.close()
+            body = self._fetch()
+        except NoBody as exc:
+            return Reading.failed(
+                Verdict.UNKNOWN, exc.reason, self._ms(), source=self.source, status=exc.status
+            )
+        except Exception as exc:
+            verdict, reason = classify(exc)
+            return Reading.failed(verdict, reason, self._ms(), source=self.source)
+        return parse(body, self._deadline.at)
 
     def _scan(self, body: Body, until: float) -> Reading:
         """`read`'s parse: the scan is part of the read and ends by its deadline too."""
@@ -133,13 +131,13 @@ class Reader:
         """Milliseconds since the current read started."""
         return (self._clock() - self._started) * 1000.0
 
-    def _fetch(self, body: BodyBuffer) -> None:
-        """Read the body into `body`, or raise why there is none to scan."""
+    def _fetch(self) -> bytearray:
+        """The body, or raise why there is none to scan."""
         with self._pool.stream(
             b"GET", self._url, headers=self._headers, extensions=self._extensions
         ) as response:
             status = response.status
             if not 200 <= status < 300:
-                raise NoBody(status_verdict(status, self._answered), f"HTTP {status}", status)
+                raise NoBody(status_reason(status, self._answered), status)
             self._answered = True
-            gather(response, body, self._max_body)
+            return gather(response, self._max_body)

@@ -1,9 +1,11 @@
 """One target's read (CONTRACT §2a): its /metrics, then the side source its engine
 declares (drainhook.engines.gauges.SideSource: SGLang's live /v1/loads counted in
 the scheduler's stead, vLLM's /load as the server's own count), then the
-connections on its port, dumped last so that none of the hook's own is in flight,
-all under one time budget. A side source that fails keeps /metrics' count (a
-warning, or the signal missing); a 401, 403 or 404 switches it off for good.
+connections on its port, dumped last so that none of the hook's own is in flight;
+each within a read timeout of its own, all by D. A signal the target does not
+serve (401, 403, 404, a body that is not the engine's, no sock_diag) is missing
+for good: said once, the others decide. Any other failure of one (a 5xx, a
+timeout, no time left, a value that is not a count) is doubt: the read is `unknown`.
 """
 
 from __future__ import annotations
@@ -12,31 +14,43 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from drainhook.engines.gauges import BY_NAME, SideSource
+from drainhook.engines.gauges import BY_NAME, SERVER_LOAD, SideSource
 from drainhook.engines.verdict import (
     CONNECTIONS,
     SERVER,
     Progress,
     Reading,
+    Scan,
     Signals,
     Verdict,
     engine_shown,
     with_signals,
 )
 from drainhook.reading import TargetReader
-from drainhook.reading.connections import Socket, Unavailable, dump, in_flight, own_inodes
+from drainhook.reading.config import DEFAULT_READ_TIMEOUT
+from drainhook.reading.connections import (
+    Doubt,
+    Socket,
+    Unavailable,
+    dump,
+    in_flight,
+    own_inodes,
+)
 from drainhook.reading.read import Reader
 
-# What a read counts when /v1/loads gives no count: said in the warning, a sentence.
+NO_LOG_STATS = (
+    "vLLM serves no scheduler gauges (started with --disable-log-stats): remove that flag; "
+    "until then every read is in doubt and the hook holds to D"
+)
+# What a read counts when /v1/loads is missing: said in the warning, a sentence.
 _STALE_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
-_NO_TIME = "no time left in the read"
 
 
 class EngineReader:
     """One target: /metrics (`metrics`), then the side source of the engine its
     body names (`sides`: a reader of each side path, by path), then the
-    connections on `port` (None: not read); `read(timeout)` ends within timeout
-    and never raises."""
+    connections on `port` (None: not read); `read(left)` ends within `left`
+    (the time to D) and never raises."""
 
     def __init__(
         self,
@@ -46,6 +60,7 @@ class EngineReader:
         port: int | None = None,
         engine: str = "auto",
         every: bool = False,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         dumper: Callable[[float, int], list[Socket]] | None = None,
         own: Callable[[], set[int]] = own_inodes,
         clock: Callable[[], float] = time.monotonic,
@@ -56,10 +71,11 @@ class EngineReader:
         self._port = port
         self._engine = engine
         self._every = every
+        self._read_timeout = read_timeout
         self._dump = dumper or (lambda timeout, port: dump(timeout, port=port))
         self._own = own
         self._clock = clock
-        self._off: dict[str, str] = {}  # why a side path or the connections are no longer read
+        self._off: dict[str, str] = {}  # why a side path or the connections are missing
 
     @property
     def name(self) -> str:
@@ -70,94 +86,118 @@ class EngineReader:
         for reader in self._made.values():
             reader.close()
 
-    def read(self, timeout: float) -> Reading:
+    def read(self, left: float) -> Reading:
         start = self._clock()
-        until = start + timeout
-        got = self._metrics.read(timeout)
+        until = start + left
+        got = self._metrics.read(left)
+        if got.verdict is Verdict.UNKNOWN and not got.series and got.status is None:
+            got = self._no_gauges(got, until)
         engine = BY_NAME.get(engine_shown(got, self._engine) or "")
         side = engine.side if engine is not None else None
         if side is not None and side.path in self._sides:
             if side.counts == "scheduler":
-                got = self._scheduler_from(side, got, start, until)
+                got = self._scheduler_from(side, got, until)
             elif got.counted and (got.verdict is not Verdict.BUSY or self._every):
-                got = self._server_from(side, got, start, until)
+                got = self._server_from(side, got, until)
+        if got.counted:
+            got = dataclasses.replace(got, read_ms=(self._clock() - start) * 1000.0)
         if self._port is None or not got.counted:
             return got  # doubt stays doubt
         if got.verdict is Verdict.BUSY and not self._every:
             return got  # busy already: the count is the largest signal
         return self._connections(got, until)
 
+    def _no_gauges(self, got: Reading, until: float) -> Reading:
+        """A 2xx /metrics with no counted gauge from a listener whose vLLM /load answers:
+        a vLLM started with --disable-log-stats, named with the fix (CONTRACT §2a)."""
+        if got.engine not in (None, "vllm") or SERVER_LOAD.path not in self._sides:
+            return got
+        from drainhook.engines.server_load import parse_server_load  # vLLM's only
+
+        try:
+            load = self._side(SERVER_LOAD.path).read_with(
+                self._left(until, SERVER_LOAD.path), parse_server_load
+            )
+        except NoTime:
+            return got
+        if isinstance(load, Reading) or load.value is None:
+            return got
+        return dataclasses.replace(got, engine="vllm", reason=NO_LOG_STATS)
+
     def _side(self, path: str) -> Reader:
         if path not in self._made:
             self._made[path] = self._sides[path]()
         return self._made[path]
 
-    def _scheduler_from(
-        self, side: SideSource, first: Reading, start: float, until: float
-    ) -> Reading:
-        """SGLang's /v1/loads read after /metrics: counted in its stead when valid."""
-        if side.path in self._off:
-            return _with_warning(first, self._off[side.path], first.read_ms)
+    def _left(self, until: float, what: str) -> float:
+        """The time left before D for a side read: NoTime when there is none."""
         left = until - self._clock()
         if left <= 0:
-            why = f"{_NO_TIME} for {side.path}: that read counts {_STALE_METRICS}"
-            return _with_warning(first, why, first.read_ms)
-        live = self._side(side.path).read(left)
-        took = (self._clock() - start) * 1000.0
-        if live.counted:
-            warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
-            # Both bodies' progress counters; /v1/loads' external waiting, whose
-            # work is the one counted (CONTRACT §2b).
-            m, lo = first.progress, live.progress
-            progress = (
-                None if m is None or lo is None else Progress(m.counters + lo.counters, lo.external)
-            )
-            counted = dataclasses.replace(
-                live, read_ms=took, warnings=warnings, source="loads", progress=progress
-            )
-            if first.signals is None:
-                return counted
-            # /v1/loads stands in for the scheduler's gauges only: the server's own
-            # count read in the same /metrics body still counts (CONTRACT §2a).
-            signals = dataclasses.replace(first.signals, scheduler=live.in_flight)
-            return with_signals(counted, signals)
-        if live.status in side.off_for_good:
-            why = side.off_for_good[live.status]
-            self._off[side.path] = (
-                f"{side.path} answered HTTP {live.status} ({why}): counting {_STALE_METRICS}"
-            )
-            return _with_warning(first, self._off[side.path], took)
-        why = f"{side.path} gave no count ({_kind(live)}): that read counts {_STALE_METRICS}"
-        return _with_warning(first, why, took)
+            raise NoTime(f"{what}: no time left before D: doubt")
+        return left
 
-    def _server_from(self, side: SideSource, first: Reading, start: float, until: float) -> Reading:
+    def _scheduler_from(self, side: SideSource, first: Reading, until: float) -> Reading:
+        """SGLang's /v1/loads read after /metrics: counted in its stead when valid."""
+        if side.path in self._off:
+            return _with_warning(first, self._off[side.path])
+        from drainhook.engines.loads import scan_loads  # SGLang's only
+
+        try:
+            live = self._side(side.path).read_with(
+                self._left(until, side.path), lambda body, by: scan_loads(body, until=by)
+            )
+        except NoTime as exc:
+            return _doubt(first, str(exc))
+        if (isinstance(live, Scan) and live.engine is None) or (
+            isinstance(live, Reading) and live.status in side.off_for_good
+        ):
+            why = (
+                f"answered HTTP {live.status} ({side.off_for_good[live.status]})"
+                if isinstance(live, Reading) and live.status is not None
+                else f"is not SGLang's ({live.reason})"
+            )
+            self._off[side.path] = f"{side.path} {why}: counting {_STALE_METRICS}"
+            return _with_warning(first, self._off[side.path])
+        if isinstance(live, Reading) or live.verdict not in (Verdict.IDLE, Verdict.BUSY):
+            return _doubt(first, f"{side.path} gave no count ({_kind(live)}): doubt")
+        warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
+        # Both bodies' progress counters; /v1/loads' external waiting, whose
+        # work is the one counted (CONTRACT §2b).
+        m, lo = first.progress, live.progress
+        progress = (
+            None if m is None or lo is None else Progress(m.counters + lo.counters, lo.external)
+        )
+        counted = dataclasses.replace(
+            Reading.from_scan(live, first.read_ms, "loads"), warnings=warnings, progress=progress
+        )
+        if first.signals is None:
+            return counted
+        # /v1/loads stands in for the scheduler's gauges only: the server's own
+        # count read in the same /metrics body still counts (CONTRACT §2a).
+        return with_signals(counted, dataclasses.replace(first.signals, scheduler=live.in_flight))
+
+    def _server_from(self, side: SideSource, first: Reading, until: float) -> Reading:
         """vLLM's /load read after /metrics: its count the `server` signal."""
         signals = first.signals or Signals(first.scheduler)
         if side.path in self._off:
             return with_signals(first, signals.without(SERVER, self._off[side.path]))
-        left = until - self._clock()
-        if left <= 0:
-            return with_signals(first, signals.without(SERVER, f"{_NO_TIME} for {side.path}"))
-
         from drainhook.engines.server_load import parse_server_load  # vLLM's only
 
-        got = self._side(side.path).read_with(left, parse_server_load)
-        first = dataclasses.replace(first, read_ms=(self._clock() - start) * 1000.0)
+        try:
+            got = self._side(side.path).read_with(self._left(until, side.path), parse_server_load)
+        except NoTime as exc:
+            return _doubt(first, str(exc))
         if isinstance(got, Reading):  # no 2xx body
             if got.status in side.off_for_good:
                 why = side.off_for_good[got.status]
                 self._off[side.path] = f"{side.path} answered HTTP {got.status} ({why})"
                 return with_signals(first, signals.without(SERVER, self._off[side.path]))
-            why = f"{side.path} gave no count ({_kind(got)})"
-            return with_signals(first, signals.without(SERVER, why))
+            return _doubt(first, f"{side.path} gave no count ({_kind(got)}): doubt")
         if got.absent is not None:
             self._off[side.path] = f"{side.path} is not vLLM's ({got.absent})"
             return with_signals(first, signals.without(SERVER, self._off[side.path]))
-        if got.value is None:  # doubt: never released on
-            why = f"{side.path}: {got.doubt}"
-            return dataclasses.replace(
-                first, verdict=Verdict.UNKNOWN, in_flight=None, reason=why, signals=signals
-            )
+        if got.value is None:
+            return _doubt(first, f"{side.path}: {got.doubt}: doubt")
         return with_signals(first, dataclasses.replace(signals, server=got.value))
 
     def _connections(self, got: Reading, until: float) -> Reading:
@@ -165,34 +205,41 @@ class EngineReader:
         signals = got.signals or Signals(got.scheduler)
         if CONNECTIONS in self._off:
             return with_signals(got, signals.without(CONNECTIONS, self._off[CONNECTIONS]))
-        left = until - self._clock()
         try:
-            if left <= 0:
-                raise Unavailable(_NO_TIME)
+            left = min(self._left(until, "the connection table"), self._read_timeout)
             found = self._dump(left, self._port or 0)
             # The hook's own sockets are listed (/proc/self/fd) only when a
             # request is seen at all: most dumps find none.
             count = in_flight(found, self._port or 0)
             if count:
                 count = in_flight(found, self._port or 0, self._own())
+        except NoTime as exc:
+            return _doubt(got, str(exc))
+        except Doubt as exc:
+            return _doubt(got, f"the connection table: {exc}: doubt")
         except Unavailable as exc:
-            why = str(exc)
-            if why != _NO_TIME:
-                self._off[CONNECTIONS] = why = f"the connection table cannot be read: {why}"
-            return with_signals(got, signals.without(CONNECTIONS, why))
+            self._off[CONNECTIONS] = f"the connection table cannot be read: {exc}"
+            return with_signals(got, signals.without(CONNECTIONS, self._off[CONNECTIONS]))
         return with_signals(got, dataclasses.replace(signals, connections=float(count)))
 
 
-def _kind(reading: Reading) -> str:
-    """A failed read's reason, short and the same each time it recurs (the log
-    shows each warning once): `HTTP 503`, `read timed out`, `not JSON`."""
-    reason = reading.reason or str(reading.verdict)
-    if reading.verdict is Verdict.UNREACHABLE:
-        return reason
+class NoTime(Exception):
+    """No time is left before D for a side signal: doubt (CONTRACT §2a)."""
+
+
+def _kind(got: Reading | Scan) -> str:
+    """A failed read's reason, short and the same each time it recurs: `HTTP 503`,
+    `read timed out`, `loads list is empty`."""
+    if isinstance(got, Reading) and got.status is not None:
+        return f"HTTP {got.status}"
+    reason = got.reason or str(got.verdict)
     return reason.split(":", 1)[0].split(" (", 1)[0]
 
 
-def _with_warning(reading: Reading, warning: str, read_ms: float) -> Reading:
-    return dataclasses.replace(
-        reading, read_ms=read_ms, warnings=(*reading.warnings, warning), source="metrics"
-    )
+def _doubt(reading: Reading, why: str) -> Reading:
+    """The read in doubt (CONTRACT §2a): `unknown`, which holds, with why."""
+    return dataclasses.replace(reading, verdict=Verdict.UNKNOWN, in_flight=None, reason=why)
+
+
+def _with_warning(reading: Reading, warning: str) -> Reading:
+    return dataclasses.replace(reading, warnings=(*reading.warnings, warning), source="metrics")

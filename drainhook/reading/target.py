@@ -141,10 +141,21 @@ def parse_url(url: str) -> Target:
         )
     if port is None:
         port = 443 if scheme == "https" else 80
-    path = parts.path or "/"
+    if port == 0:
+        raise UsageError(f"URL {_redact(url)!r} names port 0: no listener has it")
+    path = parts.path or "/metrics"  # a URL with no path: the engines' metrics path (§2)
     if parts.query:
         path = f"{path}?{parts.query}"
     return Target(url.strip(), scheme, host, port, path)
+
+
+def check_host(host: str) -> str:
+    """`--host` as given, or a usage error for what is not a host name or an address
+    (a `/`, `?`, `#`, `@` or blank would move the port into the path: CONTRACT §5)."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not bare or any(c in bare for c in "/?#@ \t\n") or _wire_host(bare) is None:
+        raise UsageError(f"--host {host[:80]!r} is not a host name or an address")
+    return host
 
 
 def build_url(scheme: str, host: str, port: int, path: str) -> str:

@@ -1,1 +1,0 @@
-"""Listener discovery (CONTRACT §2a): /proc/net -> listeners -> the search."""

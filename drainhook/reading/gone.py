@@ -1,0 +1,120 @@
+"""Whether a refused engine is shown gone (CONTRACT §2), from /proc alone, without
+connecting anywhere: the listening TCP sockets of the hook's network namespace
+(`/proc/net/tcp` and `tcp6`: every container of the Pod shares them; tests/proc_net
+holds real ones), and which of them a process the hook can see holds (the socket
+inodes among `/proc/<pid>/fd`: in a Pod, its own container's PID namespace).
+
+Gone: nothing listens, or every process's descriptors were read and none holds a
+listener. A process whose descriptors cannot be read (another uid, `hidepid`),
+a /proc that cannot be read and time that runs out are doubt: the hook holds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from drainhook.reading.connections import socket_inodes
+
+LISTEN = "0A"  # TCP_LISTEN in include/net/tcp_states.h
+# Enough for ~27,000 sockets a file (about 150 bytes a line); the kernel lists
+# listeners before connections, so a cap cuts only the connections of a busy Pod.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One listening socket: its port and its inode (0: the kernel's own)."""
+
+    port: int
+    inode: int
+
+
+def parse_proc_net(text: str) -> tuple[Listener, ...]:
+    """The listening sockets in the text of /proc/net/tcp or tcp6 (a line cut short,
+    or anything else that is not one, is passed over)."""
+    found: list[Listener] = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 10 or not fields[0].endswith(":") or fields[3].upper() != LISTEN:
+            continue
+        try:
+            port, inode = int(fields[1].rpartition(":")[2], 16), int(fields[9])
+        except ValueError:
+            continue
+        if 0 < port < 65536:
+            found.append(Listener(port, inode))
+    return tuple(found)
+
+
+def read_listeners(proc: str = "/proc") -> tuple[Listener, ...] | None:
+    """The listeners of this network namespace; None when /proc cannot say."""
+    found: list[Listener] = []
+    read_any = False
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{name}", "rb") as f:
+                text = f.read(MAX_FILE_BYTES).decode("ascii", "replace")
+        except OSError:
+            continue  # no IPv6 here, say
+        read_any = True
+        found += parse_proc_net(text)
+    return tuple(found) if read_any else None
+
+
+@dataclass(frozen=True)
+class Found:
+    """What /proc showed: whether the engine is gone, and in words what listens."""
+
+    gone: bool
+    said: str
+
+
+def engine_gone(
+    until: float,
+    *,
+    proc: str = "/proc",
+    clock: Callable[[], float] = time.monotonic,
+) -> Found:
+    """Whether the engine is shown gone (module docstring), by `until` on `clock`."""
+    listeners = read_listeners(proc)
+    if listeners is None:
+        return Found(False, "the listening ports cannot be read (/proc/net/tcp)")
+    if not listeners:
+        return Found(True, "nothing listens in this network namespace")
+    ports = ",".join(str(p) for p in sorted({one.port for one in listeners}))
+    by_inode = {one.inode: one.port for one in listeners if one.inode}
+    held: list[str] = []
+    unread: list[str] = []
+    try:
+        pids = [name for name in os.listdir(proc) if name.isdigit()]
+    except OSError:
+        return Found(False, f"TCP ports {ports} listen here; /proc lists no processes")
+    for pid in pids:
+        if clock() >= until:
+            return Found(
+                False, f"TCP ports {ports} listen here; no time left to see who holds them"
+            )
+        try:
+            mine = {by_inode[i] for i in socket_inodes(f"{proc}/{pid}/fd") if i in by_inode}
+        except FileNotFoundError:
+            continue  # it has exited
+        except OSError:
+            unread.append(pid)
+            continue
+        if mine:
+            held.append(f"{','.join(map(str, sorted(mine)))} by pid {pid} ({_comm(proc, pid)})")
+    if held or unread:
+        who = held + ([f"pids {','.join(unread[:5])} unreadable"] if unread else [])
+        return Found(False, f"TCP ports {ports} listen here (held: {'; '.join(who)})")
+    return Found(True, f"TCP ports {ports} listen here, held by no process of this container")
+
+
+def _comm(proc: str, pid: str) -> str:
+    try:
+        with open(f"{proc}/{pid}/comm", "rb") as f:
+            return f.read(64).decode("utf-8", "replace").strip() or "?"
+    except OSError:
+        return "?"

@@ -1,0 +1,143 @@
+"""CONTRACT §2: a refused target ends the hook only when /proc shows the engine
+gone (drainhook.reading.gone); a port of the hook's own container that listens
+is a wrong target, held to D. The parser on real /proc/net files (tests/proc_net),
+the check on /proc trees made here, and the hook itself in a Pod's namespaces:
+the network one shared, a PID namespace per container (`unshare -p`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drainhook.reading.gone import Listener, engine_gone, parse_proc_net, read_listeners
+from tests.conftest import POD_LATE, container, late
+from tests.support.logs import fields
+from tests.support.podns import Pod, engine, sidecar
+
+PROC_NET = Path(__file__).parent / "proc_net"
+
+
+def test_real_files_list_each_listening_socket_with_its_inode() -> None:
+    v4 = parse_proc_net((PROC_NET / "tcp").read_text())
+    v6 = parse_proc_net((PROC_NET / "tcp6").read_text())
+    assert v4 == (
+        Listener(0xFFFF, 21566),
+        Listener(0x3AAD, 21561),
+        Listener(0x7530, 21558),
+        Listener(0x1B58, 21563),
+        Listener(0x1F90, 21564),
+        Listener(8000, 21556),
+        Listener(8000, 21555),
+    )  # and not the two established connections (state 01)
+    assert [one.port for one in v6] == [9000, 15090, 30001, 8000, 8081]
+
+
+@given(st.text(max_size=400))
+def test_any_text_parses_without_raising(text: str) -> None:
+    assert all(0 < one.port < 65536 for one in parse_proc_net(text))
+
+
+def fake_proc(root: Path, listeners: dict[int, int], pids: dict[str, list[int] | None]) -> str:
+    """A /proc with these listeners (inode: port) and processes (pid: the inodes of
+    its sockets; None: its fd directory cannot be read)."""
+    (root / "net").mkdir(parents=True)
+    lines = ["  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt uid"]
+    for n, (inode, port) in enumerate(listeners.items()):
+        lines.append(f"{n}: 0100007F:{port:04X} 00000000:0000 0A 0:0 00:0 0 0 0 {inode} 1")
+    (root / "net" / "tcp").write_text("\n".join(lines) + "\n")
+    for pid, inodes in pids.items():
+        (root / pid).mkdir()
+        (root / pid / "comm").write_text(f"proc{pid}\n")
+        if inodes is None:
+            (root / pid / "fd").write_text("")  # not a directory: cannot be listed
+            continue
+        (root / pid / "fd").mkdir()
+        for fd, inode in enumerate([*inodes, 0]):
+            target = f"socket:[{inode}]" if inode else "/dev/null"
+            os.symlink(target, root / pid / "fd" / str(fd))
+    return str(root)
+
+
+FAR = time.monotonic() + 60
+PORTS = "TCP ports 8001 listen here"
+
+
+@pytest.mark.parametrize(
+    ("listeners", "pids", "gone", "said"),
+    [
+        ({}, {"1": [5]}, True, "nothing listens in this network namespace"),
+        ({7: 8001}, {"1": [7], "2": []}, False, f"{PORTS} (held: 8001 by pid 1 (proc1))"),
+        ({7: 8001}, {"1": [], "2": [9]}, True, f"{PORTS}, held by no process of this container"),
+        ({7: 8001}, {"1": [], "2": None}, False, f"{PORTS} (held: pids 2 unreadable)"),
+    ],
+    ids=["nothing-listens", "held-here", "held-elsewhere", "unreadable"],
+)
+def test_gone_only_when_shown(
+    tmp_path: Path,
+    listeners: dict[int, int],
+    pids: dict[str, list[int] | None],
+    gone: bool,
+    said: str,
+) -> None:
+    found = engine_gone(FAR, proc=fake_proc(tmp_path, listeners, pids))
+    assert (found.gone, found.said) == (gone, said)
+
+
+def test_no_time_and_no_proc_are_doubt(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path / "p", {7: 8001}, {"1": []})
+    assert not engine_gone(time.monotonic() - 1, proc=proc).gone
+    assert read_listeners(str(tmp_path / "none")) is None
+    assert not engine_gone(FAR, proc=str(tmp_path / "none")).gone
+
+
+def contained(*command: str) -> list[str]:
+    return [*container(), *command]
+
+
+# An engine process in the hook's container, listening on port 8001 (and reading nothing).
+ENGINE = (
+    "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 8001)); s.listen(); "
+    "time.sleep(60)"
+)
+TIMELINE = ("--grace", "3", "--exit-reserve", "1", "--settle", "0.5", "--interval", "0.25")
+
+
+def test_a_refused_port_while_the_engine_listens_here_holds_to_d(
+    pod_command: Pod, entry: list[str]
+) -> None:
+    """The engine moved to 8001 of the hook's own container: `--port 8000` is held to D
+    (exit 3), every I, and the summary names the port, its process and the fix; a
+    sidecar on 15090 in a container of its own (the harness) changes nothing."""
+    shell = f'{sys.executable} -c "{ENGINE}" & exec "$@"'
+    argv = contained("sh", "-c", shell, "sh", *entry, "wait", "--port", "8000", *TIMELINE)
+    run = pod_command([sidecar("mesh", 15090)], argv, timeout=30)
+    assert run.code == 3, run.stderr
+    summary = fields(run.summary)
+    assert summary["outcome"] == "deadline"
+    assert summary["reason"].startswith("misconfigured: connection refused; TCP ports 8001,15090")
+    assert "8001 by pid" in summary["reason"] and summary["reason"].endswith("at the engine")
+    assert int(summary["reads"]) >= 4  # every I (0.25 s) from S (0.5 s) to D (2 s)
+    assert 2.0 - 0.05 <= float(summary["elapsed"]) <= late(2.0, POD_LATE)
+
+
+def test_a_refused_port_with_nothing_of_its_container_listening_ends_at_once(
+    pod_command: Pod, entry: list[str]
+) -> None:
+    """The engine is gone; the Pod's other containers still listen (an engine on
+    8000 of another container is not the hook's): `unreachable`, exit 4, at S."""
+    servers = [engine("other", 8000, "vllm-external-lb-rank3-idle.txt"), sidecar("mesh", 15090)]
+    run = pod_command(servers, contained(*entry, "wait", "--port", "9", *TIMELINE), timeout=30)
+    assert run.code == 4, run.stderr
+    summary = fields(run.summary)
+    assert summary["reason"] == (
+        "connection refused; the engine is gone: TCP ports 8000,15090 listen here, "
+        "held by no process of this container"
+    )
+    assert float(summary["elapsed"]) <= late(0.5, POD_LATE)
+    assert run.servers["other"].requests == ()  # it touched nothing it was not told to
