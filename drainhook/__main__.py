@@ -12,6 +12,7 @@ import sys
 from drainhook import exits, failsafe
 from drainhook.hook import signals
 from drainhook.hook.clock import start_time
+from drainhook.hook.signals import Interrupted
 
 signals.catch()
 
@@ -26,7 +27,6 @@ def main() -> None:
 
         import drainhook.hook.run  # noqa: F401 (the reads, the loop, the log)
         from drainhook.cli.main import run
-        from drainhook.hook.drain import Interrupted
     except Exception as exc:  # an import that fails in a broken install: one line
         # A bug of the build: the internal error's code, which no outcome uses.
         line = f"drainhook: cannot start: {failsafe.describe(exc)}"
@@ -46,7 +46,7 @@ def main() -> None:
         code = run(argv, hold=hold if failsafe.is_wait(argv) else None)
     except Interrupted as exc:
         signals.disarm()
-        print(f"drainhook: interrupted by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        failsafe.say(f"drainhook: interrupted by {signal.Signals(exc.signum).name}")
         code = exits.interrupted(exc.signum)
     _exit(code)
 

@@ -1,7 +1,9 @@
-"""`wait` fails safe (CONTRACT §5): a bug, a broken install or a wrong flag ends in
-`hold`: one line, the wait until D like the blind sleep the hook replaces, the
-termination message, then the exit code (70, or 2 for usage). D is the config's,
-else `plain_deadline`'s, read from the flags with the standard library only."""
+"""The hook's stdlib-only ground (CONTRACT §1, §5): G, R and D's rule, the duration
+syntax, the non-blocking writes and the termination writer, which the launcher
+(packaging/launcher.c) copies and a test holds it to. And `wait` fails safe: a bug,
+a broken install or a wrong flag ends in `hold`: one line, the wait until D like the
+blind sleep the hook replaces, the termination message, then the exit code (70, or
+2 for usage). D is the config's, else `plain_deadline`'s, from the flags read plainly."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import contextlib
 import errno
 import os
 import re
+import select
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -24,10 +27,33 @@ TERMINATION_MAX_BYTES = 4096  # what the kubelet keeps of a termination message
 
 _UNITS = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0}
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m)?\s*")
+# The longest single sleep: whatever G parses to is held in slices (time.sleep
+# overflows past about 9.2e9 s), and a pending signal is seen at each one.
+SLICE = 60.0
+PIPE_BUF = 4096  # a write this size fits a pipe that polls writable: it never waits
 
-# Whether a failure has already been held (by the run, with its config's D):
-# the entry point then does not hold again.
-held = False
+
+def deadline(grace: float, reserve: float, max_wait: float | None) -> float:
+    """D = min(G - R, max-wait), never before t0 (CONTRACT §1)."""
+    d = grace - reserve if max_wait is None else min(grace - reserve, max_wait)
+    return max(0.0, d)
+
+
+def sleep_until(until: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
+    """Sleep until `until` on `clock`, in slices of at most SLICE."""
+    while (now := clock()) < until:
+        sleep(min(until - now, SLICE))
+
+
+def write_now(fd: int, data: bytes) -> None:
+    """Write what `fd` takes now, never waiting (CONTRACT §5): poll it with a zero
+    timeout before each PIPE_BUF; a stderr nobody reads loses the rest. The
+    descriptor's file description is never made O_NONBLOCK (others share it)."""
+    poll = select.poll()
+    with contextlib.suppress(OSError, ValueError):
+        poll.register(fd, select.POLLOUT)
+        while data and poll.poll(0):
+            data = data[os.write(fd, data[:PIPE_BUF]) :]
 
 
 def seconds(text: str) -> float | None:
@@ -72,11 +98,7 @@ def plain_deadline(argv: Sequence[str], environ: Mapping[str, str]) -> float:
     grace = value("--grace", DEFAULT_GRACE)
     reserve = value("--exit-reserve", DEFAULT_EXIT_RESERVE)
     assert grace is not None and reserve is not None
-    deadline = grace - reserve
-    cap = value("--max-wait", None)
-    if cap is not None:
-        deadline = min(deadline, cap)
-    return max(0.0, deadline)
+    return deadline(grace, reserve, value("--max-wait", None))
 
 
 def plain_termination(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, bool] | None:
@@ -101,13 +123,16 @@ def encode(text: str) -> bytes:
 def write_termination(path: str | os.PathLike[str], create: bool, text: str) -> str | None:
     """Write the termination line without ever blocking; the reason it failed, or None.
 
-    O_NONBLOCK: a FIFO nobody reads refuses at once instead of hanging."""
-    flags = os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC
+    O_NONBLOCK: a FIFO nobody reads refuses at once instead of hanging (a file
+    description of its own). O_NOFOLLOW: a link there is not followed (§6)."""
+    flags = os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
     if create:
         flags |= os.O_CREAT
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "it is a symbolic link, which is not followed"
         return "no process reads that FIFO" if exc.errno == errno.ENXIO else exc.strerror
     try:
         os.write(fd, encode(text))
@@ -121,16 +146,15 @@ def write_termination(path: str | os.PathLike[str], create: bool, text: str) -> 
 
 def say(line: str, log_file: str | os.PathLike[str] | None = None) -> None:
     """One line on stderr, and in `log_file` when given (`--log-file`: where an
-    operator reads the hook's lines), written plainly; a failure loses the line."""
+    operator reads the hook's lines), never waiting; a failure loses the line."""
     data = (" ".join(line.split()) + "\n").encode("utf-8", "replace")
-    with contextlib.suppress(OSError):
-        os.write(2, data)
+    write_now(2, data)
     if log_file is not None:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
         with contextlib.suppress(OSError):
             fd = os.open(log_file, flags, 0o644)
             try:
-                os.write(fd, data)
+                write_now(fd, data)
             finally:
                 os.close(fd)
 
@@ -149,13 +173,9 @@ def hold(
     until t0 + deadline (less the exit allowance), then write the termination
     message. The caller exits with the failure's code; a SIGTERM or SIGINT
     meanwhile ends the process at once (the entry point's handlers)."""
-    global held
-    held = True
     say(f"{line}; holding as a blind sleep until D = {deadline:g} s", log_file)
     failure = line.split(": ", 1)[-1]
-    until = t0 + max(0.0, deadline - EXIT_ALLOWANCE)
-    while (now := clock()) < until:
-        sleep(until - now)
+    sleep_until(t0 + max(0.0, deadline - EXIT_ALLOWANCE), clock, sleep)
     if termination is not None:
         elapsed = clock() - t0
         text = f"failed safe at {elapsed:.1f} s (held to D = {deadline:g} s): {failure}"

@@ -30,6 +30,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +59,7 @@ static double duration(const char *text)
         return -1;
     errno = 0;
     value = strtod(text, &end);
-    if (errno || end == text || value < 0 || value != value || value > 1e9)
+    if (errno || end == text || value < 0 || value != value || value > 1.7976931348623157e308)
         return -1;
     if (strcmp(end, "ms") == 0)
         return value / 1000;
@@ -109,9 +110,28 @@ static void hold(double d)
             - (double)(now.tv_nsec - started.tv_nsec) / 1e9;
         if (left <= 0)
             return;
+        if (left > 60)
+            left = 60; /* in slices, as the Python hook sleeps: no overflow */
         pause.tv_sec = (time_t)left;
         pause.tv_nsec = (long)((left - (double)pause.tv_sec) * 1e9);
         nanosleep(&pause, NULL);
+    }
+}
+
+/* Write what stderr takes now, never waiting (CONTRACT §5, as failsafe.write_now):
+ * a stderr nobody reads loses the line, never time. */
+static void say(const char *line)
+{
+    struct pollfd out = {2, POLLOUT, 0};
+    size_t left = strlen(line);
+    ssize_t n;
+
+    while (left > 0 && poll(&out, 1, 0) == 1 && (out.revents & POLLOUT)) {
+        n = write(2, line, left < 4096 ? left : 4096);
+        if (n <= 0)
+            return;
+        line += n;
+        left -= (size_t)n;
     }
 }
 
@@ -120,11 +140,14 @@ static void fail(const char *what, const char *path, const char *why)
 {
     int waiting = arguments && arguments[1] && strcmp(arguments[1], "wait") == 0;
     double d = waiting ? deadline() : 0;
+    char line[PATH_MAX + 512];
+    int n = snprintf(line, sizeof line, NAME ": %s %s%s%s (exit 70)", what, path,
+                     why ? ": " : "", why ? why : "");
 
-    fprintf(stderr, NAME ": %s %s%s%s (exit 70)", what, path, why ? ": " : "", why ? why : "");
-    if (waiting)
-        fprintf(stderr, "; holding as a blind sleep until D = %g s", d);
-    fputc('\n', stderr);
+    if (n > 0 && (size_t)n < sizeof line && waiting)
+        snprintf(line + n, sizeof line - (size_t)n, "; holding as a blind sleep until D = %g s", d);
+    strncat(line, "\n", sizeof line - strlen(line) - 1);
+    say(line);
     if (waiting)
         hold(d);
     exit(EXIT_BUNDLE);

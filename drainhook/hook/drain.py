@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drainhook.engines.verdict import Reading, Verdict
+from drainhook.failsafe import sleep_until
+from drainhook.hook.signals import Interrupted
 from drainhook.hook.stall import Stall, StallWatch
 from drainhook.hook.timeline import Timeline
 
@@ -22,17 +24,6 @@ class Outcome(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class Interrupted(BaseException):
-    """Raised by the hook's signal handler; ends the loop with INTERRUPTED.
-
-    A BaseException so that no `except Exception` on the read path swallows it.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 # Reads per interval while the work drains: the first idle read follows the last
@@ -104,9 +95,10 @@ def drain(
     on_read: Callable[[float, Reading], None] = lambda _t, _r: None,
     stall: StallWatch | None = None,
 ) -> Result:
-    """Run the timeline from t0 and return what happened. `read(timeout)` ends within
-    timeout; `on_read` sees each reading; `stall` (CONTRACT §2b) may end the loop, but
-    never while idle is being confirmed. Reads come at the `Cadence`."""
+    """Run the timeline from t0 and return what happened. `read(left)` ends within
+    `left`, the time to D (each of its reads has its own timeout); `on_read` sees
+    each reading; `stall` (CONTRACT §2b) may end the loop, but never while idle is
+    being confirmed. Reads come at the `Cadence`."""
     deadline = t0 + timeline.deadline
     reads = 0
     last: Reading | None = None
@@ -115,8 +107,7 @@ def drain(
         return Result(outcome, clock() - t0, reads, last, signum, stalled)
 
     def wait_until(when: float) -> None:
-        while (now := clock()) < min(when, deadline):
-            sleep(min(when, deadline) - now)
+        sleep_until(min(when, deadline), clock, sleep)
 
     try:
         wait_until(t0 + timeline.settle)
@@ -130,7 +121,7 @@ def drain(
             if now < due:
                 wait_until(due)
                 continue
-            last = read(min(timeline.read_timeout, deadline - now))
+            last = read(deadline - now)
             reads += 1
             on_read(clock() - t0, last)
             if last.verdict is Verdict.UNREACHABLE:

@@ -1,7 +1,8 @@
 """What the hook says (CONTRACT §5): read lines (on a change, a heartbeat, or every
-read), warnings, the discovery line and the summary, each an `Event` written as
+read), warnings and the summary, each an `Event` written as
 text or JSON to stderr and `--log-file`. Writing never blocks or fails the hook:
-a closed stderr, a full disk or an unread FIFO lose the line. No userinfo is shown."""
+a closed stderr, a full disk, a full pipe or an unread FIFO lose the line (never
+time: drainhook.failsafe.write_now). No userinfo is shown."""
 
 from __future__ import annotations
 
@@ -9,32 +10,27 @@ import contextlib
 import errno
 import json
 import os
-import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 from drainhook.engines.verdict import Reading
+from drainhook.failsafe import write_now
 from drainhook.hook.drain import Result
 from drainhook.hook.stall import Stall
 from drainhook.hook.termination import hang_note
 from drainhook.numfmt import json_number, shown
-
-if typing.TYPE_CHECKING:  # discovery is loaded only when it runs
-    from drainhook.reading.discovery.search import SearchRecord
 
 Value = str | int | float | None | list[str] | dict[str, object]
 
 
 @dataclass(frozen=True)
 class Event:
-    """One log line as fields, in order. `word`: the bare word a text line
-    carries after `t=` to name its kind (`discovery`); `shown`: fields a text
-    line writes even when they have no value (as `-`); others it leaves out."""
+    """One log line as fields, in order. `shown`: fields a text line writes even
+    when they have no value (as `-`); others it leaves out."""
 
     kind: str
     fields: tuple[tuple[str, Value], ...]
-    word: str | None = None
     shown: frozenset[str] = frozenset({"in_flight"})
 
     def json(self) -> str:
@@ -45,8 +41,6 @@ class Event:
         for key, value in self.fields:
             if value is not None or key in self.shown:
                 out.append(f"{key}={text_value(value)}")
-            if key == "t" and self.word is not None:
-                out.append(self.word)
         return " ".join(out)
 
 
@@ -131,26 +125,6 @@ def missing_signals(reading: Reading) -> tuple[Event, ...]:
     return tuple(found)
 
 
-def discovery_event(t: float, search: SearchRecord) -> Event:
-    """Listener discovery's line: the configured targets, what was found, how
-    many listeners were read, how long it took, and what was there."""
-    found = search.discovery
-    after = search.found_after
-    return Event(
-        "discovery",
-        (
-            ("t", round(t, 3)),
-            ("configured", list(search.configured)),
-            ("found", list(search.found)),
-            ("tried", len(found.tried)),
-            ("search_ms", round((search.ended - search.started) * 1000.0, 2)),
-            ("found_ms", None if after is None else round(after * 1000.0, 2)),
-            ("listeners", found.describe()),
-        ),
-        word="discovery",
-    )
-
-
 def warning_event(text: str, code: str | None = None, reason: str | None = None) -> Event:
     """A warning; a plan rule's (`wait` at its start) also has its code and why."""
     more: tuple[tuple[str, Value], ...] = (
@@ -159,16 +133,9 @@ def warning_event(text: str, code: str | None = None, reason: str | None = None)
     return Event("warning", (("warning", text), *more))
 
 
-def summary_event(
-    result: Result,
-    exit_code: int,
-    target: str,
-    deadline: float,
-    listening: tuple[int, ...] | None = None,
-) -> Event:
+def summary_event(result: Result, exit_code: int, target: str, deadline: float) -> Event:
     """The run's last line: outcome, when, reads, the work left and why, exit code, D and
-    target; what becomes of vLLM work left (`after_sigterm`), a stall's counters, and
-    for unreachable the ports that listen (`listening`; [] for none)."""
+    target; what becomes of vLLM work left (`after_sigterm`), a stall's counters."""
     last = result.last
     reason = last.reason if last else None
     after, why = hang_note(result) or (None, None)
@@ -186,7 +153,6 @@ def summary_event(
             ("exit", exit_code),
             ("deadline", round(deadline, 3)),
             ("target", target),
-            ("listening", None if listening is None else [str(p) for p in listening]),
             ("after_sigterm", after),
             ("after_sigterm_why", why),
             *((("stall", stall_json(result.stall)),) if result.stall else ()),
@@ -212,7 +178,7 @@ class Log:
         self._reads = 0  # reads seen
         self._said: tuple[tuple[object, ...], float, int] | None = None  # last line's
         self._quiet = quiet
-        self._stream = stream if stream is not None else sys.stderr
+        self._stream = stream
         self._fd: int | None = None
         self._warned: set[str] = set()
 
@@ -246,8 +212,11 @@ class Log:
             self.emit(read_event(t, self._reads, reading, self._reads - self._said[2]))
             self._said = (state, t, self._reads)
         for warning in reading.warnings:
-            if warning not in self._warned:  # each warning once per hook
-                self._warned.add(warning)
+            # Once per kind (CONTRACT §5): its text up to the values it names, which
+            # go in parentheses, so that churning label values say it once.
+            kind = warning.split(" (", 1)[0]
+            if kind not in self._warned:
+                self._warned.add(kind)
                 self.warning(warning)
         for event in missing_signals(reading):
             said = event.text()
@@ -255,21 +224,11 @@ class Log:
                 self._warned.add(said)
                 self.emit(event)
 
-    def discovery(self, t: float, search: SearchRecord) -> None:
-        self.emit(discovery_event(t, search))
-
     def warning(self, text: str, *, code: str | None = None, reason: str | None = None) -> None:
         self.emit(warning_event(text, code, reason))
 
-    def summary(
-        self,
-        result: Result,
-        exit_code: int,
-        target: str,
-        deadline: float,
-        listening: tuple[int, ...] | None = None,
-    ) -> None:
-        self.emit(summary_event(result, exit_code, target, deadline, listening))
+    def summary(self, result: Result, exit_code: int, target: str, deadline: float) -> None:
+        self.emit(summary_event(result, exit_code, target, deadline))
 
     def emit(self, event: Event) -> None:
         """Write one event's line; the summary is written even when quiet."""
@@ -278,15 +237,13 @@ class Log:
             self._stderr(line)
         if self._fd is not None:
             # A full disk or a full pipe loses the line; the hook goes on.
-            with contextlib.suppress(OSError):
-                os.write(self._fd, (line + "\n").encode("utf-8", "replace"))
+            write_now(self._fd, (line + "\n").encode("utf-8", "replace"))
 
     def _stderr(self, line: str) -> None:
-        try:
+        if self._stream is None:  # never waiting on a stderr nobody reads
+            write_now(2, (line + "\n").encode("utf-8", "replace"))
+        else:
             self._stream.write(line + "\n")
-            self._stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass  # stderr closed
 
 
 def stall_json(stall: Stall) -> dict[str, object]:
