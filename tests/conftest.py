@@ -15,6 +15,7 @@ needs, so that the hook never sees this machine's own listening ports.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -65,10 +66,28 @@ def entry(request: pytest.FixtureRequest) -> list[str]:
     return list(request.param)
 
 
+def container() -> list[str]:
+    """The prefix that runs a command as a container of its own runs: a new PID
+    namespace, /proc its own (a user namespace too when not root). The hook then
+    sees no process of the test's, as in a Pod it sees none of another container's:
+    a refused target with the test's listeners around is an engine gone (CONTRACT §2)."""
+    unshare = shutil.which("unshare")
+    if (
+        unshare is None
+        or subprocess.run([unshare, *CONTAIN, "true"], capture_output=True, check=False).returncode
+    ):
+        pytest.skip("no PID namespace (`unshare -p`) can be made here")
+    return [unshare, *CONTAIN]
+
+
+CONTAIN = ["-pf", "--mount-proc"] if os.geteuid() == 0 else ["-rpf", "--mount-proc"]
+
+
 @pytest.fixture
 def hook(entry: list[str]) -> Hook:
-    """Run the hook with args; env adds to a clean environment."""
-    command = entry
+    """Run the hook with args, as a container of its own (`container`); env adds to a
+    clean environment."""
+    command = [*container(), *entry]
 
     def run(
         *args: str,

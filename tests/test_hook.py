@@ -17,13 +17,8 @@ from drainhook.engines.verdict import Verdict
 from drainhook.hook.config import EXIT_ALLOWANCE, WaitConfig
 from drainhook.hook.probe import run_probe
 from drainhook.hook.run import run_wait
-from drainhook.reading.assemble import (
-    discovers,
-    hook_reader,
-    last_search,
-    reader_for,
-    scanner_for,
-)
+from drainhook.reading import gone
+from drainhook.reading.assemble import reader_for, scanner_for
 from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import parse_url
 from tests.conftest import HOOK_LATE, READ_LATE, late
@@ -137,38 +132,6 @@ def test_several_targets_are_read_as_one_round() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fields", "always", "searches"),
-    [
-        ({}, False, False),  # discovery off (the default)
-        ({"discover": True}, False, True),
-        ({"discover": True, "allow_remote": True}, False, False),  # a target outside the Pod
-        ({}, True, True),  # probe --discover
-    ],
-)
-def test_a_refused_first_read_searches_only_when_discovery_can(
-    fields: dict[str, object], always: bool, searches: bool
-) -> None:
-    """Discovery off, or a target outside the Pod: a refused first read searches
-    nothing. (The search itself, over a Pod's listeners, runs in a network
-    namespace: tests/test_discover.py, tests/test_discovery_cli.py.)"""
-    remote = "allow_remote" in fields
-    url = "http://192.0.2.1:9/metrics" if remote else f"http://127.0.0.1:{free_port()}/metrics"
-    reach = ReadConfig(target=parse_url(url), source="metrics", read_timeout=0.2, **fields)  # type: ignore[arg-type]
-    assert (discovers(reach) or always) is searches
-    if searches:
-        return  # never on this machine's listeners
-    found: list[object] = []
-    reader = hook_reader(reach, always=always, on_search=found.append)
-    try:
-        if not remote:
-            assert reader.read(0.5).verdict is Verdict.UNREACHABLE
-    finally:
-        reader.close()
-    assert reader.name == reach.display
-    assert (last_search(reader), found) == (None, [])
-
-
-@pytest.mark.parametrize(
     ("source", "body", "accept", "in_flight"),
     [("metrics", BUSY, ACCEPT, 6), ("loads", LOADS_BUSY.encode(), "application/json", 3)],
 )
@@ -234,15 +197,49 @@ def test_wait_runs_to_the_deadline_while_busy(capsys: pytest.CaptureFixture[str]
     assert took >= D - EXIT_ALLOWANCE
 
 
-def test_wait_ends_at_once_when_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+def shown(monkeypatch: pytest.MonkeyPatch, found: gone.Found) -> list[float]:
+    """What /proc shows of the engine (drainhook.reading.gone), set; the checks' bounds."""
+    asked: list[float] = []
+    monkeypatch.setattr(gone, "engine_gone", lambda until: asked.append(until) or found)
+    return asked
+
+
+def test_wait_ends_at_once_when_unreachable_and_gone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked = shown(monkeypatch, gone.Found(True, "nothing listens in this network namespace"))
     waited = run_delay()
     start = time.monotonic()
     code = run_wait(config(f"http://127.0.0.1:{free_port()}/metrics"), start)
     end = summary(capsys.readouterr().err)
     assert code == 4
-    assert (end["outcome"], end["reads"]) == ("unreachable", 1)
+    assert (end["outcome"], end["reads"], len(asked)) == ("unreachable", 1, 1)
+    assert (
+        end["reason"]
+        == "connection refused; the engine is gone: nothing listens in this network namespace"
+    )
     # At the first read, after the settle (0.05 s): one refused connect.
     assert time.monotonic() - start < late(0.05, READ_LATE, run_delay() - waited)
+
+
+def test_wait_holds_to_d_when_refused_while_the_engine_listens_elsewhere(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CONTRACT §2: a wrong port is doubt, held to D like the blind sleep (exit 3),
+    read every I, and the summary names what listens and the fix."""
+    held = "TCP ports 8001 listen here (held: 8001 by pid 7 (vllm))"
+    asked = shown(monkeypatch, gone.Found(False, held))
+    start = time.monotonic()
+    code = run_wait(config(f"http://127.0.0.1:{free_port()}/metrics"), start)
+    took = time.monotonic() - start
+    end = summary(capsys.readouterr().err)
+    assert (code, end["outcome"]) == (3, "deadline")
+    assert (
+        end["reason"]
+        == f"misconfigured: connection refused; {held}: point --port or --url at the engine"
+    )
+    assert took >= D - EXIT_ALLOWANCE
+    assert end["reads"] == len(asked) >= 2  # read every I (0.05 s) until D (0.6 s)
 
 
 def test_exit_zero_maps_the_deadline_to_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -279,10 +276,19 @@ def test_probe_both_reads_each_source_and_exits_by_metrics() -> None:
     assert both["loads"]["target"].endswith("/v1/loads")
 
 
-def test_probe_unreachable_exits_4() -> None:
-    shown, code = run_probe(ReadConfig(target=parse_url(f"http://127.0.0.1:{free_port()}/")), False)
-    assert code == 4
-    assert "unreachable" in shown
+@pytest.mark.parametrize(
+    ("gone_", "code", "verdict"), [(True, 4, "unreachable"), (False, 3, "unknown")]
+)
+def test_probe_refused_is_unreachable_only_when_gone(
+    monkeypatch: pytest.MonkeyPatch, gone_: bool, code: int, verdict: str
+) -> None:
+    shown(monkeypatch, gone.Found(gone_, "TCP ports 8001 listen here"))
+    target = parse_url(f"http://127.0.0.1:{free_port()}/")
+    assert target.path == "/metrics"  # a URL with no path reads /metrics (CONTRACT §2)
+    said, got = run_probe(ReadConfig(target=target), True)
+    assert got == code
+    assert json.loads(said)["verdict"] == verdict
+    assert ("misconfigured" in json.loads(said)["reason"]) is (not gone_)
 
 
 def test_after_a_signal_the_hook_ends_without_waiting_on_its_reader(

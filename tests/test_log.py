@@ -13,14 +13,12 @@ from drainhook.hook.drain import Outcome, Result
 from drainhook.hook.log import (
     Event,
     Log,
-    discovery_event,
     read_event,
     summary_event,
     text_value,
     warning_event,
 )
 from drainhook.hook.stall import Frozen, Stall
-from drainhook.reading.discovery.search import Discovery, SearchRecord
 from tests.support.logs import fields
 
 BUSY = Reading(
@@ -49,9 +47,6 @@ EVENTS: list[Event] = [
     read_event(5.0041, 1, BUSY),
     read_event(6.5, 2, PARTS),
     read_event(7.25, 3, FAILED),
-    discovery_event(
-        5.0, SearchRecord(("http://127.0.0.1:8000/metrics",), Discovery((), (), ()), 1.0, 1.0088)
-    ),
     warning_event("G = 5s is under 15s", "grace-range", "there is no room"),
     warning_event("a plain warning"),
     summary_event(Result(Outcome.DRAINED, 6.0, 2, FAILED), 0, "t", 25.0),

@@ -106,7 +106,7 @@ def plan(
     if observe or from_file:
         from drainhook.planning.observe import ObserveRequest, run_observe
 
-        reach = None if from_file else reach_of(ctx, params, source="metrics", discover=False)
+        reach = None if from_file else reach_of(ctx, params, source="metrics")
         request = ObserveRequest(
             config, role, binary, output, reach, from_file, quantile, window, params["max_body"]
         )

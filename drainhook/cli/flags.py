@@ -169,12 +169,10 @@ def source_options(f: F) -> F:
         option("--api-key-file", type=click.Path(dir_okay=False, path_type=Path),
                 help="Send the key in this file as `Authorization: Bearer` (SGLang's "
                 "--api-key guards /v1/loads)."),
-        option("--discover", is_flag=True,
-                help="Read /metrics on the other listeners of the hook's network namespace "
-                "when every target refuses, and drain the engines found (off by default, "
-                "in a Pod too). probe: list them even when the target answers."),
-        option("--no-discover", is_flag=True,
-                help="No discovery (the default; wins over DRAINHOOK_DISCOVER)."),
+        # Listener discovery is gone (a wrong port holds to D, CONTRACT §2); its flags
+        # stay accepted, with one warning, so that a fleet's preStop keeps working.
+        option("--discover", is_flag=True, hidden=True),
+        option("--no-discover", is_flag=True, hidden=True),
     ]  # fmt: skip
     for each in reversed(options):
         f = each(f)

@@ -115,13 +115,13 @@ def probe(ctx: click.Context, /, as_json: bool, **params: Parsed) -> int:
 
     Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.
     """
-    reach = reach_of(ctx, params)
-    # --discover asked for (and not overridden): list the Pod's engine listeners
-    # even when the target answers ("where are my engine's metrics?").
     from drainhook.hook.probe import run_probe
 
-    shown, code = run_probe(reach, as_json, list_all=reach.discover and params["discover"])
-    click.echo(shown)
+    shown, code = run_probe(reach_of(ctx, params), as_json)
+    # The verdict's code whether or not it could be written (CONTRACT §5): a closed
+    # pipe or a full disk is never read as busy or as a bug.
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(shown)
     return code
 
 
@@ -130,12 +130,7 @@ def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
     (`wait`'s): a usage error or a bug that ends the command holds until D (CONTRACT §5)."""
 
     def error(message: str, code: int) -> int:
-        line = " ".join(message.split())
-        if hold is not None and not failsafe.held:
-            hold(line)
-        else:
-            with contextlib.suppress(OSError, ValueError):
-                click.echo(line, err=True)
+        (hold or failsafe.say)(" ".join(message.split()))
         return code
 
     try:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import click
 from click.core import ParameterSource
 
+from drainhook import failsafe
 from drainhook.cli.flags import Parsed
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
@@ -21,7 +22,7 @@ from drainhook.reading.config import (
     LOADS_PATH,
     ReadConfig,
 )
-from drainhook.reading.target import Target, build_url, parse_url
+from drainhook.reading.target import Target, build_url, check_host, parse_url
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:
@@ -69,24 +70,14 @@ def _targets(ctx: click.Context, params: Mapping[str, Parsed], source: str) -> t
     for port in ports:
         if not 1 <= port <= 65535:
             raise UsageError(f"port {port} is out of range")
-    return tuple(parse_url(build_url(scheme.lower(), params["host"], port, path)) for port in ports)
+    host = check_host(params["host"])
+    return tuple(parse_url(build_url(scheme.lower(), host, port, path)) for port in ports)
 
 
-def discovery_on(ctx: click.Context, params: Mapping[str, Parsed]) -> bool:
-    """Listener discovery on or off (CONTRACT §2a): off unless asked for, inside a
-    Pod too (the hook touches only what it is told to). --discover or --no-discover
-    when given (on the command line and in the environment: the command line
-    wins; both at one level: a usage error)."""
-    given = {
-        flag: ctx.get_parameter_source(flag)
-        for flag in ("discover", "no_discover")
-        if params[flag] and _explicit(ctx, flag)
-    }
-    if len(given) == 2:
-        if given["discover"] == given["no_discover"]:
-            raise UsageError("--discover and --no-discover cannot both be given")
-        return given["discover"] == ParameterSource.COMMANDLINE
-    return "discover" in given
+DISCOVER_GONE = (
+    "drainhook: --discover and --no-discover (DRAINHOOK_DISCOVER) do nothing: listener "
+    "discovery is gone; a wrong port holds to D and names the ports that listen"
+)
 
 
 def reach_of(
@@ -94,13 +85,13 @@ def reach_of(
     params: Mapping[str, Parsed],
     *,
     source: str | None = None,
-    discover: bool | None = None,
 ) -> ReadConfig:
-    """The ReadConfig of target_options (and source_options, unless `source` and
-    `discover` are fixed: `plan --observe` reads /metrics, with no key and no
-    discovery)."""
+    """The ReadConfig of target_options (and source_options, unless `source` is
+    fixed: `plan --observe` reads /metrics, with no key)."""
     if source is None:
         source = params["source"]
+    if params.get("discover") or params.get("no_discover"):
+        failsafe.say(DISCOVER_GONE)
     first, *more = _targets(ctx, params, source)
     engine = params["engine"]
     if source in ("loads", "both") and engine == "auto":
@@ -117,7 +108,6 @@ def reach_of(
         source=source,
         api_key=api_key,
         engine=engine,
-        discover=discovery_on(ctx, params) if discover is None else discover,
         **{name: params[name] for name in same},
     )
     reach.check()

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 from drainhook import exits
 from drainhook.engines.verdict import Reading, Series, Verdict
 from drainhook.hook.log import text_value
 from drainhook.hook.stall import counter_totals
 from drainhook.numfmt import json_number, shown
-from drainhook.reading.assemble import hook_reader, last_search, reader_for
+from drainhook.reading.assemble import hook_reader
 from drainhook.reading.config import LOADS_PATH, ReadConfig
-from drainhook.reading.discovery.search import SearchRecord
 
 SCHEMA = 1
 
@@ -60,16 +60,11 @@ def held_by(reading: Reading) -> list[str]:
     return list(reading.signals.holding())
 
 
-def probe_json(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
+def probe_json(reading: Reading, target: str) -> str:
     """The stable `probe --json` object (schema 1): the contract's fields, and `source`,
-    `warnings`, `progress`, `waiting_outside`, `signals`, `held_by`, `targets` (with
-    several) and `discovered` (when a search ran): CONTRACT §4 lists each."""
+    `warnings`, `progress`, `waiting_outside`, `signals`, `held_by` and `targets` (with
+    several): CONTRACT §4 lists each."""
     counted = reading.counted
-    discovered = {}
-    if search is not None:
-        discovered["discovered"] = [
-            _part_json(t.url, t.reading) for t in search.discovery.found if t.reading is not None
-        ]
     return json.dumps(
         {
             "schema": SCHEMA,
@@ -91,7 +86,6 @@ def probe_json(reading: Reading, target: str, search: SearchRecord | None = None
             "signals": signals_json(reading),
             "held_by": held_by(reading),
             **({"targets": [_part_json(n, r) for n, r in reading.parts]} if reading.parts else {}),
-            **discovered,
         }
     )
 
@@ -110,9 +104,9 @@ def _part_json(name: str, reading: Reading) -> dict[str, object]:
     }
 
 
-def probe_text(reading: Reading, target: str, search: SearchRecord | None = None) -> str:
-    """`probe` for people: a key/value block, then every counted series, each
-    target's read (with several), the engine listeners found (when a search ran)."""
+def probe_text(reading: Reading, target: str) -> str:
+    """`probe` for people: a key/value block, then every counted series, and each
+    target's read (with several)."""
     rows = [
         ("target", target),
         ("engine", reading.engine or "-"),
@@ -140,18 +134,6 @@ def probe_text(reading: Reading, target: str, search: SearchRecord | None = None
                 f"  {name}  {part.verdict.value}  in_flight={shown(part.in_flight)}"
                 f"  read_ms={part.read_ms:.1f}  reason={text_value(part.reason)}"
             )
-    if search is not None:
-        found = [t for t in search.discovery.found if t.reading is not None]
-        lines.append(f"discovered {len(found)}")
-        for t in found:
-            r = t.reading
-            assert r is not None
-            lines.append(
-                f"  {t.url}  {r.engine}  {r.verdict.value}  in_flight={shown(r.in_flight)}"
-                f"  source={(r.source if r.counted else None) or '-'}"
-            )
-        if not found:
-            lines.append(f"  none: {search.discovery.describe()}")
     lines += [f"warning    {w}" for w in reading.warnings]
     if reading.signals is not None and reading.counted:
         lines += [f"missing    {name}: {why}" for name, why in reading.signals.missing]
@@ -196,11 +178,9 @@ def probe_both(readings: tuple[Reading, Reading], targets: tuple[str, str], as_j
 PROBE_EXIT = {verdict: exits.PROBE[verdict.value] for verdict in Verdict}
 
 
-def run_probe(reach: ReadConfig, as_json: bool, list_all: bool = False) -> tuple[str, int]:
+def run_probe(reach: ReadConfig, as_json: bool) -> tuple[str, int]:
     """`probe`: one read now; the text to print and the exit code. `--source both`:
-    /metrics, then /v1/loads on the same listeners (the exit code is /metrics').
-    Discovery as `wait` does it; `list_all` (`--discover`): search whatever the
-    target gave, and list the engines found."""
+    /metrics, then /v1/loads on the same listeners (the exit code is /metrics')."""
     if reach.source == "both":
         metrics = dataclasses.replace(reach, source="metrics")
         loads = dataclasses.replace(
@@ -213,19 +193,16 @@ def run_probe(reach: ReadConfig, as_json: bool, list_all: bool = False) -> tuple
         shown = probe_both(pair, (metrics.display, loads.display), as_json)
         return shown, PROBE_EXIT[pair[0].verdict]
     # Every signal read, whatever the scheduler's count, to show each apart (§2a).
-    reader = hook_reader(dataclasses.replace(reach, every_signal=True), always=list_all)
-    try:
-        reading = reader.read(reach.read_timeout)
-    finally:
-        reader.close()
+    reading = read_once(dataclasses.replace(reach, every_signal=True))
     out = probe_json if as_json else probe_text
-    return out(reading, reach.display, last_search(reader)), PROBE_EXIT[reading.verdict]
+    return out(reading, reach.display), PROBE_EXIT[reading.verdict]
 
 
 def read_once(reach: ReadConfig) -> Reading:
-    """One read of reach within its read timeout (no discovery)."""
-    reader = reader_for(reach)
+    """One read of reach as `wait` reads (each part within its read timeout; a refusal
+    `unreachable` only once the engine is shown gone: CONTRACT §2)."""
+    reader = hook_reader(reach)
     try:
-        return reader.read(reach.read_timeout)
+        return reader.read(math.inf)
     finally:
         reader.close()

@@ -11,14 +11,13 @@ from drainhook import exits, failsafe
 from drainhook.errors import DrainhookError
 from drainhook.hook import signals, termination
 from drainhook.hook.config import WaitConfig
-from drainhook.hook.drain import Interrupted, Outcome, Result, drain
+from drainhook.hook.drain import Outcome, Result, drain
 from drainhook.hook.log import Log
+from drainhook.hook.signals import Interrupted
 from drainhook.hook.stall import StallWatch
 from drainhook.hook.timeline import instants, timeline_warnings
 from drainhook.reading import TargetReader
-from drainhook.reading.assemble import hook_reader, last_search
-
-# The codes by name, as tests and tools have used them; drainhook.exits holds them all.
+from drainhook.reading.assemble import hook_reader
 
 
 def run_wait(config: WaitConfig, t0: float) -> int:
@@ -31,7 +30,7 @@ def run_wait(config: WaitConfig, t0: float) -> int:
     except Exception as exc:
         code = exc.exit_code if isinstance(exc, DrainhookError) else exits.INTERNAL
         word = "" if isinstance(exc, DrainhookError) else "internal error: "
-        signals.release_on_signal()
+        signals.disarm(hold=True)
         termination = config.termination_log
         failsafe.hold(
             f"drainhook: {word}{exc if word == '' else failsafe.describe(exc)}",
@@ -54,9 +53,7 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
     watch = StallWatch(config.stall_window, on_note=log.warning) if can_stall else None
     reach = dataclasses.replace(config.reach, progress=can_stall)
     try:
-        reader = hook_reader(
-            reach, on_search=lambda found: log.discovery(time.monotonic() - t0, found)
-        )  # (a usage error here comes alone)
+        reader = hook_reader(reach)
         for w in timeline_warnings(config):  # what `plan` says of this timeline, once
             log.warning(w.message, code=w.code, reason=w.reason)
         result = drain(
@@ -73,19 +70,11 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
     finally:
         signals.disarm()
     code = exit_code(result, config.exit_zero)
-    # Refused, and not told to look elsewhere: the ports that do listen, named
-    # from /proc without connecting to any (CONTRACT §2a).
-    listening = None
-    if result.outcome is Outcome.UNREACHABLE and (reader is None or last_search(reader) is None):
-        from drainhook.reading.discovery.listeners import read_listeners  # this path only
-
-        mine = {t.port for t in config.reach.targets}
-        listening = tuple(sorted({one.port for one in read_listeners()} - mine))
     if config.termination_log is not None:
-        line = termination.message(result, listening)
+        line = termination.message(result)
         termination.write(config.termination_log, line, log.warning)
     target = reader.name if reader is not None else config.reach.display
-    log.summary(result, code, target, config.deadline, listening)
+    log.summary(result, code, target, config.deadline)
     log.close()
     # Not after a signal, which may have left the pool's lock held (raised between its
     # acquire and its `with`): closing would wait for ever. The process ends next.

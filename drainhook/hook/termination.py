@@ -30,18 +30,10 @@ def choose(
     return TerminationLog(Path(value), create=True)
 
 
-def listening_text(ports: tuple[int, ...]) -> str:
-    """The ports that listen in the hook's network namespace, for an unreachable
-    outcome (CONTRACT §2a): where the engine may have gone."""
-    if not ports:
-        return "no other TCP port listens in this network namespace"
-    return "TCP ports listening here: " + ",".join(map(str, ports))
-
-
-def message(result: Result, listening: tuple[int, ...] | None = None) -> str:
+def message(result: Result) -> str:
     """The outcome, when, how many reads and the work still in flight, in one line
     (`deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; ...`),
-    with what becomes of vLLM work (`hang_note`) or the ports that listen."""
+    with what becomes of vLLM work (`hang_note`), or why the engine is gone."""
     reads = f"{result.reads} read" + ("" if result.reads == 1 else "s")
     last = result.last
     elapsed = f"{result.elapsed:.1f} s"
@@ -49,8 +41,7 @@ def message(result: Result, listening: tuple[int, ...] | None = None) -> str:
         return f"drained in {elapsed} after {reads}; nothing in flight"
     if result.outcome is Outcome.UNREACHABLE:
         why = f": {last.reason}" if last is not None and last.reason else ""
-        line = f"unreachable at {elapsed} after {reads}; no work could be measured{why}"
-        return line if listening is None else f"{line}; {listening_text(listening)}"
+        return f"unreachable at {elapsed} after {reads}; no work could be measured{why}"
     if result.outcome is Outcome.STALLED and result.stall is not None:
         line = f"stalled at {elapsed} after {reads}; {result.stall.describe()}"
         note = hang_note(result)

@@ -205,7 +205,26 @@ def _exit_reserve_short(t: Instants) -> PlanWarning | None:
     )
 
 
+# Below this interval the reads cost the engine's API server more than they buy (CONTRACT §5).
+MIN_INTERVAL = 0.1
+
+
+def _interval_short(t: Instants) -> PlanWarning | None:
+    """interval-short: reads more often than every 100 ms"""
+    i = t.config.interval
+    if i >= MIN_INTERVAL:
+        return None
+    return PlanWarning(
+        "interval-short",
+        f"interval I = {seconds(i)} is under {seconds(MIN_INTERVAL)}: the engine is read "
+        f"up to {4 / i:.0f} times a second while the work drains",
+        "each read costs the engine's API server a request; the release after idle "
+        "follows I/4, and 1 s (the default) releases within 0.5 s of the last request",
+    )
+
+
 TIMELINE_RULES: tuple[TimelineRule, ...] = (
+    _interval_short,
     _grace_range,
     _grace_fraction,
     _settle_past_deadline,
