@@ -14,6 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from drainhook.engines.exposition import NO_GAUGES_WARNING
 from drainhook.engines.gauges import BY_NAME, SERVER_LOAD, SideSource
 from drainhook.engines.verdict import (
     CONNECTIONS,
@@ -90,8 +91,8 @@ class EngineReader:
         start = self._clock()
         until = start + left
         got = self._metrics.read(left)
-        if got.verdict is Verdict.UNKNOWN and not got.series and got.status is None:
-            got = self._no_gauges(got, until)
+        if got.verdict is Verdict.UNKNOWN and NO_GAUGES_WARNING[0] in got.warnings:
+            got = self._no_gauges(got, until)  # a 2xx body without gauges, not a failed read
         engine = BY_NAME.get(engine_shown(got, self._engine) or "")
         side = engine.side if engine is not None else None
         if side is not None and side.path in self._sides:
