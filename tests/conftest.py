@@ -15,7 +15,6 @@ needs, so that the hook never sees this machine's own listening ports.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from tests.support.podns import Pod, PodRun, Server, netns, run_pod
-from tests.support.process import Hook, Run, base_env, measure
+from tests.support.process import Hook, Run, base_env, container, measure
 
 # ---- one timing tolerance ---------------------------------------------------------
 #
@@ -66,23 +65,6 @@ def entry(request: pytest.FixtureRequest) -> list[str]:
     return list(request.param)
 
 
-def container() -> list[str]:
-    """The prefix that runs a command as a container of its own runs: a new PID
-    namespace, /proc its own (a user namespace too when not root). The hook then
-    sees no process of the test's, as in a Pod it sees none of another container's:
-    a refused target with the test's listeners around is an engine gone (CONTRACT §2)."""
-    unshare = shutil.which("unshare")
-    if (
-        unshare is None
-        or subprocess.run([unshare, *CONTAIN, "true"], capture_output=True, check=False).returncode
-    ):
-        pytest.skip("no PID namespace (`unshare -p`) can be made here")
-    return [unshare, *CONTAIN]
-
-
-CONTAIN = ["-pf", "--mount-proc"] if os.geteuid() == 0 else ["-rpf", "--mount-proc"]
-
-
 @pytest.fixture
 def hook(entry: list[str]) -> Hook:
     """Run the hook with args, as a container of its own (`container`); env adds to a
@@ -112,7 +94,9 @@ def _pod_prefix() -> list[str]:
 @pytest.fixture
 def pod(entry: list[str]) -> Pod:
     """Run the hook (each entry point) with args in a new network namespace beside
-    the servers given (tests/support/podns.py): pod(servers, *args, env=, timeout=, addresses=)."""
+    the servers given (tests/support/podns.py), in a PID namespace of its own, as a
+    container beside the servers' (theirs: the harness's): pod(servers, *args, env=,
+    timeout=, addresses=)."""
     prefix = _pod_prefix()
 
     def run(
@@ -124,7 +108,7 @@ def pod(entry: list[str]) -> Pod:
     ) -> PodRun:
         return run_pod(
             servers,
-            [*entry, *args],
+            [*container(), *entry, *args],
             prefix=prefix,
             env=base_env(env),
             timeout=timeout,

@@ -8,7 +8,7 @@ escapes, `}`, `,`, `=` and `#`, optional timestamps, LF or CRLF, `# EOF`.
 
 The samples the scanner counts must be exactly the counted samples the
 reference parser finds (same canonical name, labels, value), minus the
-per-priority breakdown (CONTRACT §3). Label sets are drawn without `tp_rank`
+SGLang's per-priority breakdown (CONTRACT §3). Label sets are drawn without `tp_rank`
 and unique per gauge, so the scanner's tp_rank merge has nothing to merge.
 The syntax is restricted to what both parsers read the same way.
 """
@@ -191,12 +191,13 @@ def expositions(draw: st.DrawFn) -> str:
 
 
 def reference(text: str) -> list[Sample]:
-    """The counted samples prometheus_client finds, per-priority breakdown dropped."""
+    """The counted samples prometheus_client finds, SGLang's per-priority breakdown
+    dropped (a vLLM series with a priority label is counted: CONTRACT §3)."""
     found = []
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             name = canonical(s.name)
-            if name is None or s.labels.get("priority"):
+            if name is None or (name.startswith("sglang:") and s.labels.get("priority")):
                 continue
             found.append((name, tuple(s.labels.items()), float(s.value)))
     return sorted(found, key=repr)

@@ -125,6 +125,7 @@ def test_every_plan_warning_is_documented() -> None:
         ("unified", {"grace": 8.0, "settle": 6.0}),
         ("unified", {"stall_after": 30.0}),
         ("unified", {"engine": "sglang"}),
+        ("unified", {"interval": 0.05}),
     ):
         plan = planning.make_plan(planning.wait_config(**flags), role)
         seen |= {w.code for w in plan.warnings}
@@ -137,6 +138,7 @@ def test_every_plan_warning_is_documented() -> None:
         "no-room",
         "settle-short",
         "exit-reserve-short",
+        "interval-short",
         "sglang-exit",
         "sglang-pd-exit",
         "vllm-prefill-linger",
@@ -164,6 +166,7 @@ def _firing() -> list[tuple[planning.Rule, planning.Plan]]:
             ("decode", {"engine": "sglang"}),
             ("unified", {"engine": "sglang"}),
             ("unified", {"stall_after": 30.0}),
+            ("unified", {"interval": 0.05}),
         )
     ]
     plans.append(planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2))

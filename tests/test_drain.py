@@ -37,20 +37,30 @@ class FakeClock:
 
 class Script:
     """Reads that return the given verdicts in order (the last repeats), each taking
-    `took` seconds, or the whole timeout when it is shorter (a timed-out read)."""
+    `took` seconds, or the whole of its timeout when that is shorter (a timed-out
+    read): its own read timeout, clipped to the time left to D, which the loop gives
+    (`lefts`), as the hook's readers do."""
 
-    def __init__(self, clock: FakeClock, verdicts: Sequence[Verdict], took: float = 0.002) -> None:
+    def __init__(
+        self,
+        clock: FakeClock,
+        verdicts: Sequence[Verdict],
+        took: float = 0.002,
+        read_timeout: float = 1.0,
+    ) -> None:
         self.clock = clock
         self.verdicts = list(verdicts)
         self.took = took
+        self.read_timeout = read_timeout
         self.starts: list[float] = []
-        self.timeouts: list[float] = []
+        self.lefts: list[float] = []
 
-    def __call__(self, timeout: float) -> Reading:
-        assert timeout > 0
+    def __call__(self, left: float) -> Reading:
+        assert left > 0
         n = len(self.starts)
         self.starts.append(self.clock.now - T0)
-        self.timeouts.append(timeout)
+        self.lefts.append(left)
+        timeout = min(left, self.read_timeout)
         verdict = self.verdicts[min(n, len(self.verdicts) - 1)]
         if self.took >= timeout:
             self.clock.now += timeout
@@ -75,7 +85,7 @@ def run(
     start: float = T0,
 ) -> tuple[Result, Script, FakeClock]:
     clock = FakeClock(start)
-    script = Script(clock, verdicts, took)
+    script = Script(clock, verdicts, took, read_timeout)
     timeline = Timeline(settle, deadline, interval, read_timeout, confirm, linger)
     result = drain(timeline, script, t0=T0, clock=clock, sleep=clock.sleep)
     return result, script, clock
@@ -133,10 +143,9 @@ def test_sleep_is_clipped_at_the_deadline() -> None:
     assert script.starts == pytest.approx([5.0, 6.0, 7.0])
 
 
-def test_read_timeout_is_clipped_to_the_time_left() -> None:
+def test_each_read_is_given_the_time_left_to_d() -> None:
     _, script, _ = run([BUSY], deadline=7.3, read_timeout=1.0)
-    assert script.timeouts[:2] == pytest.approx([1.0, 1.0])
-    assert script.timeouts[2] == pytest.approx(0.3)
+    assert script.lefts == pytest.approx([2.3, 1.3, 0.3])
 
 
 def test_a_read_still_in_flight_at_the_deadline_ends_there() -> None:
@@ -144,7 +153,7 @@ def test_a_read_still_in_flight_at_the_deadline_ends_there() -> None:
     result, script, _ = run([BUSY], deadline=6.5, read_timeout=1.0, took=60.0)
     assert result.outcome is Outcome.DEADLINE
     assert result.elapsed == pytest.approx(6.5)
-    assert script.timeouts == pytest.approx([1.0, 0.5])
+    assert script.lefts == pytest.approx([1.5, 0.5])  # each took its read timeout, or less
     assert result.last is not None and result.last.verdict is UNKNOWN
 
 

@@ -44,12 +44,12 @@ def crash(*args: object, **kwargs: object) -> None:
     ids=["probe", "probe-json"],
 )
 def test_an_internal_error_exits_70_in_one_line(
-    argv: list[str], where: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    argv: list[str], where: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # 70, not probe's 1 (busy) nor wait's 3 (deadline): a crash reads as a crash.
     monkeypatch.setattr(probe, where, crash)
     assert cli.run(argv) == 70
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     assert out == ""
     # (wait's short timeline is warned about first, before the drain: not the crash's)
     lines = [line for line in err.splitlines() if not line.startswith("drainhook warning=")]
@@ -62,7 +62,6 @@ def test_an_internal_error_in_wait_holds_to_d_then_exits_70(
     """`wait` fails safe (CONTRACT §5): the same one line, then the hold to D = 1 s
     (the config's), then 70. tests/test_failsafe.py plants faults in real processes."""
     monkeypatch.setattr(hook, "drain", crash)
-    monkeypatch.setattr(failsafe, "held", False)
     monkeypatch.setattr(cli, "start_time", time.monotonic)  # t0: now, not this process's start
     argv = ["wait", "--settle", "0", "--grace", "2", "--exit-reserve", "1", "--termination-log", ""]
     start = time.monotonic()
@@ -76,13 +75,11 @@ def test_an_internal_error_in_wait_holds_to_d_then_exits_70(
 
 
 def test_an_internal_error_in_install_exits_70(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(install, "install", crash)
     assert cli.run(["install", str(tmp_path / "hook")]) == 70
-    assert capsys.readouterr().err.splitlines() == [
-        "drainhook: internal error: RuntimeError: a bug"
-    ]
+    assert capfd.readouterr().err.splitlines() == ["drainhook: internal error: RuntimeError: a bug"]
 
 
 @pytest.mark.parametrize(
@@ -94,14 +91,14 @@ def test_the_command_line_catches_the_base(
     error: DrainhookError,
     code: int,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     def raising(*args: object, **kwargs: object) -> None:
         raise error
 
     monkeypatch.setattr(probe, "hook_reader", raising)
     assert cli.run(["probe"]) == code
-    assert capsys.readouterr().err.splitlines() == [f"drainhook: {error}"]
+    assert capfd.readouterr().err.splitlines() == [f"drainhook: {error}"]
 
 
 def test_a_build_that_cannot_import_its_modules_exits_70() -> None:

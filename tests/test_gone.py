@@ -16,9 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drainhook.reading.gone import Listener, engine_gone, parse_proc_net, read_listeners
-from tests.conftest import POD_LATE, container, late
+from tests.conftest import POD_LATE, late
 from tests.support.logs import fields
 from tests.support.podns import Pod, engine, sidecar
+from tests.support.process import container
 
 PROC_NET = Path(__file__).parent / "proc_net"
 
@@ -64,7 +65,10 @@ def fake_proc(root: Path, listeners: dict[int, int], pids: dict[str, list[int] |
     return str(root)
 
 
-FAR = time.monotonic() + 60
+def far() -> float:
+    return time.monotonic() + 60
+
+
 PORTS = "TCP ports 8001 listen here"
 
 
@@ -85,7 +89,7 @@ def test_gone_only_when_shown(
     gone: bool,
     said: str,
 ) -> None:
-    found = engine_gone(FAR, proc=fake_proc(tmp_path, listeners, pids))
+    found = engine_gone(far(), proc=fake_proc(tmp_path, listeners, pids))
     assert (found.gone, found.said) == (gone, said)
 
 
@@ -93,7 +97,7 @@ def test_no_time_and_no_proc_are_doubt(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path / "p", {7: 8001}, {"1": []})
     assert not engine_gone(time.monotonic() - 1, proc=proc).gone
     assert read_listeners(str(tmp_path / "none")) is None
-    assert not engine_gone(FAR, proc=str(tmp_path / "none")).gone
+    assert not engine_gone(far(), proc=str(tmp_path / "none")).gone
 
 
 def contained(*command: str) -> list[str]:

@@ -171,12 +171,12 @@ def test_the_loop_ends_before_d_by_the_exit_allowance() -> None:
     assert WaitConfig(reach=reach, grace=5.0, exit_reserve=5.0).timeline().deadline == 0.0
 
 
-def test_wait_drains_on_the_second_idle_read(capsys: pytest.CaptureFixture[str]) -> None:
+def test_wait_drains_on_the_second_idle_read(capfd: pytest.CaptureFixture[str]) -> None:
     with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
         start = time.monotonic()
         code = run_wait(config(srv.url), start)
         took = time.monotonic() - start
-    end = summary(capsys.readouterr().err)
+    end = summary(capfd.readouterr().err)
     assert code == 0
     assert (end["outcome"], end["reads"], end["in_flight"]) == ("drained", 3, 0)
     assert srv.connections == 3
@@ -184,12 +184,12 @@ def test_wait_drains_on_the_second_idle_read(capsys: pytest.CaptureFixture[str])
     assert took < late(0.15, HOOK_LATE)
 
 
-def test_wait_runs_to_the_deadline_while_busy(capsys: pytest.CaptureFixture[str]) -> None:
+def test_wait_runs_to_the_deadline_while_busy(capfd: pytest.CaptureFixture[str]) -> None:
     with Loopback(serve(BUSY)) as srv:
         start = time.monotonic()
         code = run_wait(config(srv.url), start)
         took = time.monotonic() - start
-    end = summary(capsys.readouterr().err)
+    end = summary(capfd.readouterr().err)
     assert code == 3
     assert (end["outcome"], end["in_flight"], end["exit"]) == ("deadline", 6, 3)
     # It ends EXIT_ALLOWANCE before D, so that its process is gone by D.
@@ -205,13 +205,13 @@ def shown(monkeypatch: pytest.MonkeyPatch, found: gone.Found) -> list[float]:
 
 
 def test_wait_ends_at_once_when_unreachable_and_gone(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     asked = shown(monkeypatch, gone.Found(True, "nothing listens in this network namespace"))
     waited = run_delay()
     start = time.monotonic()
     code = run_wait(config(f"http://127.0.0.1:{free_port()}/metrics"), start)
-    end = summary(capsys.readouterr().err)
+    end = summary(capfd.readouterr().err)
     assert code == 4
     assert (end["outcome"], end["reads"], len(asked)) == ("unreachable", 1, 1)
     assert (
@@ -223,7 +223,7 @@ def test_wait_ends_at_once_when_unreachable_and_gone(
 
 
 def test_wait_holds_to_d_when_refused_while_the_engine_listens_elsewhere(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """CONTRACT §2: a wrong port is doubt, held to D like the blind sleep (exit 3),
     read every I, and the summary names what listens and the fix."""
@@ -232,7 +232,7 @@ def test_wait_holds_to_d_when_refused_while_the_engine_listens_elsewhere(
     start = time.monotonic()
     code = run_wait(config(f"http://127.0.0.1:{free_port()}/metrics"), start)
     took = time.monotonic() - start
-    end = summary(capsys.readouterr().err)
+    end = summary(capfd.readouterr().err)
     assert (code, end["outcome"]) == (3, "deadline")
     assert (
         end["reason"]
@@ -242,10 +242,10 @@ def test_wait_holds_to_d_when_refused_while_the_engine_listens_elsewhere(
     assert end["reads"] == len(asked) >= 2  # read every I (0.05 s) until D (0.6 s)
 
 
-def test_exit_zero_maps_the_deadline_to_0(capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_zero_maps_the_deadline_to_0(capfd: pytest.CaptureFixture[str]) -> None:
     with Loopback(serve(BUSY)) as srv:
         code = run_wait(config(srv.url, exit_zero=True), time.monotonic())
-    end = summary(capsys.readouterr().err)
+    end = summary(capfd.readouterr().err)
     assert (code, end["outcome"], end["exit"]) == (0, "deadline", 0)
 
 
@@ -283,7 +283,7 @@ def test_probe_refused_is_unreachable_only_when_gone(
     monkeypatch: pytest.MonkeyPatch, gone_: bool, code: int, verdict: str
 ) -> None:
     shown(monkeypatch, gone.Found(gone_, "TCP ports 8001 listen here"))
-    target = parse_url(f"http://127.0.0.1:{free_port()}/")
+    target = parse_url(f"http://127.0.0.1:{free_port()}")
     assert target.path == "/metrics"  # a URL with no path reads /metrics (CONTRACT §2)
     said, got = run_probe(ReadConfig(target=target), True)
     assert got == code
@@ -292,7 +292,7 @@ def test_probe_refused_is_unreachable_only_when_gone(
 
 
 def test_after_a_signal_the_hook_ends_without_waiting_on_its_reader(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A signal whose handler raised just after the HTTP pool took its own lock (the
     pool's `with` not yet begun) leaves that lock held: a close would wait on it for
@@ -317,5 +317,5 @@ def test_after_a_signal_the_hook_ends_without_waiting_on_its_reader(
 
     monkeypatch.setattr(hook, "hook_reader", lambda *_a, **_k: Interrupting())
     code = run_wait(config("http://127.0.0.1:9/metrics"), time.monotonic())
-    end = summary(capsys.readouterr().err)
+    end = summary(capfd.readouterr().err)
     assert (code, end["outcome"], closed) == (143, "interrupted", [])

@@ -397,7 +397,7 @@ class JumpingClock:
 
 
 def test_a_jumping_wall_clock_does_not_move_the_timeline(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The whole hook (run_wait: config to exit code, a real loopback server) under
     a wall clock that jumps by a year at every look: the reads keep their grid,
@@ -418,7 +418,7 @@ def test_a_jumping_wall_clock_does_not_move_the_timeline(
         t0 = time.monotonic()
         code = run_wait(config, t0)
         spent = time.monotonic() - t0
-    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines()]
     summary = lines[-1]
     reads = [line for line in lines if line["event"] == "read"]
     assert code == 0
@@ -537,7 +537,7 @@ def nothing_may_spawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 def test_no_process_is_started_in_a_whole_drain(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The whole hook in this process (config to exit code: a busy read, two idle
     reads, a log file) with every way of starting a process made to fail."""
@@ -552,12 +552,12 @@ def test_no_process_is_started_in_a_whole_drain(
         )
         code = run_wait(config, time.monotonic())
     assert tried == []
-    assert code == 0, capsys.readouterr().err
+    assert code == 0, capfd.readouterr().err
     assert srv.connections >= 3
 
 
 def test_a_server_answer_cannot_make_the_hook_run_anything(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Shell-looking bytes in every place a server controls (status reason,
     headers, body, label values) are data: no process, no hang."""
@@ -574,5 +574,5 @@ def test_a_server_answer_cannot_make_the_hook_run_anything(
         )
         code = run_wait(config, time.monotonic())
     assert tried == []
-    assert code == 0, capsys.readouterr().err
+    assert code == 0, capfd.readouterr().err
     assert srv.connections == 2

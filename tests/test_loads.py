@@ -342,9 +342,16 @@ def _with(**fields: Any) -> bytes:
     ],
 )
 def test_malformed_is_unknown(body: bytes, reason: str) -> None:
+    """Unknown, always; a body that is no load report at all names no engine (the
+    signal is then missing, CONTRACT §2a), one that is SGLang's but cannot be counted
+    names SGLang (doubt)."""
     got = scan_loads(body)
-    assert_scan(got, Verdict.UNKNOWN, None)
-    assert got.reason is not None and reason in got.reason
+    not_loads = reason in ("not JSON", "not an object or a list", "no loads list")
+    assert (got.reason or "").startswith("not a load report: ") is not_loads
+    assert (got.verdict, got.engine, got.in_flight) == (
+        Verdict.UNKNOWN, None if not_loads else "sglang", None
+    )  # fmt: skip
+    assert got.reason is not None and reason in got.reason and "\n" not in got.reason
     assert got.series == ()
 
 

@@ -78,10 +78,6 @@ def test_a_field_with_no_value_is_left_out_of_text_unless_shown() -> None:
     assert "reason=-" in summary.text() and "after_sigterm=" not in summary.text()
 
 
-def test_text_names_the_discovery_line_after_t() -> None:
-    assert EVENTS[3].text().startswith("drainhook t=5 discovery configured=")
-
-
 @pytest.mark.parametrize(
     ("value", "text"),
     [

@@ -599,7 +599,8 @@ def test_a_remote_target_is_refused_before_any_read(entry: list[str]) -> None:
     assert "loopback" in run.stderr and "--allow-remote" in run.stderr
     allowed = subprocess.run([*argv, "--allow-remote"], env=base_env(), capture_output=True,
                              text=True, timeout=30)  # fmt: skip
-    assert allowed.returncode == 4, allowed.stderr  # the empty namespace has no route
+    # The empty namespace has no route: not a refusal, a read in doubt (CONTRACT §2).
+    assert allowed.returncode == 3, allowed.stderr
 
 
 def test_every_engine_has_its_own_latency_family() -> None:

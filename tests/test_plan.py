@@ -285,7 +285,7 @@ def test_each_rule_owns_one_code_and_fires_alone() -> None:
         make(grace=17.0, exit_reserve=10.5), make(grace=8.0, settle=6.0),
         make("decode", engine="sglang"), make(engine="sglang"), make("prefill", engine="vllm"),
         make(engine="vllm", settle=3.0),
-        make(stall_after=30.0),
+        make(stall_after=30.0), make(interval=0.05),
         planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2),
     ]  # fmt: skip
     for plan in cases:

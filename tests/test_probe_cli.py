@@ -163,19 +163,18 @@ def test_probe_of_a_hung_listener_is_unknown_within_the_read_timeout(hook: Hook)
 
 @pytest.mark.parametrize(
     ("status", "verdict", "code"),
-    [(302, "unreachable", 4), (404, "unreachable", 4), (503, "unknown", 3), (429, "unknown", 3)],
+    [(302, "unknown", 3), (404, "unknown", 3), (503, "unknown", 3), (429, "unknown", 3)],
 )
-def test_probe_non_2xx_is_unreachable_or_unknown(
-    hook: Hook, status: int, verdict: str, code: int
-) -> None:
-    """CONTRACT §2: a 3xx or 4xx from a target that never answered 2xx (probe's one
-    read) is unreachable; a 5xx or 429 is unknown."""
+def test_probe_non_2xx_is_unknown(hook: Hook, status: int, verdict: str, code: int) -> None:
+    """CONTRACT §2: every non-2xx is unknown; a 3xx or 4xx from a target that never
+    answered 2xx (probe's one read) is named a wrong target."""
     with Loopback(serve(b"", status, "Nope", {"Location": "/elsewhere"})) as srv:
         run = hook("probe", "--url", srv.url, "--json")
     assert run.code == code, run.stderr
     obj = probe_json(run)
     assert obj["verdict"] == verdict
     assert str(status) in obj["reason"]
+    assert obj["reason"].startswith("misconfigured: ") is (status < 429)
     assert obj["engine"] is None and obj["series"] == []
     assert srv.connections == 1
 

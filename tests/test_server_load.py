@@ -120,17 +120,16 @@ def test_no_load_route_is_asked_no_more(answer: tuple[int, bytes], why: str) -> 
 def test_a_negative_load_is_doubt() -> None:
     got, seen = reads({"/metrics": [(200, IDLE)], "/load": [load(-1), load(0)]}, 2)
     assert (got[0].verdict, got[0].in_flight) == (Verdict.UNKNOWN, None)
-    assert got[0].reason == "/load: server_load is negative (-1)"
+    assert got[0].reason == "/load: server_load is negative (-1): doubt"
     assert got[1].verdict is Verdict.IDLE  # asked again: a count then
     assert seen == ["/metrics", "/load"] * 2
 
 
-def test_a_failing_load_is_missing_for_that_read_and_asked_again() -> None:
+def test_a_failing_load_is_doubt_for_that_read_and_asked_again() -> None:
+    """Before: `missing`, and the gauges alone read idle while the server held work."""
     got, seen = reads({"/metrics": [(200, IDLE)], "/load": [(503, b"busy"), load(2)]}, 2)
-    assert got[0].verdict is Verdict.IDLE
-    assert got[0].signals is not None and got[0].signals.missing == (
-        ("server", "/load gave no count (HTTP 503)"),
-    )
+    assert (got[0].verdict, got[0].in_flight) == (Verdict.UNKNOWN, None)
+    assert got[0].reason == "/load gave no count (HTTP 503): doubt"
     assert (got[1].verdict, got[1].in_flight) == (Verdict.BUSY, 2.0)
     assert seen == ["/metrics", "/load"] * 2
 
@@ -150,7 +149,7 @@ def test_wait_holds_while_load_counts_a_request(hook: Hook) -> None:
     with Loopback(by_path(replies, seen), own_load=False) as srv:
         run = hook(
             "wait", "--url", srv.url, "--settle", "0.2", "--interval", "0.1",
-            "--grace", "3", "--exit-reserve", "0.5", "--no-discover", timeout=15,
+            "--grace", "3", "--exit-reserve", "0.5", timeout=15,
         )  # fmt: skip
     assert run.code == 0, run.stderr
     lines = [fields(line) for line in run.lines if " read=" in line]
@@ -194,7 +193,7 @@ def test_the_read_lines_and_the_summary_say_which_signal_held(hook: Hook) -> Non
     with Loopback(by_path(replies, seen), own_load=False) as srv:
         run = hook(
             "wait", "--url", srv.url, "--settle", "0.1", "--interval", "0.1",
-            "--grace", "2.5", "--exit-reserve", "0.5", "--no-discover", timeout=15,
+            "--grace", "2.5", "--exit-reserve", "0.5", timeout=15,
         )  # fmt: skip
     assert run.code == 3, run.stderr
     # A read cut short by D on a loaded machine is unknown, and held by no signal; so
@@ -219,7 +218,7 @@ def test_a_missing_signal_is_said_once(hook: Hook) -> None:
     with Loopback(by_path({"/metrics": [(200, IDLE)]}, []), own_load=False) as srv:
         run = hook(
             "wait", "--url", srv.url, "--settle", "0.1", "--interval", "0.1", "--confirm", "4",
-            "--grace", "3", "--exit-reserve", "0.5", "--no-discover", "--log-format", "json",
+            "--grace", "3", "--exit-reserve", "0.5", "--log-format", "json",
             timeout=15,
         )  # fmt: skip
     assert run.code == 0, run.stderr

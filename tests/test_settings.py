@@ -14,6 +14,7 @@ import click
 import pytest
 
 from drainhook.cli.main import build_wait_config
+from drainhook.cli.settings import DISCOVER_GONE
 from drainhook.errors import UsageError
 from drainhook.hook.config import WaitConfig
 
@@ -33,7 +34,7 @@ def config(
 
 
 def view(c: WaitConfig) -> dict[str, typing.Any]:
-    """The fields a row asserts: the timeline, the targets, discovery and the switches."""
+    """The fields a row asserts: the timeline, the targets and the switches."""
     return {
         "grace": c.grace,
         "settle": c.settle,
@@ -41,7 +42,6 @@ def view(c: WaitConfig) -> dict[str, typing.Any]:
         "exit_reserve": c.exit_reserve,
         "targets": [t.display for t in c.reach.targets],
         "engine": c.reach.engine,
-        "discover": c.reach.discover,
         "exit_zero": c.exit_zero,
         "stall_after": c.stall_after,
         "stall_window": c.stall_window,
@@ -90,13 +90,6 @@ FROM_FILE = "http://127.0.0.1:9100/custom"
         (("--engine", "sglang"), {}, False, {"targets": ["http://127.0.0.1:30000/metrics"]}),
         (("--source", "loads"), {}, False,
          {"targets": ["http://127.0.0.1:30000/v1/loads"], "engine": "sglang"}),
-        # discovery: on inside a Pod only, unless told; the command line wins
-        ((), {}, False, {"discover": False}),
-        ((), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False, {"discover": False}),  # §2a
-        (("--no-discover",), {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False, {"discover": False}),
-        (("--discover",), {}, False, {"discover": True}),
-        (("--no-discover",), {"DRAINHOOK_DISCOVER": "1"}, False, {"discover": False}),
-        (("--discover",), {"DRAINHOOK_NO_DISCOVER": "1"}, False, {"discover": True}),
     ],
 )  # fmt: skip
 def test_flags_beat_the_environment_beats_the_annotations_beat_the_defaults(
@@ -119,8 +112,6 @@ def test_flags_beat_the_environment_beats_the_annotations_beat_the_defaults(
     [
         ((), {"DRAINHOOK_URL": URL_A, "DRAINHOOK_PORT": "8102"}, "--port"),
         (("--url", URL_A, "--port", "8102"), {}, "--port"),
-        (("--discover", "--no-discover"), {}, "--no-discover"),
-        ((), {"DRAINHOOK_DISCOVER": "1", "DRAINHOOK_NO_DISCOVER": "1"}, "--no-discover"),
         (("--url", "http://10.0.0.7:8000/metrics"), {}, "--allow-remote"),
         ((), {"DRAINHOOK_SOURCE": "both"}, "--source both"),
         (("--grace", "10", "--exit-reserve", "-1"), {}, "--exit-reserve"),
@@ -147,6 +138,23 @@ def test_an_empty_variable_is_unset_but_for_the_termination_log(tmp_path: Path) 
 def test_the_environment_given_is_the_only_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """build_wait_config reads the mapping it is given, never the process's."""
     monkeypatch.setenv("DRAINHOOK_GRACE", "7")
-    monkeypatch.setenv("DRAINHOOK_DISCOVER", "1")
-    got = config()
-    assert (got.grace, got.reach.discover) == (30.0, False)
+    assert config().grace == 30.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (("--discover",), {}),
+        (("--no-discover",), {}),
+        ((), {"DRAINHOOK_DISCOVER": "1"}),
+        (("--discover", "--no-discover"), {"DRAINHOOK_NO_DISCOVER": "1"}),
+    ],
+)
+def test_the_removed_discovery_flags_are_accepted_and_do_nothing(
+    capfd: pytest.CaptureFixture[str], argv: tuple[str, ...], env: dict[str, str]
+) -> None:
+    """A fleet's preStop that names them must not turn into a usage error (CONTRACT
+    §2a): the same config as without them, and one line that says so."""
+    assert view(config(*argv, env=env)) == view(config())
+    said = capfd.readouterr().err.splitlines()
+    assert said == [DISCOVER_GONE]

@@ -65,14 +65,16 @@ def test_a_missing_api_key_file_is_a_usage_error(hook: Hook, tmp_path: Path) -> 
     assert "--api-key-file" in run.stderr
 
 
-def test_an_unauthorized_loads_read_is_unreachable(hook: Hook) -> None:
+def test_an_unauthorized_loads_read_is_a_wrong_target_held_to_d(hook: Hook) -> None:
+    """A key the engine needs (CONTRACT §2): held to D, named with the fix."""
     with Loopback(serve(b'{"error": "Unauthorized"}', status=401, reason="Unauthorized")) as srv:
         url = f"http://127.0.0.1:{srv.port}/v1/loads"
-        run = hook("wait", "--source", "loads", "--url", url, "--log-format", "json")
-    assert run.code == 4
+        short = ("--settle", "0.2", "--interval", "0.2", "--grace", "3", "--exit-reserve", "1")
+        run = hook("wait", "--source", "loads", "--url", url, "--log-format", "json", *short)
+    assert run.code == 3
     (summary,) = events(run.stderr, "summary")
-    assert (summary["outcome"], summary["exit"]) == ("unreachable", 4)
-    assert summary["reason"].startswith("HTTP 401"), summary
+    assert (summary["outcome"], summary["exit"]) == ("deadline", 3)
+    assert summary["reason"] == "misconfigured: HTTP 401: the engine wants a key: --api-key-file"
 
 
 def test_loads_cannot_be_pinned_to_vllm_and_both_is_for_probe(hook: Hook) -> None:

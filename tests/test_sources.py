@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from drainhook.engines.loads import scan_loads
 from drainhook.engines.verdict import Reading, Series, Verdict, engine_shown
-from drainhook.reading.sources import EngineReader
+from drainhook.reading.sources import STALE_METRICS, EngineReader
 from tests.conftest import HOOK_LATE, SPAWN_LATE, late
 from tests.support.logs import fields, hook_lines
 from tests.support.loopback import Behaviour, Loopback, read_request, response_bytes
@@ -75,12 +76,13 @@ class Clock:
 class Scripted:
     """A reader that takes `takes` fake seconds and gives its readings in turn."""
 
-    def __init__(self, clock: Clock, readings: list[Reading], takes: float = 0.0) -> None:
+    def __init__(self, clock: Clock, readings: Sequence[Reading], takes: float = 0.0) -> None:
         self.clock = clock
-        self.readings = readings
         self.takes = takes
         self.timeouts: list[float] = []
         self.name = "http://127.0.0.1:30000/metrics"
+
+        self.readings = list(readings)
 
     def read(self, timeout: float) -> Reading:
         self.timeouts.append(timeout)
@@ -92,7 +94,11 @@ class Scripted:
 
 
 def auto(
-    metrics: list[Reading], live_: list[Reading], *, takes: float = 0.0, engine: str = "auto"
+    metrics: list[Reading],
+    live_: Sequence[Reading],
+    *,
+    takes: float = 0.0,
+    engine: str = "auto",
 ) -> tuple[EngineReader, Scripted, Scripted]:
     clock = Clock()
     m, lo = Scripted(clock, metrics, takes), Scripted(clock, live_)
@@ -133,7 +139,7 @@ def test_a_pinned_engine_follows_only_a_body_with_its_series() -> None:
 
 @pytest.mark.parametrize("status", [401, 403, 404])
 def test_401_403_404_keep_metrics_for_the_rest_of_the_hook(status: int) -> None:
-    no = failed(Verdict.UNREACHABLE, f"HTTP {status}", status)
+    no = failed(Verdict.UNKNOWN, f"HTTP {status}", status)
     reader, _, live_reader = auto([sglang(6), sglang(0)], [no])
     first, second = reader.read(1.0), reader.read(1.0)
     assert (first.verdict, first.in_flight, first.source) == (Verdict.BUSY, 6, "metrics")
@@ -145,48 +151,53 @@ def test_401_403_404_keep_metrics_for_the_rest_of_the_hook(status: int) -> None:
     assert ("--api-key-file" in warning) == (status != 404)
 
 
+def test_a_body_that_is_not_sglangs_keeps_metrics_for_the_rest_of_the_hook() -> None:
+    """Missing, not doubt (CONTRACT §2a): a /v1/loads that is not a load report."""
+    html = Reading.from_scan(scan_loads(b"<html>"), 1.0, "loads")
+    reader, _, live_reader = auto([sglang(6), sglang(0)], [html, live(3)])
+    first, second = reader.read(1.0), reader.read(1.0)
+    assert (first.in_flight, second.verdict, second.source) == (6, Verdict.IDLE, "metrics")
+    assert len(live_reader.timeouts) == 1
+    assert first.warnings == (
+        f"/v1/loads is not SGLang's ({html.reason}): counting {STALE_METRICS}",
+    )
+    assert html.reason is not None and html.reason.startswith("not a load report: not JSON")
+
+
+def doubt(reason: str) -> Reading:
+    """A 2xx /v1/loads body that is SGLang's but gives no count."""
+    return Reading(Verdict.UNKNOWN, "sglang", None, (), reason, 1.0, source="loads")
+
+
 @pytest.mark.parametrize(
-    "no_count",
+    ("no_count", "why"),
     [
-        [
-            failed(Verdict.UNREACHABLE, "HTTP 503", 503),
-            failed(Verdict.UNREACHABLE, "HTTP 503", 503),
-        ],
-        [
-            failed(Verdict.UNKNOWN, "read timed out: timed out"),
-            failed(Verdict.UNKNOWN, "read timed out: the read's time ran out"),
-        ],
-        [
-            failed(Verdict.UNKNOWN, "not JSON (Expecting value: line 1 column 1)"),
-            failed(Verdict.UNKNOWN, "not JSON (Extra data: line 2 column 3)"),
-        ],
-        [
-            failed(Verdict.UNREACHABLE, "cannot connect: connection refused"),
-            failed(Verdict.UNREACHABLE, "cannot connect: connection refused"),
-        ],
+        (failed(Verdict.UNKNOWN, "HTTP 503", 503), "HTTP 503"),
+        (failed(Verdict.UNKNOWN, "read timed out: timed out"), "read timed out"),
+        (failed(Verdict.UNREACHABLE, "connection refused"), "connection refused"),
+        (doubt("loads list is empty (no rank)"), "loads list is empty"),
+        (doubt("num_running_reqs is nan"), "num_running_reqs is nan"),
     ],
-    ids=["5xx", "timeout", "malformed", "refused"],
+    ids=["5xx", "timeout", "refused", "empty", "nan"],
 )
-def test_any_other_failure_counts_metrics_for_that_read_and_asks_again(
-    no_count: list[Reading],
-) -> None:
-    reader, _, live_reader = auto([sglang(6), sglang(0), sglang(0)], [*no_count, live(0)])
-    first, second, third = reader.read(1.0), reader.read(1.0), reader.read(1.0)
-    assert (first.verdict, first.in_flight, first.source) == (Verdict.BUSY, 6, "metrics")
-    assert (second.verdict, second.source) == (Verdict.IDLE, "metrics")
-    assert first.warnings == second.warnings and len(first.warnings) == 1
-    assert "that read counts /metrics" in first.warnings[0]
-    # Never unreachable or unknown because of /v1/loads; asked again every read.
-    assert (third.verdict, third.source, third.warnings) == (Verdict.IDLE, "loads", ())
-    assert len(live_reader.timeouts) == 3
+def test_any_other_failure_is_doubt_and_asked_again(no_count: Reading, why: str) -> None:
+    """Doubt (CONTRACT §2a): the read is unknown, whatever the gauges (which can be
+    30 s old) say; /v1/loads is asked again on the next read."""
+    reader, _, live_reader = auto([sglang(0)], [no_count, live(0)])
+    first, second = reader.read(1.0), reader.read(1.0)
+    assert (first.verdict, first.in_flight) == (Verdict.UNKNOWN, None)
+    assert first.reason == f"/v1/loads gave no count ({why}): doubt"
+    assert (second.verdict, second.source, second.warnings) == (Verdict.IDLE, "loads", ())
+    assert len(live_reader.timeouts) == 2
 
 
-def test_no_time_left_for_loads_counts_metrics() -> None:
+def test_no_time_left_for_loads_is_doubt() -> None:
     reader, _, live_reader = auto([sglang(0)], [live(0)], takes=2.0)
     reading = reader.read(1.0)
-    assert (reading.verdict, reading.source) == (Verdict.IDLE, "metrics")
+    assert (reading.verdict, reading.reason) == (
+        Verdict.UNKNOWN, "/v1/loads: no time left before D: doubt"
+    )  # fmt: skip
     assert live_reader.timeouts == []
-    assert "no time left in the read for /v1/loads" in reading.warnings[0]
 
 
 # ---- end to end: the hook against real servers ------------------------------------
@@ -291,42 +302,42 @@ def test_loads_refused_keeps_metrics_in_charge_and_says_so_once(hook: Hook, stat
     assert {r["source"] for r in reads} == {"metrics"}
 
 
-def test_loads_failing_otherwise_falls_back_each_read_and_is_asked_again(hook: Hook) -> None:
+def test_loads_in_doubt_holds_each_read_and_is_asked_again(hook: Hook) -> None:
+    """Before: a 503 or an empty list fell back to /metrics' stale count."""
     seen: list[str] = []
     replies: dict[str, Sequence[Reply]] = {
-        "/metrics": [(200, STALE)],
-        "/v1/loads": [(503, b"busy"), (200, b"<html>not json</html>"), (200, loads((0, 0)))],
+        "/metrics": [(200, SGLANG_IDLE)],
+        "/v1/loads": [(503, b"busy"), (200, b'{"loads": []}'), (200, loads((0, 0)))],
     }
     with Loopback(per_path(replies, seen)) as srv:
-        run = hook("wait", "--port", str(srv.port), *TIMELINE)
+        run = hook("wait", "--port", str(srv.port), "--log-reads", "all", *TIMELINE)
     assert run.code == 0, run.stderr
     reads = [fields(line) for line in run.lines if " read=" in line]
-    assert [(r["in_flight"], r["source"]) for r in reads] == [
-        ("6", "metrics"),
-        ("6", "metrics"),
-        ("0", "loads"),
-        ("0", "loads"),
+    assert [(r["verdict"], r.get("source")) for r in reads] == [
+        ("unknown", None),
+        ("unknown", None),
+        ("idle", "loads"),
+        ("idle", "loads"),
     ]
+    assert reads[0]["reason"] == "/v1/loads gave no count (HTTP 503): doubt"
+    assert reads[1]["reason"] == "/v1/loads gave no count (loads list is empty): doubt"
     assert seen == ["/metrics", "/v1/loads"] * 4
-    assert len(warnings(run)) == 2  # one per kind: HTTP 503, not JSON
 
 
-def test_a_hanging_loads_costs_the_read_timeout_and_never_the_deadline(hook: Hook) -> None:
+def test_a_hanging_loads_costs_its_read_timeout_holds_and_never_passes_d(hook: Hook) -> None:
+    """A /v1/loads that never answers is doubt: each read waits it out within its own
+    read timeout (0.3 s) and is unknown; the hook ends at D, not after it."""
     seen: list[str] = []
     replies: dict[str, Sequence[Reply]] = {"/metrics": [(200, SGLANG_IDLE)], "/v1/loads": [HANG]}
     with Loopback(per_path(replies, seen)) as srv:
         run = hook("wait", "--port", str(srv.port), "--read-timeout", "0.3", *TIMELINE)
-    assert run.code == 0, run.stderr
+    assert run.code == 3, run.stderr
     end = fields(run.summary)
-    assert (end["outcome"], end["reads"]) == ("drained", "2")
-    # Each read waited out /v1/loads within its own 0.3 s, then counted /metrics; a
-    # read longer than I is followed at once, so two reads cost 2 x 0.3 after S.
-    assert (
-        SETTLE + 2 * 0.25 <= float(end["elapsed"]) < late(SETTLE + 2 * 0.3, HOOK_LATE, run.starved)
-    )
+    assert end["outcome"] == "deadline" and end["reason"].startswith("/v1/loads gave no count")
+    assert D - 0.05 <= float(end["elapsed"]) < late(D, HOOK_LATE, run.starved)
     reads = [fields(line) for line in run.lines if " read=" in line]
-    assert all(0.25 * 1000 <= float(r["read_ms"]) <= 0.45 * 1000 for r in reads)
-    assert seen == ["/metrics", "/v1/loads"] * 2
+    assert all(float(r["read_ms"]) <= 0.45 * 1000 for r in reads)
+    assert seen.count("/v1/loads") >= 4 and seen.count("/v1/loads") == seen.count("/metrics")
 
 
 def test_a_vllm_body_never_triggers_a_loads_read(hook: Hook) -> None:

@@ -13,6 +13,7 @@ import pytest
 import trustme
 
 from tests.conftest import SPAWN_LATE, late
+from tests.support.logs import fields
 from tests.support.loopback import Loopback, plain_http, sample, serve
 from tests.support.process import NO_HOLD, Hook, Run
 
@@ -65,14 +66,15 @@ def assert_drained(run: Run, connections: int) -> None:
     assert run.elapsed < late(0.2, SPAWN_LATE, run.starved)  # settle + interval, not D
 
 
-def assert_unreachable(run: Run, connections: int, *words: str) -> None:
-    """Unreachable at the first read: one connection, well before D, a TLS reason."""
-    assert run.code == 4, run.stderr
-    assert "outcome=unreachable" in run.summary
-    assert "reads=1" in run.summary
-    assert connections == 1
-    # At the first read (settle 0.1 s): a TLS failure must not wait out a timeout.
-    assert run.elapsed < late(0.1, SPAWN_LATE, run.starved)
+def assert_held(run: Run, connections: int, *words: str) -> None:
+    """A wrong target (CONTRACT §2): held to D like the blind sleep, read every I (each
+    read failing at once, never waiting out a timeout), the TLS reason and its fix named."""
+    assert run.code == 3, run.stderr
+    assert "outcome=deadline" in run.summary
+    reads = int(fields(run.summary)["reads"])
+    assert reads == connections >= 0.5 * (DEADLINE - 0.1) / 0.1  # about one an I, S to D
+    assert 'reason="misconfigured: cannot connect: TLS ' in run.summary
+    assert "check --scheme" in run.summary
     for word in words:
         assert word in run.summary
     assert "Traceback" not in run.stderr
@@ -103,28 +105,28 @@ def test_cacert_and_server_name_verify_the_listener(hook: Hook, pki: Pki) -> Non
     assert pki.names_sent == ["drain.test"] * (2 + srv.side_reads) and srv.side_reads == 1
 
 
-def test_cert_for_another_name_is_unreachable(hook: Hook, pki: Pki) -> None:
+def test_cert_for_another_name_holds(hook: Hook, pki: Pki) -> None:
     with Loopback(serve(IDLE), tls=pki.server("other.test")) as srv:
         run = wait_https(
             hook, srv.url, "--cacert", str(pki.cacert), "--tls-server-name", "drain.test"
         )
-    assert_unreachable(run, srv.connections, "TLS verification failed", "drain.test")
+    assert_held(run, srv.connections, "TLS verification failed", "drain.test")
 
 
-def test_cert_from_another_ca_is_unreachable(hook: Hook, pki: Pki) -> None:
+def test_cert_from_another_ca_holds(hook: Hook, pki: Pki) -> None:
     with Loopback(serve(IDLE), tls=pki.server("drain.test")) as srv:
         run = wait_https(
             hook, srv.url, "--cacert", str(pki.other_cacert), "--tls-server-name", "drain.test"
         )
-    assert_unreachable(run, srv.connections, "TLS verification failed")
+    assert_held(run, srv.connections, "TLS verification failed")
 
 
-def test_https_against_plain_http_listener_is_unreachable(hook: Hook) -> None:
-    # The listener answers the ClientHello with an HTTP 400, as uvicorn does:
-    # the handshake fails at once (unreachable), it does not time out (unknown).
+def test_https_against_plain_http_listener_holds(hook: Hook) -> None:
+    # The listener answers the ClientHello with an HTTP 400, as uvicorn does: the
+    # handshake fails at once, it does not time out; the wrong scheme holds (§2).
     with Loopback(plain_http(IDLE)) as srv:
         run = wait_https(hook, srv.url.replace("http://", "https://", 1))
-    assert_unreachable(run, srv.connections, "TLS handshake failed")
+    assert_held(run, srv.connections, "TLS handshake failed")
 
 
 def test_localhost_url_sends_and_verifies_localhost(hook: Hook, pki: Pki) -> None:
@@ -171,12 +173,13 @@ def test_probe_json_over_verified_tls(hook: Hook, pki: Pki) -> None:
     assert srv.connections == 1
 
 
-def test_probe_json_tls_failure_is_unreachable(hook: Hook, pki: Pki) -> None:
+def test_probe_json_tls_failure_is_a_wrong_target(hook: Hook, pki: Pki) -> None:
     with Loopback(serve(IDLE), tls=pki.server("other.test")) as srv:
         url = f"https://localhost:{srv.port}/metrics"
         run = hook("probe", "--json", "--url", url, "--cacert", str(pki.cacert))
-    assert run.code == 4, run.stderr
+    assert run.code == 3, run.stderr
     out = json.loads(run.stdout)
-    assert (out["verdict"], out["in_flight"], out["series"]) == ("unreachable", None, [])
+    assert (out["verdict"], out["in_flight"], out["series"]) == ("unknown", None, [])
+    assert out["reason"].startswith("misconfigured: ")
     assert "TLS verification failed" in out["reason"]
     assert srv.connections == 1

@@ -68,9 +68,12 @@ def _rank_label(entry: dict[str, object], index: int) -> str:
     return str(index)
 
 
+NOT_LOADS = "not a load report"
+
+
 class NotLoads(Malformed):
     """A body that is no /v1/loads report at all (CONTRACT §2a: the signal is missing,
-    not in doubt); its Scan names no engine."""
+    not in doubt); its Scan names no engine, and its reason starts NOT_LOADS."""
 
 
 def _ranks(document: object) -> list[object]:
@@ -87,7 +90,7 @@ def _ranks(document: object) -> list[object]:
 def _parse(body: bytes | bytearray | memoryview) -> object:
     if len(body) > MAX_BYTES:
         # Parsed in one json.loads call, which no deadline can interrupt.
-        raise NotLoads(f"body over {MAX_BYTES // 1024 // 1024} MiB: not a load report")
+        raise NotLoads(f"body over {MAX_BYTES // 1024 // 1024} MiB")
     data = bytes(body)
     if data.count(b",") >= MAX_VALUES:
         raise Malformed(f"more than {MAX_VALUES} JSON values")
@@ -134,9 +137,10 @@ def scan_loads(
                     series.append(Series(field.name, labels, value))
             if counters is not None:
                 counters = _progress(entry, labels, counters, uncounted)
+    except NotLoads as exc:
+        return Scan(Verdict.UNKNOWN, None, None, (), f"{NOT_LOADS}: {exc}")
     except Malformed as exc:
-        engine = None if isinstance(exc, NotLoads) else ENGINE.name
-        return Scan(Verdict.UNKNOWN, engine, None, (), str(exc))
+        return Scan(Verdict.UNKNOWN, ENGINE.name, None, (), str(exc))
     progress = None
     if counters is not None:
         external = external_work(ENGINE, series, uncounted, ENGINE.loads_external)

@@ -21,7 +21,6 @@ from drainhook.engines.verdict import (
     SERVER,
     Progress,
     Reading,
-    Scan,
     Signals,
     Verdict,
     engine_shown,
@@ -44,7 +43,7 @@ NO_LOG_STATS = (
     "until then every read is in doubt and the hook holds to D"
 )
 # What a read counts when /v1/loads is missing: said in the warning, a sentence.
-_STALE_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
+STALE_METRICS = "/metrics, which SGLang republishes only every 30 s while idle"
 
 
 class EngineReader:
@@ -141,25 +140,19 @@ class EngineReader:
         """SGLang's /v1/loads read after /metrics: counted in its stead when valid."""
         if side.path in self._off:
             return _with_warning(first, self._off[side.path])
-        from drainhook.engines.loads import scan_loads  # SGLang's only
-
         try:
-            live = self._side(side.path).read_with(
-                self._left(until, side.path), lambda body, by: scan_loads(body, until=by)
-            )
+            live = self._side(side.path).read(self._left(until, side.path))
         except NoTime as exc:
             return _doubt(first, str(exc))
-        if (isinstance(live, Scan) and live.engine is None) or (
-            isinstance(live, Reading) and live.status in side.off_for_good
-        ):
+        if live.status in side.off_for_good or _not_loads(live):
             why = (
                 f"answered HTTP {live.status} ({side.off_for_good[live.status]})"
-                if isinstance(live, Reading) and live.status is not None
+                if live.status is not None
                 else f"is not SGLang's ({live.reason})"
             )
-            self._off[side.path] = f"{side.path} {why}: counting {_STALE_METRICS}"
+            self._off[side.path] = f"{side.path} {why}: counting {STALE_METRICS}"
             return _with_warning(first, self._off[side.path])
-        if isinstance(live, Reading) or live.verdict not in (Verdict.IDLE, Verdict.BUSY):
+        if not live.counted:
             return _doubt(first, f"{side.path} gave no count ({_kind(live)}): doubt")
         warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
         # Both bodies' progress counters; /v1/loads' external waiting, whose
@@ -168,9 +161,7 @@ class EngineReader:
         progress = (
             None if m is None or lo is None else Progress(m.counters + lo.counters, lo.external)
         )
-        counted = dataclasses.replace(
-            Reading.from_scan(live, first.read_ms, "loads"), warnings=warnings, progress=progress
-        )
+        counted = dataclasses.replace(live, warnings=warnings, source="loads", progress=progress)
         if first.signals is None:
             return counted
         # /v1/loads stands in for the scheduler's gauges only: the server's own
@@ -228,10 +219,17 @@ class NoTime(Exception):
     """No time is left before D for a side signal: doubt (CONTRACT §2a)."""
 
 
-def _kind(got: Reading | Scan) -> str:
+def _not_loads(got: Reading) -> bool:
+    """A 2xx /v1/loads body that is no load report (drainhook.engines.loads.NOT_LOADS)."""
+    from drainhook.engines.loads import NOT_LOADS  # SGLang's only
+
+    return got.engine is None and (got.reason or "").startswith(NOT_LOADS)
+
+
+def _kind(got: Reading) -> str:
     """A failed read's reason, short and the same each time it recurs: `HTTP 503`,
     `read timed out`, `loads list is empty`."""
-    if isinstance(got, Reading) and got.status is not None:
+    if got.status is not None:
         return f"HTTP {got.status}"
     reason = got.reason or str(got.verdict)
     return reason.split(":", 1)[0].split(" (", 1)[0]

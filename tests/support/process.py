@@ -7,6 +7,7 @@ on time; `base_env` is the clean environment every run starts from."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -14,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+import pytest
 
 from tests.support.podns import HookOutput
 
@@ -119,3 +122,20 @@ def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env["DRAINHOOK_LOG_READS"] = "all"
     env.update(extra or {})
     return env
+
+
+def container() -> list[str]:
+    """The prefix that runs a command as a container of its own runs: a new PID
+    namespace, /proc its own (a user namespace too when not root). The hook then
+    sees no process of the test's, as in a Pod it sees none of another container's:
+    a refused target with the test's listeners around is an engine gone (CONTRACT §2)."""
+    unshare = shutil.which("unshare")
+    if (
+        unshare is None
+        or subprocess.run([unshare, *CONTAIN, "true"], capture_output=True, check=False).returncode
+    ):
+        pytest.skip("no PID namespace (`unshare -p`) can be made here")
+    return [unshare, *CONTAIN]
+
+
+CONTAIN = ["-pf", "--mount-proc"] if os.geteuid() == 0 else ["-rpf", "--mount-proc"]
