@@ -55,17 +55,6 @@ Rule = Callable[[Run, str], "Claim | None"]
 # Why a recipe cuts or refuses fewer than drainhook in a scenario whose work ends
 # before D, by (drainhook recipe, scenario): printed only where the run shows it.
 WHY_LOST: dict[tuple[str, str], str] = {
-    ("drainhook", "moved"): "drainhook's configured port refuses, and it reads no other "
-    "port (CONTRACT §2a: it touches only what it was told to; listener discovery is "
-    "`--discover`, off by default since issue 33): the read is `unreachable`, which ends its "
-    "wait right after the settle and names the ports that listen, and SIGTERM at S cuts the "
-    "streams of an engine alive on another port. `plan` and `inject` write the engine's own "
-    "port, so this is a hook configured by hand with the wrong one. Recipes that hold longer "
-    "whatever they read (a sleep, a loop that takes a refused read for busy) let the "
-    "streams finish.",
-    ("drainhook+plan", "moved"): "As for drainhook: `unreachable` right after the settle, "
-    "while the loops (which take a refused read for busy), kserve's and llm-d's 45 s drain "
-    "and the longer sleeps outlast the streams.",
     ("drainhook", "router-lag-20"): "The router sends for {lag20:g} s and the last stream "
     "ends by about {lag20_end:g} s, just before D = {d:g} s: drainhook needs two idle reads "
     "in a row after the work is over, and the deadline came first in this run.",
@@ -435,9 +424,10 @@ WHY: dict[tuple[str, str], str] = {
     "40 s end inside it. drainhook keeps R = G - D for the engine's exit; "
     "with a G of 30 s it cannot wait for a 40 s stream: drainhook+plan (G 60) is the recipe to "
     "compare with those.",
-    ("moved", "*"): "drainhook reads only the port it was told (no listener discovery "
-    "without `--discover`): refused, it ends `unreachable` after the settle; see the "
-    "claims.",
+    ("moved", "*"): "drainhook's configured port refuses while the engine listens on another "
+    "port of its own container: a wrong target, which holds to D like the blind sleep "
+    "(CONTRACT §2) and says `misconfigured`, naming the port that listens and who holds it; "
+    "it reads no other port, so the streams finish by themselves.",
     ("sglang-lag", "*"): "SGLang drains by itself after SIGTERM, with no bound, and keeps "
     "serving meanwhile, so an early SIGTERM cuts nothing here, and the engine's exit waits "
     "for SGLang's next look at its SIGTERM flag (every {notice:g} s) whoever sends it. "
@@ -465,7 +455,7 @@ WHY_ST: dict[tuple[str, str], str] = {
     ("hang", "*"): _HANG,
     ("hung", "none"): _HUNG,
     ("hung", "*"): _HUNG_HELD,
-    ("moved", "*"): "As for drainhook: no listener discovery without `--discover`.",
+    ("moved", "*"): "As for drainhook: a wrong port holds to D.",
 }
 
 

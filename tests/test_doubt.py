@@ -7,15 +7,28 @@ from what the hook did before: released the engine early, or ran past D."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SPAWN_LATE, late
 from tests.support.logs import fields
-from tests.support.loopback import Behaviour, Loopback, read_request, response_bytes, sample
-from tests.support.process import Hook
+from tests.support.loopback import (
+    Behaviour,
+    Loopback,
+    read_request,
+    response_bytes,
+    sample,
+    sequence,
+    serve,
+)
+from tests.support.process import Hook, base_env
 
 VLLM_IDLE = sample("vllm-single-dp2-idle.txt")
 VLLM_BUSY = sample("vllm-single-dp2.txt")
@@ -93,3 +106,143 @@ def test_vllm_without_scheduler_gauges_is_named_and_held(hook: Hook, tmp_path: P
     assert (run.code, end["outcome"]) == (3, "deadline"), run.stderr
     assert "--disable-log-stats" in end["reason"]
     assert "--disable-log-stats" in out.read_text()
+
+
+def fill(w: int) -> None:
+    """Fill a pipe through a file description of its own, non-blocking (`w`'s stays
+    blocking, as a stderr the hook inherits does)."""
+    filler = os.open(f"/proc/self/fd/{w}", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(filler, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(filler)
+
+
+def test_a_stderr_nobody_reads_never_holds_the_hook(entry: list[str]) -> None:
+    """A `2>&1 | consumer` whose consumer stalls: lines are lost, never time; the hook
+    ends at D (exit 3). Before: its first line blocked it past D and past SIGTERM."""
+    r, w = os.pipe()
+    fill(w)
+    with Loopback(answers({"/metrics": VLLM_BUSY})) as srv:
+        argv = [*entry, "wait", "--url", srv.url, *TIMELINE, "--termination-log", ""]
+        start = time.monotonic()
+        proc = subprocess.Popen([*argv, "--log-reads", "all"], stdout=w, stderr=w, env=base_env())
+        os.close(w)
+        try:
+            code = proc.wait(timeout=D + 10)
+        finally:
+            proc.kill()
+            os.close(r)
+        took = time.monotonic() - start
+    assert code == 3
+    assert D - 0.05 <= took <= late(D, SPAWN_LATE)
+
+
+def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+    """Wait on a condition, not a clock (polled; fails after `within`)."""
+    end = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < end, "the condition never held"
+        time.sleep(0.02)
+
+
+def test_any_grace_is_held_sighup_is_ignored_and_sigterm_ends_it(entry: list[str]) -> None:
+    """--grace 9999999999 overflowed a sleep and released a busy engine at 0.14 s; the
+    hook now reads on. SIGHUP (a closed terminal) changes nothing; SIGTERM ends it (143)."""
+    argv = [*entry, "wait", "--grace", "9999999999", "--settle", "0.2", "--interval", "0.2"]
+    with Loopback(answers({"/metrics": VLLM_BUSY})) as srv, subprocess.Popen(
+        [*argv, "--url", srv.url, "--termination-log", ""],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=base_env(),
+    ) as proc:  # fmt: skip
+        try:
+            until(lambda: srv.connections >= 3 or proc.poll() is not None)
+            assert proc.poll() is None, "a busy engine was let go"
+            proc.send_signal(signal.SIGHUP)
+            seen = srv.connections
+            until(lambda: srv.connections >= seen + 2 or proc.poll() is not None)
+            assert proc.poll() is None, "SIGHUP ended the hook"
+            proc.send_signal(signal.SIGTERM)
+            err = proc.communicate(timeout=10)[1].decode()
+        finally:
+            proc.kill()
+    code = proc.returncode
+    assert code == 143, err
+    assert "Traceback" not in err
+
+
+def test_the_termination_log_is_never_followed_through_a_link(hook: Hook, tmp_path: Path) -> None:
+    """CONTRACT §6: a link at the path is not followed; its target keeps its bytes."""
+    precious = tmp_path / "precious"
+    precious.write_text("keep\n")
+    link = tmp_path / "termination"
+    link.symlink_to(precious)
+    with Loopback(answers({"/metrics": VLLM_IDLE}), own_load=False) as srv:
+        run = hook("wait", "--url", srv.url, *TIMELINE, "--termination-log", str(link))
+    assert run.code == 0, run.stderr
+    assert precious.read_text() == "keep\n"
+    assert "symbolic link" in run.stderr
+
+
+def test_probe_exits_with_its_verdict_when_its_output_cannot_be_written(
+    entry: list[str],
+) -> None:
+    """A closed pipe gave 1 (busy) for an idle engine, a full disk 70 (a bug)."""
+    with Loopback(answers({"/metrics": VLLM_IDLE}), own_load=False) as srv:
+        argv = [*entry, "probe", "--url", srv.url]
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            closed = subprocess.run(argv, stdout=w, stderr=subprocess.DEVNULL, env=base_env())
+        finally:
+            os.close(w)
+        with open("/dev/full", "wb") as full:
+            disk = subprocess.run(argv, stdout=full, stderr=subprocess.DEVNULL, env=base_env())
+    assert (closed.returncode, disk.returncode) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--host", "localhost/"),
+        ("--host", "localhost?x"),
+        ("--host", "localhost#"),
+        ("--host", "user@localhost"),
+        ("--host", "local host"),
+        ("--url", "http://127.0.0.1:0/metrics"),
+    ],
+)
+def test_what_is_not_a_host_or_a_port_is_a_usage_error(hook: Hook, args: tuple[str, ...]) -> None:
+    """Before: `localhost/` read port 80 silently, and port 0 was read."""
+    run = hook("probe", *args)
+    assert run.code == 2, run.stderr
+    assert len(run.stderr.splitlines()) == 1
+
+
+def test_an_interval_under_100ms_is_warned_about(hook: Hook) -> None:
+    run = hook("plan", "--grace", "30", "--interval", "1ms")
+    assert run.code == 0 and "interval-short" in run.stdout + run.stderr
+
+
+def churning(n: int) -> bytes:
+    """A busy vLLM body whose model_name values differ on every read (a reused
+    PROMETHEUS_MULTIPROC_DIR with runs coming and going)."""
+    lines = [
+        f'vllm:num_requests_{g}{{model_name="m{n}-{k}"}} 1'
+        for g in ("running", "waiting")
+        for k in (0, 1)
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_a_warning_is_said_once_per_kind_whatever_its_values(hook: Hook) -> None:
+    """Before: a line per read, as each read's values made a new text."""
+    bodies = [serve(churning(n)) for n in range(40)]
+    with Loopback(sequence(*bodies)) as srv:
+        run = hook("wait", "--url", srv.url, *TIMELINE, "--termination-log", "")
+    assert run.code == 3, run.stderr
+    said = [line for line in run.stderr.splitlines() if "several model_name values" in line]
+    assert len(said) == 1
+    assert int(fields(run.summary)["reads"]) >= 4
