@@ -150,6 +150,18 @@ def test_counted_name_inside_another_line_is_ignored(line: str) -> None:
     check(text(*VLLM_IDLE, line), IDLE, 0.0)
 
 
+@pytest.mark.parametrize(
+    "line",
+    ['{"vllm:num_requests_running",engine="1"} 3', ' { "vllm:num_requests_waiting"} 1'],
+)
+def test_a_quoted_counted_name_is_doubt(line: str) -> None:
+    """Prometheus 3's quoted names, a format not asked for: before, the line was
+    passed over and the other series read idle with its work present."""
+    got = scan(text(*VLLM_IDLE, line))
+    assert (got.verdict, got.in_flight) == (Verdict.UNKNOWN, None)
+    assert got.reason is not None and "written as a quoted name" in got.reason
+
+
 # --- label sets ------------------------------------------------------------------
 
 
@@ -276,6 +288,14 @@ def test_label_values(labels: str, expected: tuple[tuple[str, str], ...]) -> Non
             ),
             0.0,
             id="priority-total-decides",
+        ),
+        pytest.param(
+            (
+                'vllm:num_requests_running{priority="1"} 2',
+                "vllm:num_requests_waiting 0",
+            ),
+            2.0,
+            id="vllm-priority-label-counted",  # before: skipped as SGLang's, read idle
         ),
     ],
 )

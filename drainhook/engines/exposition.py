@@ -21,7 +21,7 @@ from drainhook.engines.gauges import (
     series_key,
     spellings,
 )
-from drainhook.engines.grammar import BLANKS, META, NAME_END, parse_rest
+from drainhook.engines.grammar import BLANKS, META, NAME_END, QUOTED, parse_rest
 from drainhook.engines.verdict import (
     SERVER,
     Body,
@@ -290,6 +290,11 @@ def _scan_lines(
         if BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
             if kind == "counted" and META.fullmatch(body, start, at):
                 state.seen.add(eng.name)
+            elif kind == "counted" and QUOTED.fullmatch(body, start, at):
+                # Prometheus 3's `{"name",...}`, a format not asked for: its count
+                # cannot be said to be the only one (CONTRACT §2: doubt).
+                state.seen.add(eng.name)
+                state.doubt(f"{canonical} written as a quoted name (a format not asked for)")
             continue  # the name inside another line (a HELP text, a label value)
         counted_bytes += end - start
         if counted_bytes > MAX_COUNTED_BYTES:

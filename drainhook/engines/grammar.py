@@ -14,9 +14,10 @@ from drainhook.errors import Malformed
 
 MAX_LABELS = 16  # labels on one counted series
 
-NAME_END = re.compile(rb"[{ \t\r]|$")
+NAME_END = re.compile(rb"[{ \t\r\"]|$")  # `"`: the end of a quoted name
 BLANKS = re.compile(rb"[ \t]*")
 META = re.compile(rb"[ \t]*#[ \t]+(?:TYPE|HELP|UNIT)[ \t]+")
+QUOTED = re.compile(rb'[ \t]*\{[ \t]*"')  # Prometheus 3's quoted name: `{"name",...} 1`
 # A label value of a megabyte is read in one pass without memory per character:
 # possessive repeats (Python 3.11) keep no backtracking state; before 3.11 the
 # unrolled form keeps some (about 130 bytes) per escape sequence, so a counted
