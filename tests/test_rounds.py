@@ -187,3 +187,30 @@ def test_probe_shows_each_target(hook: Hook) -> None:
     assert [t["verdict"] for t in obj["targets"]] == ["busy", "unreachable"]
     assert obj["targets"][0]["in_flight"] == 6
     assert obj["target"] == f"{url},http://127.0.0.1:{dead}/metrics"
+
+
+class Slow:
+    """A target whose read takes `takes` seconds of a fake clock (never past `left`)."""
+
+    def __init__(self, name: str, now: list[float], takes: float) -> None:
+        self.name, self.now, self.takes, self.lefts = name, now, takes, []  # type: list[float]
+
+    def read(self, left: float) -> Reading:
+        self.lefts.append(left)
+        self.now[0] += min(self.takes, left)
+        return counted(0, rank=self.name)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_round_stops_at_d() -> None:
+    """Thousands of targets overran D by about 50 µs each (every one given 1 µs): a
+    target the round cannot start before D is not read, and the round is unknown."""
+    now = [0.0]
+    targets = [Slow(f"t{i}", now, 0.4) for i in range(5)]
+    got = Round(targets, clock=lambda: now[0]).read(1.0)  # type: ignore[arg-type]
+    assert [len(t.lefts) for t in targets] == [1, 1, 1, 0, 0]
+    assert [t.lefts[0] for t in targets[:3]] == pytest.approx([1.0, 0.6, 0.2])
+    assert now[0] == pytest.approx(1.0)
+    assert (got.verdict, got.reason) == (Verdict.UNKNOWN, "no time left before D to read t3")
