@@ -193,7 +193,10 @@ class Slow:
     """A target whose read takes `takes` seconds of a fake clock (never past `left`)."""
 
     def __init__(self, name: str, now: list[float], takes: float) -> None:
-        self.name, self.now, self.takes, self.lefts = name, now, takes, []  # type: list[float]
+        self.name = name
+        self.now = now
+        self.takes = takes
+        self.lefts: list[float] = []
 
     def read(self, left: float) -> Reading:
         self.lefts.append(left)
