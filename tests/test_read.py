@@ -106,7 +106,10 @@ def test_each_exception_has_its_verdict(kind: type[Exception]) -> None:
         assert (verdict, reason) == (UNKNOWN, f"unexpected {kind.__name__}")
         return
     row = next(r for r in failures.ERRORS if r[0] is kind)
-    assert (verdict, reason) == (row[1], f"{row[2]}: boom")
+    said = f"{row[2]}: boom"
+    if kind is httpcore.ConnectError:  # not a refusal: a wrong target, with its fix (§2)
+        said = f"misconfigured: {said}: check --url, --host and --port"
+    assert (verdict, reason) == (row[1], said)
     assert verdict is EXPECTED[kind.__name__]
 
 
