@@ -28,6 +28,7 @@
  * manifest.h (the bundle's files) and musl-gcc or gcc -static.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -49,23 +50,52 @@ extern char **environ;
 static char **arguments;        /* the command line, for the fail-safe's D */
 static struct timespec started; /* CLOCK_MONOTONIC at main: t0, to the launcher's start */
 
-/* Seconds as the flags take them (1.5, 1.5s, 250ms, 2m), or -1. */
+/* Seconds as the flags take them (1.5, 1.5s, 250ms, 2m), or -1: the syntax of
+ * drainhook/failsafe.py's `seconds`, `\s*([0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?)\s*(ms|s|m)?\s*`,
+ * and a finite result (tests/test_failsafe.py holds the two to the same D). */
 static double duration(const char *text)
 {
-    char *end;
-    double value;
+    const char *p = text, *num;
+    size_t before = 0, after = 0;
+    double value, unit = 1;
 
-    if (!text || !*text)
+    if (!text)
         return -1;
+    while (isspace((unsigned char)*p))
+        p++;
+    for (num = p; isdigit((unsigned char)*p); p++)
+        before++;
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p); p++)
+            after++;
+    if (after == 0 && (before == 0 || p[-1] == '.'))
+        return -1; /* no digit, or a point with none after it */
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!isdigit((unsigned char)*p))
+            return -1;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
     errno = 0;
-    value = strtod(text, &end);
-    if (errno || end == text || value < 0 || value != value || value > 1.7976931348623157e308)
-        return -1;
-    if (strcmp(end, "ms") == 0)
-        return value / 1000;
-    if (strcmp(end, "m") == 0)
-        return value * 60;
-    return (*end == 0 || strcmp(end, "s") == 0) ? value : -1;
+    value = strtod(num, NULL);
+    if (errno && value > 1)
+        return -1; /* past a double (an underflow is 0, as in Python) */
+    while (isspace((unsigned char)*p))
+        p++;
+    if (strncmp(p, "ms", 2) == 0) {
+        unit = 0.001;
+        p += 2;
+    } else if (*p == 'm' || *p == 's') {
+        unit = *p == 'm' ? 60 : 1;
+        p++;
+    }
+    while (isspace((unsigned char)*p))
+        p++;
+    value *= unit;
+    return *p || value > 1.7976931348623157e308 ? -1 : value;
 }
 
 /* The last --flag V or --flag=V of the command line, else DRAINHOOK_<VAR>. */

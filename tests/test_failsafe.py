@@ -12,6 +12,7 @@ by the elapsed time and the exit code together.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -251,3 +252,72 @@ def test_hold_waits_to_d_on_the_clock_it_is_given(tmp_path: Path) -> None:
     assert path.read_text() == (
         "drainhook: failed safe at 25.0 s (held to D = 25 s): internal error: X: y"
     )
+
+
+def incomplete_build(tmp_path: Path) -> Path:
+    """A copy of the packaged build with one bundled module gone: its launcher fails
+    safe (packaging/launcher.c) before Python runs."""
+    binary = os.environ.get("DRAINHOOK_BINARY")
+    if not binary:
+        pytest.skip("no packaged build: DRAINHOOK_BINARY is unset (scripts/test sets it)")
+    build = tmp_path / "drainhook"
+    shutil.copytree(Path(binary).parent, build, symlinks=True)
+    for path in build.rglob("_ssl.*.so"):
+        path.unlink()
+    return build / "drainhook"
+
+
+LAUNCHER_ROWS = [
+    [],
+    ["--grace", "60"],
+    ["--grace=60", "--exit-reserve=10s"],
+    ["--grace", "1m", "--max-wait", "500ms"],
+    ["--grace", "banana"],
+    ["--grace", "2", "--exit-reserve", "5"],
+    ["--grace", "9999999999"],  # past what a sleep takes: held all the same
+    ["--grace", "1e400"],  # not a finite number: the default
+    ["--grace", "0x10"],  # not the flags' syntax: the default
+    ["--grace", "+40"],
+    ["--grace", "40."],
+    ["--grace", " 0.75m "],
+    ["--grace", "1e-400"],
+    ["--grace", "4e1s", "--exit-reserve", ".5e1"],
+    ["--grace", "40e"],
+]
+
+
+def test_the_launchers_deadline_agrees_with_the_hooks(tmp_path: Path) -> None:
+    """D's rule is written twice, in Python (failsafe) and in the launcher's C: the
+    launcher's line names the same D for every row (each killed once it has said it)."""
+    launcher = incomplete_build(tmp_path)
+    for row in LAUNCHER_ROWS:
+        with subprocess.Popen(
+            [str(launcher), "wait", *row], stderr=subprocess.PIPE, env=base_env(), text=True
+        ) as proc:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()
+            proc.kill()
+        said = float(line.rsplit("until D = ", 1)[1].split()[0])
+        assert said == pytest.approx(failsafe.plain_deadline(row, {}), rel=1e-5), (row, line)
+
+
+def test_the_launchers_line_never_waits_on_a_stderr_nobody_reads(tmp_path: Path) -> None:
+    """The launcher's fail-safe line into a full pipe: lost, and the hold ends at D."""
+    launcher = incomplete_build(tmp_path)
+    r, w = os.pipe()
+    filler = os.open(f"/proc/self/fd/{w}", os.O_WRONLY | os.O_NONBLOCK)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(filler, b"x" * 65536)
+    os.close(filler)
+    start = time.monotonic()
+    with subprocess.Popen([str(launcher), "wait", *TIMELINE], stderr=w, env=base_env()) as proc:
+        os.close(w)
+        try:
+            code = proc.wait(timeout=D + 10)
+        finally:
+            proc.kill()
+            os.close(r)
+    took = time.monotonic() - start
+    assert code == exits.INTERNAL
+    assert D - failsafe.EXIT_ALLOWANCE - TICK <= took < late(D, SPAWN_LATE)
