@@ -1,15 +1,13 @@
 """SIGTERM and SIGINT end the hook (CONTRACT §5); SIGHUP is ignored. Until `arm`, a
-signal ends the process at once with one line (an exception raised mid-import could
-be swallowed). Armed, the first raises `Interrupted` (exit 143 / 130), later ones are
-ignored; one a finalizer swallowed ("Exception ignored in ...") is raised again from
-SIGALRM a millisecond after the finalizer returns (tests/test_signals.py)."""
+signal ends the process at once (an exception raised mid-import could be swallowed).
+Armed, the first raises `Interrupted` (143 / 130), later ones are ignored; one that a
+finalizer swallowed is raised again by SIGALRM once it returns (tests/test_signals.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
-import types
 
 from drainhook import exits, failsafe
 
@@ -26,7 +24,7 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-def _exit_now(signum: int, frame: types.FrameType | None) -> None:
+def _exit_now(signum: int, _frame: object) -> None:
     failsafe.say(f"drainhook: interrupted by {signal.Signals(signum).name} while starting")
     os._exit(exits.interrupted(signum))
 
@@ -38,7 +36,7 @@ def catch() -> None:
         signal.signal(signum, _exit_now)
 
 
-def _raise(signum: int, frame: types.FrameType | None) -> None:
+def _raise(signum: int, _frame: object) -> None:
     global _armed
     if _armed:
         _armed = False  # later signals, while the hook finishes, are ignored
@@ -55,9 +53,9 @@ def _again(args: sys.UnraisableHookArgs) -> None:
     _in_hook = False  # the last statement: no handler runs between it and the return
 
 
-def _alarm(_signum: int, frame: types.FrameType | None) -> None:
+def _alarm(_signum: int, frame: object) -> None:
     if _in_hook:
-        signal.setitimer(signal.ITIMER_REAL, 0.001)
+        signal.setitimer(signal.ITIMER_REAL, 0.001)  # not yet out of the finalizer
     else:
         _raise(_swallowed, frame)
 
@@ -73,8 +71,8 @@ def arm() -> None:
 
 
 def disarm(hold: bool = False) -> None:
-    """Stop raising, the handlers kept: the hook is writing its summary. `hold`: a
-    failed hook holds, which a signal ends at once (where the entry point armed)."""
+    """Stop raising: the hook is writing its summary; or it holds after a failure
+    (`hold`), which a signal ends at once, where the entry point armed."""
     global _armed
     _armed = False
     if hold and signal.getsignal(signal.SIGTERM) is _raise:
