@@ -6,6 +6,7 @@ on time; `base_env` is the clean environment every run starts from."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -129,13 +130,18 @@ def container() -> list[str]:
     namespace, /proc its own (a user namespace too when not root). The hook then
     sees no process of the test's, as in a Pod it sees none of another container's:
     a refused target with the test's listeners around is an engine gone (CONTRACT §2)."""
-    unshare = shutil.which("unshare")
-    if (
-        unshare is None
-        or subprocess.run([unshare, *CONTAIN, "true"], capture_output=True, check=False).returncode
-    ):
+    prefix = _container()
+    if prefix is None:
         pytest.skip("no PID namespace (`unshare -p`) can be made here")
-    return [unshare, *CONTAIN]
+    return prefix
 
 
-CONTAIN = ["-pf", "--mount-proc"] if os.geteuid() == 0 else ["-rpf", "--mount-proc"]
+@functools.cache
+def _container() -> list[str] | None:
+    unshare = shutil.which("unshare")
+    flags = ["-pf", "--mount-proc"] if os.geteuid() == 0 else ["-rpf", "--mount-proc"]
+    if unshare is None:
+        return None
+    if subprocess.run([unshare, *flags, "true"], capture_output=True, check=False).returncode:
+        return None
+    return [unshare, *flags]
