@@ -167,9 +167,14 @@ def install(directory: Path) -> int:
     help="The engine, where its command, args and image do not show it.",
 )
 def inject(
-    paths: tuple[str, ...], via: str | None, image: str | None, binary: str,
-    container: str | None, engine_version: str | None, engine: str,
-) -> int:  # fmt: skip
+    paths: tuple[str, ...],
+    via: str | None,
+    image: str | None,
+    binary: str,
+    container: str | None,
+    engine_version: str | None,
+    engine: str,
+) -> int:
     """Wire the hook into manifests: files, directories, `-` or nothing for stdin.
 
     Writes every document to stdout, in order: each Deployment, StatefulSet,

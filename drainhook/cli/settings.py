@@ -116,8 +116,21 @@ def reach_of(
 
 def wait_config_of(ctx: click.Context, params: Mapping[str, Parsed]) -> WaitConfig:
     """`wait`'s frozen config from its parsed flags, checked."""
-    same = ("grace", "settle", "exit_reserve", "interval", "confirm", "linger", "max_wait",
-            "log_format", "log_reads", "log_file", "exit_zero", "quiet", "stall_after")  # fmt: skip
+    same = (
+        "grace",
+        "settle",
+        "exit_reserve",
+        "interval",
+        "confirm",
+        "linger",
+        "max_wait",
+        "log_format",
+        "log_reads",
+        "log_file",
+        "exit_zero",
+        "quiet",
+        "stall_after",
+    )
     config = WaitConfig(
         reach=reach_of(ctx, params),
         termination_log=choose_termination_log(params["termination_log"]),

@@ -144,8 +144,15 @@ def engine_port(argv: Argv | None, container: Mapping[str, Node]) -> int | None:
     value = argv.value("--port") if argv is not None else None
     if isinstance(value, str) and (m := re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", value)):
         env = container.get("env")
-        found = [e.get("value") for e in env or [] if isinstance(e, Mapping)
-                 and e.get("name") == m.group(1)] if isinstance(env, list) else []  # fmt: skip
+        found = (
+            [
+                e.get("value")
+                for e in env or []
+                if isinstance(e, Mapping) and e.get("name") == m.group(1)
+            ]
+            if isinstance(env, list)
+            else []
+        )
         value = str(found[-1]) if found and found[-1] is not None else None
     return int(value) if isinstance(value, str) and value.isdigit() else None
 

@@ -119,10 +119,18 @@ def _decide(
     argv = argv_of(container)
     port = engine_port(argv, container)
     port = port if port is not None and port != default_port(engine) else None
-    return Wiring(container, engine, hook, argv, role_of(site, argv), port, kind,
-                  what if kind == "sleep" else None,
-                  api_servers=api_servers(engine, argv),
-                  https=serves_tls(container, argv))  # fmt: skip
+    return Wiring(
+        container,
+        engine,
+        hook,
+        argv,
+        role_of(site, argv),
+        port,
+        kind,
+        what if kind == "sleep" else None,
+        api_servers=api_servers(engine, argv),
+        https=serves_tls(container, argv),
+    )
 
 
 def _config_for(w: Wiring, grace: float, binary: str) -> Applied:
@@ -197,8 +205,11 @@ def _comment_lines(old: Node) -> list[tuple[int, str]]:
     lines: list[tuple[int, str]] = []
     for token in tokens:
         column = getattr(token, "column", 0) or 0
-        lines += [(column, ln.strip()) for ln in str(token.value).splitlines()
-                  if ln.strip().startswith("#")]  # fmt: skip
+        lines += [
+            (column, ln.strip())
+            for ln in str(token.value).splitlines()
+            if ln.strip().startswith("#")
+        ]
     return lines
 
 
@@ -232,24 +243,34 @@ def _bring_binary(spec: CommentedMap, container: CommentedMap, options: Options)
     if options.via == "image-volume":
         _upsert(
             _list(spec, "volumes"),
-            mapping(("name", VOLUME_NAME),
-                    ("image", mapping(("reference", options.image),
-                                      ("pullPolicy", "IfNotPresent")))),
-        )  # fmt: skip
+            mapping(
+                ("name", VOLUME_NAME),
+                ("image", mapping(("reference", options.image), ("pullPolicy", "IfNotPresent"))),
+            ),
+        )
         _upsert(
             _list(container, "volumeMounts"),
-            mapping(("name", VOLUME_NAME), ("mountPath", VOLUME_MOUNT),
-                    ("subPath", IMAGE_BUILD_DIR), ("readOnly", True)),
-        )  # fmt: skip
+            mapping(
+                ("name", VOLUME_NAME),
+                ("mountPath", VOLUME_MOUNT),
+                ("subPath", IMAGE_BUILD_DIR),
+                ("readOnly", True),
+            ),
+        )
     elif options.via == "init":
         _upsert(
             _list(spec, "initContainers", ("containers",)),
-            mapping(("name", INIT_NAME), ("image", options.image),
-                    ("command", sequence([IMAGE_LAUNCHER, "install", INIT_MOUNT])),
-                    ("securityContext", _restricted()),
-                    ("volumeMounts", sequence([mapping(("name", INIT_VOLUME),
-                                                       ("mountPath", INIT_MOUNT))]))),
-        )  # fmt: skip
+            mapping(
+                ("name", INIT_NAME),
+                ("image", options.image),
+                ("command", sequence([IMAGE_LAUNCHER, "install", INIT_MOUNT])),
+                ("securityContext", _restricted()),
+                (
+                    "volumeMounts",
+                    sequence([mapping(("name", INIT_VOLUME), ("mountPath", INIT_MOUNT))]),
+                ),
+            ),
+        )
         _upsert(
             _list(spec, "volumes"),
             mapping(("name", INIT_VOLUME), ("emptyDir", mapping(("sizeLimit", INIT_SIZE)))),
@@ -323,15 +344,21 @@ def _apply_engine_flags(
         if edit is None:
             continue
         if flag.since is not None and edit[0] == "add" and version is None:
-            say("warning", f"container {name}: {' '.join(flag.args)} not written ({flag.why}): "
+            say(
+                "warning",
+                f"container {name}: {' '.join(flag.args)} not written ({flag.why}): "
                 f"the image's tag names no {w.engine} version; add it yourself if it is "
-                f"{w.engine} {flag.since} or newer, or give --engine-version")  # fmt: skip
+                f"{w.engine} {flag.since} or newer, or give --engine-version",
+            )
             continue
         if flag.since is not None and version is not None:
             since = tuple(int(x) for x in flag.since.split("."))
             if version < since:
-                say("warning", f"container {name}: {flag.flag} not written: the image's "
-                    f"{w.engine} {version[0]}.{version[1]} is older than {flag.since}")  # fmt: skip
+                say(
+                    "warning",
+                    f"container {name}: {flag.flag} not written: the image's "
+                    f"{w.engine} {version[0]}.{version[1]} is older than {flag.since}",
+                )
                 continue
         if w.argv is None or (edit[0] == "add" and not w.argv.can_append()):
             where = (
@@ -386,9 +413,21 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     found_templates = list(templated(doc.data))
     if found_templates:
         shown = "; ".join(found_templates[:3]) + ("; ..." if len(found_templates) > 3 else "")
-        return Outcome(doc.text, False, True, [Message(where, "refused", (
-            f"unrendered: template expressions ({shown}); run inject on what the template "
-            "renders (helm template, kustomize build, envsubst)"))])  # fmt: skip
+        return Outcome(
+            doc.text,
+            False,
+            True,
+            [
+                Message(
+                    where,
+                    "refused",
+                    (
+                        f"unrendered: template expressions ({shown}); run inject on what the "
+                        "template renders (helm template, kustomize build, envsubst)"
+                    ),
+                )
+            ],
+        )
     before = plain_data(doc.data)
     work = copy.deepcopy(doc.data)
     try:
@@ -403,9 +442,15 @@ def inject_document(doc: Document, options: Options) -> Outcome:
         held = list(pod_specs(doc.data))
         if held:
             kind = doc.data.get("kind", "?")
-            messages = [Message(where, "skipped", f"{kind}: pod specs at {', '.join(held)} "
-                                "not wired: inject does not know this kind (wire the "
-                                "workload it renders, or add the hook by hand)")]  # fmt: skip
+            messages = [
+                Message(
+                    where,
+                    "skipped",
+                    f"{kind}: pod specs at {', '.join(held)} "
+                    "not wired: inject does not know this kind (wire the "
+                    "workload it renders, or add the hook by hand)",
+                )
+            ]
             return Outcome(doc.text, False, False, messages)
     if not injected or plain_data(work) == before:
         return Outcome(doc.text, False, False, messages if injected else [])
@@ -457,11 +502,13 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
         final.append(a)
     if "terminationGracePeriodSeconds" not in site.spec:
         left = "KServe's preset" if site.main == KSERVE_MAIN else "Kubernetes' default"
-        say("changed", f"terminationGracePeriodSeconds written: {number(grace)} "
-            f"({why or left + ', written so that --grace visibly equals it'})")  # fmt: skip
+        say(
+            "changed",
+            f"terminationGracePeriodSeconds written: {number(grace)} "
+            f"({why or left + ', written so that --grace visibly equals it'})",
+        )
     elif grace != given:
-        say("changed", f"terminationGracePeriodSeconds {number(given)} -> {number(grace)} "
-            f"({why})")  # fmt: skip
+        say("changed", f"terminationGracePeriodSeconds {number(given)} -> {number(grace)} ({why})")
     if "terminationGracePeriodSeconds" in site.spec:
         site.spec["terminationGracePeriodSeconds"] = int(grace)
     else:
@@ -476,8 +523,12 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
         else:
             env = _list(w.container, "env", ("lifecycle", "resources"))
             _upsert(env, mapping(("name", "DRAINHOOK_HOST"), ("value", "$(LWS_LEADER_ADDRESS)")))
-            _upsert(env, mapping(("name", "DRAINHOOK_ALLOW_REMOTE"),
-                                 ("value", DoubleQuotedScalarString("1"))))  # fmt: skip
+            _upsert(
+                env,
+                mapping(
+                    ("name", "DRAINHOOK_ALLOW_REMOTE"), ("value", DoubleQuotedScalarString("1"))
+                ),
+            )
         _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
         _bring_binary(site.spec, w.container, options)
         names.append(str(name))
@@ -516,9 +567,16 @@ def _say_changes(
             say("warning", f"container {name}: {warning.code}: {warning.message}")
     if w.prestop == "sleep":
         kept = w.hook.timeline.get("settle")
-        say("replaced", f"container {name}: preStop sleep {w.slept} (a blind wait) "
-            "by drainhook wait" + (f", its {number(kept)}s kept as the settle (a "
-            "router's measured propagation)" if kept else ""))  # fmt: skip
+        say(
+            "replaced",
+            f"container {name}: preStop sleep {w.slept} (a blind wait) "
+            "by drainhook wait"
+            + (
+                f", its {number(kept)}s kept as the settle (a router's measured propagation)"
+                if kept
+                else ""
+            ),
+        )
 
 
 def _after_kept_sleep(wirings: Sequence[Wiring], grace: float) -> tuple[float, str]:
@@ -542,11 +600,14 @@ def _say_multi_node(w: Wiring, say: typing.Callable[[str, str], None]) -> None:
     """An SGLang over several nodes: every rank's Pod gets the hook, only rank 0 serves."""
     nodes = count_of(w.argv, "--nnodes") if w.argv is not None and w.engine == "sglang" else None
     if nodes is not None and nodes > 1:
-        say("warning", f"container {w.container.get('name')}: an SGLang over {nodes} nodes "
+        say(
+            "warning",
+            f"container {w.container.get('name')}: an SGLang over {nodes} nodes "
             "(--nnodes): only rank 0 serves HTTP, so every other rank's hook finds nothing "
             "to read and returns after the settle, and its SIGTERM can stop rank 0's work; "
             "point those ranks' hooks at rank 0 (DRAINHOOK_HOST, --allow-remote, "
-            "--exit-zero) as a LeaderWorkerSet's workers are")  # fmt: skip
+            "--exit-zero) as a LeaderWorkerSet's workers are",
+        )
 
 
 @dataclass(frozen=True)

@@ -209,8 +209,11 @@ def _patched(original: str, before: list[str], after: list[str]) -> str:
         start = at[i1 - 1] + 1 if i1 > 0 else 0
         end = at[i2] if i2 < len(before) else len(lines)
         # What is written is indented as its siblings are in the original.
-        moved = [(k, _indent(before[k]), _indent(lines[at[k]]) - _indent(before[k]))
-                 for k in sorted(at) if before[k].strip()]  # fmt: skip
+        moved = [
+            (k, _indent(before[k]), _indent(lines[at[k]]) - _indent(before[k]))
+            for k in sorted(at)
+            if before[k].strip()
+        ]
         above = [(i, d) for k, i, d in moved if k < i1]
         below = [(i, d) for k, i, d in moved if k >= i2]
         out += lines[done:start] + _shifted(after[j1:j2], above, below)

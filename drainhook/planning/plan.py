@@ -80,8 +80,18 @@ class Plan(Instants):
 
 # wait_config's parameters: the timeline's flags of `wait`, which `plan` takes and
 # renders (prestop_command); inject keeps the hook's other flags as given.
-TIMELINE = ("grace", "settle", "exit_reserve", "interval", "read_timeout", "confirm",
-            "linger", "max_wait", "stall_after", "engine")  # fmt: skip
+TIMELINE = (
+    "grace",
+    "settle",
+    "exit_reserve",
+    "interval",
+    "read_timeout",
+    "confirm",
+    "linger",
+    "max_wait",
+    "stall_after",
+    "engine",
+)
 
 
 def wait_config(
@@ -131,9 +141,16 @@ def make_plan(
     config.check()
     t = instants(config)
     return Plan(
-        t.config, t.first_read, t.idle_return, t.idle_drains, t.reads_max,
-        role, binary, known_engine, api_servers=api_servers,
-    )  # fmt: skip
+        t.config,
+        t.first_read,
+        t.idle_return,
+        t.idle_drains,
+        t.reads_max,
+        role,
+        binary,
+        known_engine,
+        api_servers=api_servers,
+    )
 
 
 # The warnings: one function each, `(plan) -> PlanWarning | None`, in the order

@@ -196,11 +196,14 @@ def sites(doc: Node, options: Options) -> list[Site]:
 # The kinds `sites` reads, by (API group, kind): a document of another kind that
 # holds pod specs is named on stderr instead of passing by in silence.
 KNOWN = {("apps", k) for k in APPS} | {
-    ("", "Pod"), ("", "List"), ("argoproj.io", "Rollout"),
+    ("", "Pod"),
+    ("", "List"),
+    ("argoproj.io", "Rollout"),
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
-    ("serving.kserve.io", "LLMInferenceService"), ("serving.kserve.io", "InferenceService"),
+    ("serving.kserve.io", "LLMInferenceService"),
+    ("serving.kserve.io", "InferenceService"),
     ("serving.knative.dev", "Service"),
-}  # fmt: skip
+}
 
 
 def known_kind(doc: Mapping[str, Node]) -> bool:
@@ -289,13 +292,23 @@ def _llm_inference_service(spec: CommentedMap) -> list[Site]:
             isinstance(c, Mapping) and c.get("name") == KSERVE_MAIN for c in containers
         ):
             containers.append(mapping(("name", KSERVE_MAIN)))
-        lead = Site(f"{path}.template", template, {}, role or None, None, KSERVE_PRESET_GRACE,
-                    KSERVE_MAIN)  # fmt: skip
+        lead = Site(
+            f"{path}.template", template, {}, role or None, None, KSERVE_PRESET_GRACE, KSERVE_MAIN
+        )
         out.append(lead)
         worker = part.get("worker")
         if isinstance(worker, CommentedMap):
-            out.append(Site(f"{path}.worker", worker, {}, role or None, lead, KSERVE_PRESET_GRACE,
-                            KSERVE_MAIN))  # fmt: skip
+            out.append(
+                Site(
+                    f"{path}.worker",
+                    worker,
+                    {},
+                    role or None,
+                    lead,
+                    KSERVE_PRESET_GRACE,
+                    KSERVE_MAIN,
+                )
+            )
     return out
 
 
