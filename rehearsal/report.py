@@ -464,7 +464,7 @@ def write(path: Path, run: Run, picture: str) -> None:
         "## How it is modelled",
         "",
         "- The engine is drainhook's own simulated engine (`sim/`, the one "
-        "`drainhook demo` runs), as a process. Its vLLM SIGTERM paths (one API server) are "
+        "`scripts/demo` runs), as a process. Its vLLM SIGTERM paths (one API server) are "
         "calibrated to the live vLLM 0.32 (its CPU build, measured on loopback): the engine "
         "core killed about 20 ms after SIGTERM with no abort, stalled streams, the listener "
         "closed within 0.25 s, the process kept by any open connection until SIGKILL, an exit "

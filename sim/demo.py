@@ -1,4 +1,4 @@
-"""`drainhook demo` (scripts/demo): the simulated engine with live streams, drained."""
+"""scripts/demo (`python -m sim`): the simulated engine with live streams, drained."""
 
 from __future__ import annotations
 

@@ -338,7 +338,7 @@ def test_sglang_notices_sigterm_on_its_watchdog_grid_and_drains() -> None:
 
 def test_demo_drains_every_stream() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "drainhook", "demo"],  # scripts/demo's command, in a checkout
+        [sys.executable, "-m", "sim"],  # scripts/demo's command, in a checkout
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""The advisory commands (CONTRACT §4): `plan`, `install`, `inject` and `demo`.
+"""The advisory commands (CONTRACT §4): `plan`, `install` and `inject`.
 drainhook.cli.main loads this module only when one of them is named (or the
 commands are listed), so that `wait`'s start never does.
 """
@@ -201,19 +201,3 @@ def inject(
         )
     params = tuple(wait.params)
     return run_inject(paths, Options(via, image, binary, container, engine, engine_version, params))
-
-
-@click.command()
-def demo() -> int:
-    """Drain a simulated vLLM engine with live requests, on a short timeline."""
-    try:  # the simulated engine lives beside the package, never in the binary
-        from sim import run_demo  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        click.echo(
-            "drainhook: demo runs the simulated engine, which ships beside the package, "
-            "not in it: run scripts/demo in a checkout",
-            err=True,
-        )
-        return 2
-    code: int = run_demo()
-    return code

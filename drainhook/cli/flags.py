@@ -105,9 +105,17 @@ class EnvOption(click.Option):
 
 
 def option(flag: str, *names: str, **kwargs: Parsed) -> Callable[[F], F]:
-    """A click option that also reads DRAINHOOK_<FLAG>."""
+    """A click option that also reads DRAINHOOK_<FLAG>, and shows its default if it has one."""
     kwargs.setdefault("cls", EnvOption)
+    kwargs.setdefault("show_default", "default" in kwargs)
     return click.option(flag, *names, envvar=env_name(flag.lstrip("-")), show_envvar=True, **kwargs)
+
+
+def with_options(options: tuple[Callable[[F], F], ...], f: F) -> F:
+    """f with these options, in the order given (the first shown first)."""
+    for each in reversed(options):
+        f = each(f)
+    return f
 
 
 class EmptyIsAValue(EnvOption):
@@ -121,215 +129,199 @@ class EmptyIsAValue(EnvOption):
         return found
 
 
+TARGET_OPTIONS = (
+    option(
+        "--url",
+        multiple=True,
+        help="Metrics URL (http or https); instead of the four below. Repeat it "
+        "to read several API servers and sum them (env: space-separated).",
+    ),
+    option(
+        "--scheme",
+        type=click.Choice(["http", "https"]),
+        default=DEFAULT_SCHEME,
+        help="Scheme of the metrics listener.",
+    ),
+    option(
+        "--host",
+        default=DEFAULT_HOST,
+        help="Host of the metrics listener (loopback unless --allow-remote).",
+    ),
+    option(
+        "--port",
+        type=click.IntRange(1, 65535),
+        multiple=True,
+        help="Port of the metrics listener; repeat it to read several and sum them  "
+        "[default: 8000; 30000 with --engine sglang]",
+    ),
+    option("--path", default=DEFAULT_PATH, help="Metrics path."),
+    option(
+        "--annotations",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Downward-API annotations file; prometheus.io/scheme|port|path name "
+        "the listener. Explicit flags win.",
+    ),
+    option(
+        "--engine",
+        type=click.Choice(["auto", *ENGINE_NAMES]),
+        default="auto",
+        help="Engine whose gauges count; auto recognises it.",
+    ),
+    option(
+        "--read-timeout",
+        type=DURATION,
+        default=DEFAULT_READ_TIMEOUT,
+        help="Bound on one whole read, seconds.",
+    ),
+    option(
+        "--max-body",
+        type=BYTES,
+        default=DEFAULT_MAX_BODY,
+        help="Largest body read (bytes; 16MiB, 512KiB); more reads unknown.",
+    ),
+    option(
+        "--cacert",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Verify https against this CA bundle (PEM).",
+    ),
+    option("--tls-server-name", help="Name to send (SNI) and verify for https."),
+    option("--insecure", is_flag=True, help="Read a remote https listener without verifying it."),
+    option(
+        "--allow-remote",
+        is_flag=True,
+        help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost).",
+    ),
+)
+
+
 def target_options(f: F) -> F:
     """Where and how to read: wait, probe and plan (--observe reads the target)."""
-    options = [
-        option(
-            "--url",
-            multiple=True,
-            help="Metrics URL (http or https); instead of the four below. Repeat it "
-            "to read several API servers and sum them (env: space-separated).",
-        ),
-        option(
-            "--scheme",
-            type=click.Choice(["http", "https"]),
-            default=DEFAULT_SCHEME,
-            show_default=True,
-            help="Scheme of the metrics listener.",
-        ),
-        option(
-            "--host",
-            default=DEFAULT_HOST,
-            show_default=True,
-            help="Host of the metrics listener (loopback unless --allow-remote).",
-        ),
-        option(
-            "--port",
-            type=click.IntRange(1, 65535),
-            multiple=True,
-            help="Port of the metrics listener; repeat it to read several and sum them  "
-            "[default: 8000; 30000 with --engine sglang]",
-        ),
-        option("--path", default=DEFAULT_PATH, show_default=True, help="Metrics path."),
-        option(
-            "--annotations",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Downward-API annotations file; prometheus.io/scheme|port|path name "
-            "the listener. Explicit flags win.",
-        ),
-        option(
-            "--engine",
-            type=click.Choice(["auto", *ENGINE_NAMES]),
-            default="auto",
-            show_default=True,
-            help="Engine whose gauges count; auto recognises it.",
-        ),
-        option(
-            "--read-timeout",
-            type=DURATION,
-            default=DEFAULT_READ_TIMEOUT,
-            show_default=True,
-            help="Bound on one whole read, seconds.",
-        ),
-        option(
-            "--max-body",
-            type=BYTES,
-            default=DEFAULT_MAX_BODY,
-            show_default=True,
-            help="Largest body read (bytes; 16MiB, 512KiB); more reads unknown.",
-        ),
-        option(
-            "--cacert",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Verify https against this CA bundle (PEM).",
-        ),
-        option("--tls-server-name", help="Name to send (SNI) and verify for https."),
-        option(
-            "--insecure", is_flag=True, help="Read a remote https listener without verifying it."
-        ),
-        option(
-            "--allow-remote",
-            is_flag=True,
-            help="Allow a target that is not loopback (127.0.0.0/8, ::1, localhost).",
-        ),
-    ]
-    for each in reversed(options):
-        f = each(f)
-    return f
+    return with_options(TARGET_OPTIONS, f)
+
+
+SOURCE_OPTIONS = (
+    option(
+        "--source",
+        type=click.Choice(["auto", "metrics", "loads", "both"]),
+        default=DEFAULT_SOURCE,
+        help="What to count: auto reads /metrics and, when the body is SGLang's, "
+        "its live /v1/loads beside it (counted when it answers); metrics or loads: "
+        "that one only (loads: default path /v1/loads, engine sglang). `both`: probe "
+        "only, the two side by side.",
+    ),
+    option(
+        "--api-key-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Send the key in this file as `Authorization: Bearer` (SGLang's "
+        "--api-key guards /v1/loads).",
+    ),
+    # Listener discovery is gone (a wrong port holds to D, CONTRACT §2); its flags
+    # stay accepted, with one warning, so that a fleet's preStop keeps working.
+    option("--discover", is_flag=True, hidden=True),
+    option("--no-discover", is_flag=True, hidden=True),
+)
 
 
 def source_options(f: F) -> F:
     """What to count and where else to look for it: wait and probe."""
-    options = [
-        option(
-            "--source",
-            type=click.Choice(["auto", "metrics", "loads", "both"]),
-            default=DEFAULT_SOURCE,
-            show_default=True,
-            help="What to count: auto reads /metrics and, when the body is SGLang's, "
-            "its live /v1/loads beside it (counted when it answers); metrics or loads: "
-            "that one only (loads: default path /v1/loads, engine sglang). `both`: probe "
-            "only, the two side by side.",
-        ),
-        option(
-            "--api-key-file",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Send the key in this file as `Authorization: Bearer` (SGLang's "
-            "--api-key guards /v1/loads).",
-        ),
-        # Listener discovery is gone (a wrong port holds to D, CONTRACT §2); its flags
-        # stay accepted, with one warning, so that a fleet's preStop keeps working.
-        option("--discover", is_flag=True, hidden=True),
-        option("--no-discover", is_flag=True, hidden=True),
-    ]
-    for each in reversed(options):
-        f = each(f)
-    return f
+    return with_options(SOURCE_OPTIONS, f)
+
+
+TIMELINE_OPTIONS = (
+    option(
+        "--grace",
+        type=DURATION,
+        default=DEFAULT_GRACE,
+        help="G: the Pod's terminationGracePeriodSeconds.",
+    ),
+    option(
+        "--settle",
+        type=DURATION,
+        default=DEFAULT_SETTLE,
+        help="S: keep serving untouched this long while routers drop the Pod.",
+    ),
+    option(
+        "--exit-reserve",
+        type=DURATION,
+        default=DEFAULT_EXIT_RESERVE,
+        help="R: return by G - R, leaving the engine this long to exit.",
+    ),
+    option(
+        "--interval",
+        type=DURATION,
+        default=DEFAULT_INTERVAL,
+        help="I: seconds between reads (I/4 while the work drains; the confirming "
+        "read one I after the first idle one).",
+    ),
+    option(
+        "--confirm",
+        type=click.IntRange(min=1),
+        default=DEFAULT_CONFIRM,
+        help="Consecutive idle reads that confirm the drain.",
+    ),
+    option(
+        "--linger",
+        type=DURATION,
+        default=DEFAULT_LINGER,
+        help="Hold this long after idle is confirmed (clipped to the deadline).",
+    ),
+    option(
+        "--max-wait",
+        type=DURATION,
+        help="Cap on the wait from the hook's start: D = min(G - R, max-wait).",
+    ),
+    option(
+        "--stall-after",
+        type=DURATION,
+        help="W: return `stalled` (exit 5) when the engine reports work and none of "
+        "its progress counters has moved for this long; 0 turns it off  "
+        f"[default: {DEFAULT_STALL_AFTER:g}]",
+    ),
+)
 
 
 def timeline_options(f: F) -> F:
     """The timeline's instants: wait, and plan, which draws wait's timeline."""
-    options = [
-        option(
-            "--grace",
-            type=DURATION,
-            default=DEFAULT_GRACE,
-            show_default=True,
-            help="G: the Pod's terminationGracePeriodSeconds.",
-        ),
-        option(
-            "--settle",
-            type=DURATION,
-            default=DEFAULT_SETTLE,
-            show_default=True,
-            help="S: keep serving untouched this long while routers drop the Pod.",
-        ),
-        option(
-            "--exit-reserve",
-            type=DURATION,
-            default=DEFAULT_EXIT_RESERVE,
-            show_default=True,
-            help="R: return by G - R, leaving the engine this long to exit.",
-        ),
-        option(
-            "--interval",
-            type=DURATION,
-            default=DEFAULT_INTERVAL,
-            show_default=True,
-            help="I: seconds between reads (I/4 while the work drains; the confirming "
-            "read one I after the first idle one).",
-        ),
-        option(
-            "--confirm",
-            type=click.IntRange(min=1),
-            default=DEFAULT_CONFIRM,
-            show_default=True,
-            help="Consecutive idle reads that confirm the drain.",
-        ),
-        option(
-            "--linger",
-            type=DURATION,
-            default=DEFAULT_LINGER,
-            show_default=True,
-            help="Hold this long after idle is confirmed (clipped to the deadline).",
-        ),
-        option(
-            "--max-wait",
-            type=DURATION,
-            help="Cap on the wait from the hook's start: D = min(G - R, max-wait).",
-        ),
-        option(
-            "--stall-after",
-            type=DURATION,
-            help="W: return `stalled` (exit 5) when the engine reports work and none of "
-            "its progress counters has moved for this long; 0 turns it off  "
-            f"[default: {DEFAULT_STALL_AFTER:g}]",
-        ),
-    ]
-    for each in reversed(options):
-        f = each(f)
-    return f
+    return with_options(TIMELINE_OPTIONS, f)
+
+
+LOG_OPTIONS = (
+    option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        help="Format of the log lines.",
+    ),
+    option(
+        "--log-reads",
+        type=click.Choice(["changes", "all"]),
+        default="changes",
+        help="changes: a read line when the verdict, the total, "
+        "what holds, the targets answering or the reason changed, else one every "
+        "10 s; all: every read.",
+    ),
+    # No checks on --log-file: a path that cannot be opened (another user's
+    # file, a directory) is said on stderr and the hook goes on (CONTRACT §5),
+    # never a usage error that would end the hook before the drain.
+    option(
+        "--log-file",
+        type=click.Path(dir_okay=True, readable=False, path_type=Path),
+        metavar="FILE",
+        help="Also write the log lines here (/proc/1/fd/1: kubectl logs).",
+    ),
+    option(
+        "--termination-log",
+        cls=EmptyIsAValue,
+        metavar="FILE",
+        help="Write the outcome here in one line, for the Pod's status (state."
+        "terminated.message).  [default: /dev/termination-log when it exists; '' "
+        "turns it off]",
+    ),
+    option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome."),
+    option("--quiet", is_flag=True, help="Only the summary line on stderr."),
+)
 
 
 def log_options(f: F) -> F:
     """What wait says and where: its log lines, the termination message, the exit."""
-    options = [
-        option(
-            "--log-format",
-            type=click.Choice(["text", "json"]),
-            default="text",
-            show_default=True,
-            help="Format of the log lines.",
-        ),
-        option(
-            "--log-reads",
-            type=click.Choice(["changes", "all"]),
-            default="changes",
-            show_default=True,
-            help="changes: a read line when the verdict, the total, "
-            "what holds, the targets answering or the reason changed, else one every "
-            "10 s; all: every read.",
-        ),
-        # No checks on --log-file: a path that cannot be opened (another user's
-        # file, a directory) is said on stderr and the hook goes on (CONTRACT §5),
-        # never a usage error that would end the hook before the drain.
-        option(
-            "--log-file",
-            type=click.Path(dir_okay=True, readable=False, path_type=Path),
-            metavar="FILE",
-            help="Also write the log lines here (/proc/1/fd/1: kubectl logs).",
-        ),
-        option(
-            "--termination-log",
-            cls=EmptyIsAValue,
-            metavar="FILE",
-            help="Write the outcome here in one line, for the Pod's status (state."
-            "terminated.message).  [default: /dev/termination-log when it exists; '' "
-            "turns it off]",
-        ),
-        option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome."),
-        option("--quiet", is_flag=True, help="Only the summary line on stderr."),
-    ]
-    for each in reversed(options):
-        f = each(f)
-    return f
+    return with_options(LOG_OPTIONS, f)

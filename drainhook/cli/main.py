@@ -27,7 +27,7 @@ from drainhook.hook.run import run_wait
 
 # The advisory commands (drainhook.cli.advice), loaded only when one is named
 # or the commands are listed: `wait`'s start never imports them.
-ADVICE = ("plan", "install", "inject", "demo")
+ADVICE = ("plan", "install", "inject")
 
 
 class _Commands(click.Group):

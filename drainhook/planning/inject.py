@@ -57,17 +57,8 @@ from drainhook.planning.plan import (
 )
 from drainhook.planning.pods import (
     DRAIN_WINDOW,
-    IMAGE_BUILD_DIR,
-    IMAGE_LAUNCHER,
-    INIT_MOUNT,
-    INIT_NAME,
-    INIT_SIZE,
-    INIT_VOLUME,
-    INSTALL_UID,
     KSERVE_MAIN,
     LOG_FILE,
-    VOLUME_MOUNT,
-    VOLUME_NAME,
     WORKER_MARGIN,
     Message,
     Options,
@@ -82,6 +73,7 @@ from drainhook.planning.pods import (
     templated,
     version_in,
 )
+from drainhook.planning.via import bring_binary, named_list, upsert
 
 
 @dataclass
@@ -211,104 +203,6 @@ def _comment_lines(old: Node) -> list[tuple[int, str]]:
             if ln.strip().startswith("#")
         ]
     return lines
-
-
-def _upsert(items: CommentedSeq, value: CommentedMap) -> None:
-    """Put value in a list of named entries: replacing the one of its name."""
-    for i, item in enumerate(items):
-        if isinstance(item, Mapping) and item.get("name") == value["name"]:
-            if plain_data(item) != plain_data(value):
-                items[i] = value
-            return
-    items.append(value)
-
-
-def _list(m: CommentedMap, key: str, before: Sequence[str] = ()) -> CommentedSeq:
-    items = m.get(key)
-    if not isinstance(items, CommentedSeq):
-        items = sequence([])
-        insert_before(m, key, items, before)
-    return items
-
-
-def _bring_binary(spec: CommentedMap, container: CommentedMap, options: Options) -> None:
-    """Make the hook's binary reach the container, by --via; what another --via put
-    there before (an image volume, the installer) is taken away."""
-    if options.via != "image-volume":
-        _drop(spec, "volumes", VOLUME_NAME, lambda v: "image" in v)
-        _drop(container, "volumeMounts", VOLUME_NAME, lambda m: m.get("mountPath") == VOLUME_MOUNT)
-    if options.via != "init" and _drop(spec, "initContainers", INIT_NAME, lambda c: True):
-        _drop(spec, "volumes", INIT_VOLUME, lambda v: "emptyDir" in v)
-        _drop(container, "volumeMounts", INIT_VOLUME, lambda m: m.get("mountPath") == INIT_MOUNT)
-    if options.via == "image-volume":
-        _upsert(
-            _list(spec, "volumes"),
-            mapping(
-                ("name", VOLUME_NAME),
-                ("image", mapping(("reference", options.image), ("pullPolicy", "IfNotPresent"))),
-            ),
-        )
-        _upsert(
-            _list(container, "volumeMounts"),
-            mapping(
-                ("name", VOLUME_NAME),
-                ("mountPath", VOLUME_MOUNT),
-                ("subPath", IMAGE_BUILD_DIR),
-                ("readOnly", True),
-            ),
-        )
-    elif options.via == "init":
-        _upsert(
-            _list(spec, "initContainers", ("containers",)),
-            mapping(
-                ("name", INIT_NAME),
-                ("image", options.image),
-                ("command", sequence([IMAGE_LAUNCHER, "install", INIT_MOUNT])),
-                ("securityContext", _restricted()),
-                (
-                    "volumeMounts",
-                    sequence([mapping(("name", INIT_VOLUME), ("mountPath", INIT_MOUNT))]),
-                ),
-            ),
-        )
-        _upsert(
-            _list(spec, "volumes"),
-            mapping(("name", INIT_VOLUME), ("emptyDir", mapping(("sizeLimit", INIT_SIZE)))),
-        )
-        _upsert(
-            _list(container, "volumeMounts"),
-            mapping(("name", INIT_VOLUME), ("mountPath", INIT_MOUNT), ("readOnly", True)),
-        )
-
-
-def _restricted() -> CommentedMap:
-    """The installer's securityContext: what Pod Security's `restricted` level asks
-    (and `runAsNonRoot` with it: drainhook's image names no user, so one is given).
-    `install` writes into the emptyDir, which the kubelet makes world-writable."""
-    return mapping(
-        ("runAsNonRoot", True),
-        ("runAsUser", INSTALL_UID),
-        ("allowPrivilegeEscalation", False),
-        ("capabilities", mapping(("drop", sequence(["ALL"])))),
-        ("seccompProfile", mapping(("type", "RuntimeDefault"))),
-    )
-
-
-def _drop(
-    m: CommentedMap, key: str, name: str, ours: typing.Callable[[Mapping[str, Node]], bool]
-) -> bool:
-    """Take the entry `name` out of m[key] when it is ours (a user's entry of that
-    name stays); the list goes when it is left empty. Whether one was taken."""
-    items = m.get(key)
-    if not isinstance(items, list):
-        return False
-    for i, item in enumerate(items):
-        if isinstance(item, Mapping) and item.get("name") == name and ours(item):
-            del items[i]
-            if not items:
-                del m[key]
-            return True
-    return False
 
 
 def _engine_flag_edits(w: Wiring, flag: EngineFlag) -> tuple[str, list[str] | str] | None:
@@ -500,6 +394,34 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
             w.hook.timeline["exit_reserve"] = a.plan.config.exit_reserve
             a = _config_for(w, grace, options.hook_binary)
         final.append(a)
+    _write_grace(site, grace, given, why, say)
+    names = []
+    for w, early, applied in zip(wirings, first, final, strict=True):
+        name = w.container.get("name")
+        _say_changes(w, early, applied, say)
+        if not worker:
+            _say_multi_node(w, say)
+            _apply_engine_flags(w, applied, say, options.engine_version)
+        else:
+            env = named_list(w.container, "env", ("lifecycle", "resources"))
+            upsert(env, mapping(("name", "DRAINHOOK_HOST"), ("value", "$(LWS_LEADER_ADDRESS)")))
+            upsert(
+                env,
+                mapping(
+                    ("name", "DRAINHOOK_ALLOW_REMOTE"), ("value", DoubleQuotedScalarString("1"))
+                ),
+            )
+        _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
+        bring_binary(site.spec, w.container, options)
+        names.append(str(name))
+    site.wired = Wired(grace, wirings[0].engine, wirings[0].port)
+    return names
+
+
+def _write_grace(
+    site: Site, grace: float, given: float, why: str, say: typing.Callable[[str, str], None]
+) -> None:
+    """terminationGracePeriodSeconds set to the one grace of the Pod, and said."""
     if "terminationGracePeriodSeconds" not in site.spec:
         left = "KServe's preset" if site.main == KSERVE_MAIN else "Kubernetes' default"
         say(
@@ -513,27 +435,6 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
         site.spec["terminationGracePeriodSeconds"] = int(grace)
     else:
         site.spec.insert(0, "terminationGracePeriodSeconds", int(grace))
-    names = []
-    for w, early, applied in zip(wirings, first, final, strict=True):
-        name = w.container.get("name")
-        _say_changes(w, early, applied, say)
-        if not worker:
-            _say_multi_node(w, say)
-            _apply_engine_flags(w, applied, say, options.engine_version)
-        else:
-            env = _list(w.container, "env", ("lifecycle", "resources"))
-            _upsert(env, mapping(("name", "DRAINHOOK_HOST"), ("value", "$(LWS_LEADER_ADDRESS)")))
-            _upsert(
-                env,
-                mapping(
-                    ("name", "DRAINHOOK_ALLOW_REMOTE"), ("value", DoubleQuotedScalarString("1"))
-                ),
-            )
-        _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
-        _bring_binary(site.spec, w.container, options)
-        names.append(str(name))
-    site.wired = Wired(grace, wirings[0].engine, wirings[0].port)
-    return names
 
 
 def _worker_grace(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from drainhook.engines.exposition import MetricsScanner
 from drainhook.engines.gauges import LOADS, SERVER_LOAD, SideSource
 from drainhook.engines.verdict import Reading, Scanner, Verdict
-from drainhook.reading import TargetReader, gone
+from drainhook.reading import TargetReader
 from drainhook.reading.config import ReadConfig
 from drainhook.reading.failures import MISCONFIGURED
 from drainhook.reading.read import Reader
@@ -119,6 +119,8 @@ class ShownGone:
         got = self._inner.read(left)
         if got.verdict is not Verdict.UNREACHABLE:
             return got
+        from drainhook.reading import gone  # a refused read only
+
         found = gone.engine_gone(min(until, self._clock() + self._read_timeout))
         if found.gone:
             return dataclasses.replace(

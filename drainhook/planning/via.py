@@ -1,0 +1,123 @@
+"""How the hook's binary reaches an engine container, by `inject --via` (CONTRACT §4):
+the image volume or the installer initContainer and the mounts they need, and what
+another --via put there before taken away. Edits in place, by entry name."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping, Sequence
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from drainhook.planning.manifests import Node, insert_before, mapping, plain_data, sequence
+from drainhook.planning.pods import (
+    IMAGE_BUILD_DIR,
+    IMAGE_LAUNCHER,
+    INIT_MOUNT,
+    INIT_NAME,
+    INIT_SIZE,
+    INIT_VOLUME,
+    INSTALL_UID,
+    VOLUME_MOUNT,
+    VOLUME_NAME,
+    Options,
+)
+
+
+def upsert(items: CommentedSeq, value: CommentedMap) -> None:
+    """Put value in a list of named entries: replacing the one of its name."""
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and item.get("name") == value["name"]:
+            if plain_data(item) != plain_data(value):
+                items[i] = value
+            return
+    items.append(value)
+
+
+def named_list(m: CommentedMap, key: str, before: Sequence[str] = ()) -> CommentedSeq:
+    """m[key] as a list, made (before the keys `before`) when it is missing."""
+    items = m.get(key)
+    if not isinstance(items, CommentedSeq):
+        items = sequence([])
+        insert_before(m, key, items, before)
+    return items
+
+
+def bring_binary(spec: CommentedMap, container: CommentedMap, options: Options) -> None:
+    """Make the hook's binary reach the container, by --via; what another --via put
+    there before (an image volume, the installer) is taken away."""
+    if options.via != "image-volume":
+        _drop(spec, "volumes", VOLUME_NAME, lambda v: "image" in v)
+        _drop(container, "volumeMounts", VOLUME_NAME, lambda m: m.get("mountPath") == VOLUME_MOUNT)
+    if options.via != "init" and _drop(spec, "initContainers", INIT_NAME, lambda c: True):
+        _drop(spec, "volumes", INIT_VOLUME, lambda v: "emptyDir" in v)
+        _drop(container, "volumeMounts", INIT_VOLUME, lambda m: m.get("mountPath") == INIT_MOUNT)
+    if options.via == "image-volume":
+        upsert(
+            named_list(spec, "volumes"),
+            mapping(
+                ("name", VOLUME_NAME),
+                ("image", mapping(("reference", options.image), ("pullPolicy", "IfNotPresent"))),
+            ),
+        )
+        upsert(
+            named_list(container, "volumeMounts"),
+            mapping(
+                ("name", VOLUME_NAME),
+                ("mountPath", VOLUME_MOUNT),
+                ("subPath", IMAGE_BUILD_DIR),
+                ("readOnly", True),
+            ),
+        )
+    elif options.via == "init":
+        upsert(
+            named_list(spec, "initContainers", ("containers",)),
+            mapping(
+                ("name", INIT_NAME),
+                ("image", options.image),
+                ("command", sequence([IMAGE_LAUNCHER, "install", INIT_MOUNT])),
+                ("securityContext", _restricted()),
+                (
+                    "volumeMounts",
+                    sequence([mapping(("name", INIT_VOLUME), ("mountPath", INIT_MOUNT))]),
+                ),
+            ),
+        )
+        upsert(
+            named_list(spec, "volumes"),
+            mapping(("name", INIT_VOLUME), ("emptyDir", mapping(("sizeLimit", INIT_SIZE)))),
+        )
+        upsert(
+            named_list(container, "volumeMounts"),
+            mapping(("name", INIT_VOLUME), ("mountPath", INIT_MOUNT), ("readOnly", True)),
+        )
+
+
+def _restricted() -> CommentedMap:
+    """The installer's securityContext: what Pod Security's `restricted` level asks
+    (and `runAsNonRoot` with it: drainhook's image names no user, so one is given).
+    `install` writes into the emptyDir, which the kubelet makes world-writable."""
+    return mapping(
+        ("runAsNonRoot", True),
+        ("runAsUser", INSTALL_UID),
+        ("allowPrivilegeEscalation", False),
+        ("capabilities", mapping(("drop", sequence(["ALL"])))),
+        ("seccompProfile", mapping(("type", "RuntimeDefault"))),
+    )
+
+
+def _drop(
+    m: CommentedMap, key: str, name: str, ours: typing.Callable[[Mapping[str, Node]], bool]
+) -> bool:
+    """Take the entry `name` out of m[key] when it is ours (a user's entry of that
+    name stays); the list goes when it is left empty. Whether one was taken."""
+    items = m.get(key)
+    if not isinstance(items, list):
+        return False
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and item.get("name") == name and ours(item):
+            del items[i]
+            if not items:
+                del m[key]
+            return True
+    return False
