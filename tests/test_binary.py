@@ -220,9 +220,7 @@ def test_version_names_each_build() -> None:
 
 
 @needs_binary
-@pytest.mark.parametrize(
-    "command", [[], ["wait"], ["probe"], ["plan"], ["install"], ["inject"]]
-)
+@pytest.mark.parametrize("command", [[], ["wait"], ["probe"], ["plan"], ["install"], ["inject"]])
 def test_help_texts_are_the_same_as_the_packages(command: list[str]) -> None:
     env = {"COLUMNS": "100"}
     from_python = run([sys.executable, "-m", "drainhook", *command, "--help"], env)
