@@ -494,3 +494,14 @@ def test_several_targets_confirm_fast_only_when_every_one_answers_the_server() -
         clock.start = clock.now
         drain(Timeline(5.0, 25.0, 1.0, 1.0), read, t0=clock.now, clock=clock, sleep=clock.sleep)
         assert starts == pytest.approx([5.0, 5.0 + step])
+
+
+def test_a_read_d_cut_short_leaves_the_result_the_read_before_it() -> None:
+    """The read at 7.0 s has 0.3 s to D and times out there: it says only that D came.
+    The result keeps the busy read before it (its count, its reason), as the summary
+    and the termination message say it; the read is still counted."""
+    result, script, _ = run([BUSY], deadline=7.3, read_timeout=1.0, took=0.5)
+    assert script.starts == pytest.approx([5.0, 6.0, 7.0])
+    assert (result.outcome, result.reads) == (Outcome.DEADLINE, 3)
+    assert result.last is not None
+    assert (result.last.verdict, result.last.in_flight) == (BUSY, 3.0)

@@ -550,7 +550,8 @@ NSSWITCH = {
 def test_a_plain_name_resolves_through_the_images_hosts_file(tmp_path: Path, nsswitch: str) -> None:
     """The bundled glibc reads the image's /etc/hosts and /etc/nsswitch.conf; NSS
     modules the image names but the bundle lacks are skipped, not fatal. A name
-    missing from /etc/hosts is unreachable (exit 4), not a crash."""
+    missing from /etc/hosts is a wrong target (unknown, exit 3: CONTRACT §2), not a
+    crash."""
     _require()
     root = _bare(tmp_path, "nss")
     (root / "etc").mkdir()
@@ -568,7 +569,8 @@ def test_a_plain_name_resolves_through_the_images_hosts_file(tmp_path: Path, nss
             assert json.loads(done.stdout)["verdict"] == "idle"
         assert srv.connections == 2
         done = run_in(nss, ["probe", "--url", f"http://nowhere:{srv.port}/", "--allow-remote"])
-        assert done.code == 4, done.stderr  # unreachable
+        assert done.code == 3, done.stderr
+        assert "misconfigured: cannot connect: name resolution failed" in done.stdout
         assert "Traceback" not in done.stderr
         assert srv.connections == 2
 

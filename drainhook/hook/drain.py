@@ -121,14 +121,19 @@ def drain(
             if now < due:
                 wait_until(due)
                 continue
-            last = read(deadline - now)
+            got = read(deadline - now)
             reads += 1
-            on_read(clock() - t0, last)
-            if last.verdict is Verdict.UNREACHABLE:
+            on_read(clock() - t0, got)
+            # A read that D cut short says only that D came: the result keeps the
+            # read before it (its count and its reason: a wrong target's, say).
+            cut = deadline - now < timeline.read_timeout and clock() >= deadline
+            if last is None or not (cut and got.verdict is Verdict.UNKNOWN):
+                last = got
+            if got.verdict is Verdict.UNREACHABLE:
                 return result(Outcome.UNREACHABLE)
-            idle_run = idle_run + 1 if last.verdict is Verdict.IDLE else 0
+            idle_run = idle_run + 1 if got.verdict is Verdict.IDLE else 0
             if stall is not None:
-                found = stall.observe(now - t0, last)
+                found = stall.observe(now - t0, got)
                 if found is not None and idle_run == 0:
                     return result(Outcome.STALLED, stalled=found)
             if idle_run >= timeline.confirm:
@@ -136,6 +141,6 @@ def drain(
                 return result(Outcome.DRAINED)
             # Due a step after this read started (Cadence): a long read is followed
             # at once, and a late start still spaces the confirming reads.
-            due = now + cadence.after(last)
+            due = now + cadence.after(got)
     except Interrupted as exc:
         return result(Outcome.INTERRUPTED, exc.signum)

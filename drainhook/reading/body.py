@@ -1,5 +1,8 @@
 """A body as it arrives: gathered once into a bytearray, decoded a step at a time,
-never past the cap (CONTRACT §2: `--max-body`)."""
+never past the cap (CONTRACT §2: `--max-body`). A declared length is the
+bytearray's size from the start (over the cap: refused before a byte is read);
+without one it grows as the body comes, copied at the steps glibc's heap cannot
+extend in place (a 16 MiB body: about twice that for a moment)."""
 
 from __future__ import annotations
 
@@ -23,12 +26,19 @@ def gather(response: httpcore.Response, cap: int) -> bytearray:
         inflate = zlib.decompressobj()
     elif encoding not in ("", "identity"):
         raise NoBody(f"unsupported content-encoding {encoding[:40]!r}")
-    body = bytearray()
+    declared = _header(response, b"content-length").strip()
+    length = int(declared) if inflate is None and declared.isdigit() else 0
+    if length > cap:
+        raise NoBody(f"body over --max-body ({cap} bytes)")
+    body = bytearray(length)
+    size = 0
 
     def add(chunk: bytes) -> None:
-        if len(body) + len(chunk) > cap:
+        nonlocal size
+        if size + len(chunk) > cap:
             raise NoBody(f"body over --max-body ({cap} bytes)")
-        body.extend(chunk)
+        body[size : size + len(chunk)] = chunk
+        size += len(chunk)
 
     for raw in response.iter_stream():
         if inflate is None:
@@ -39,13 +49,14 @@ def gather(response: httpcore.Response, cap: int) -> bytearray:
         # second body's worth.
         while raw:
             try:
-                chunk = inflate.decompress(raw, min(_INFLATE_STEP, cap - len(body) + 1))
+                chunk = inflate.decompress(raw, min(_INFLATE_STEP, cap - size + 1))
             except zlib.error as exc:
                 raise NoBody(f"undecodable {encoding} body: {exc}") from None
             raw = inflate.unconsumed_tail
             add(chunk)
     if inflate is not None:
         add(inflate.flush())
+    del body[size:]  # (a declared length the body fell short of)
     return body
 
 
