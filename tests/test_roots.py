@@ -570,7 +570,7 @@ def test_a_plain_name_resolves_through_the_images_hosts_file(tmp_path: Path, nss
         assert srv.connections == 2
         done = run_in(nss, ["probe", "--url", f"http://nowhere:{srv.port}/", "--allow-remote"])
         assert done.code == 3, done.stderr
-        assert "misconfigured: cannot connect: name resolution failed" in done.stdout
+        assert "misconfigured: cannot connect: " in done.stdout  # (the lookup's own words vary)
         assert "Traceback" not in done.stderr
         assert srv.connections == 2
 

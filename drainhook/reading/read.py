@@ -13,7 +13,7 @@ import httpcore
 
 from drainhook.engines.exposition import MetricsScanner
 from drainhook.engines.verdict import Body, Reading, Scanner, Verdict
-from drainhook.reading.body import gather
+from drainhook.reading.body import BodyBuffer, gather
 from drainhook.reading.config import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT
 from drainhook.reading.deadline import Deadline, DeadlineBackend
 from drainhook.reading.failures import NoBody, classify, status_reason
@@ -107,16 +107,20 @@ class Reader:
         (what it raises passes through): the one place a failure becomes its verdict."""
         self._deadline.start(min(left, self._read_timeout))
         self._started = self._clock()
+        body = BodyBuffer()
         try:
-            body = self._fetch()
-        except NoBody as exc:
-            return Reading.failed(
-                Verdict.UNKNOWN, exc.reason, self._ms(), source=self.source, status=exc.status
-            )
-        except Exception as exc:
-            verdict, reason = classify(exc)
-            return Reading.failed(verdict, reason, self._ms(), source=self.source)
-        return parse(body, self._deadline.at)
+            try:
+                self._fetch(body)
+            except NoBody as exc:
+                return Reading.failed(
+                    Verdict.UNKNOWN, exc.reason, self._ms(), source=self.source, status=exc.status
+                )
+            except Exception as exc:
+                verdict, reason = classify(exc)
+                return Reading.failed(verdict, reason, self._ms(), source=self.source)
+            return parse(body.contents(), self._deadline.at)
+        finally:
+            body.close()
 
     def _scan(self, body: Body, until: float) -> Reading:
         """`read`'s parse: the scan is part of the read and ends by its deadline too."""
@@ -131,8 +135,8 @@ class Reader:
         """Milliseconds since the current read started."""
         return (self._clock() - self._started) * 1000.0
 
-    def _fetch(self) -> bytearray:
-        """The body, or raise why there is none to scan."""
+    def _fetch(self, body: BodyBuffer) -> None:
+        """Read the body into `body`, or raise why there is none to scan."""
         with self._pool.stream(
             b"GET", self._url, headers=self._headers, extensions=self._extensions
         ) as response:
@@ -140,4 +144,4 @@ class Reader:
             if not 200 <= status < 300:
                 raise NoBody(status_reason(status, self._answered), status)
             self._answered = True
-            return gather(response, self._max_body)
+            gather(response, body, self._max_body)
