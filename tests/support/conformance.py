@@ -520,8 +520,12 @@ EPISODES: dict[str, Episode] = {
                     streams=(),
                     health=200,
                     metrics=200,
-                    listener=Window(3.6, 4.5),  # the teardown, not N
-                    exit=Window(3.9, 4.8),
+                    # The teardown's time is the machine's (3.6-4.1 s on one, 4.98 and
+                    # 5.31 s on another, 5.35-5.81 s on a third): what a user relies
+                    # on is that it comes by itself, not at once (the default path's
+                    # < 1 s) and well before N (45 s), never at N.
+                    listener=Window(1.0, 9.0),
+                    exit=Window(1.0, 9.5),
                 ),
             ),
             shutdown_timeout=FIELD_N,
