@@ -42,7 +42,7 @@ def main() -> None:
         failsafe.hold_plain(line, argv, start_time())
 
     try:
-        signals.arm()
+        signals.catch("raise")
         code = run(argv, hold=hold if failsafe.is_wait(argv) else None)
     except Interrupted as exc:
         signals.disarm()

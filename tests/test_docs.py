@@ -17,6 +17,7 @@ import sys
 import types
 import typing
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ import yaml
 from drainhook import exits
 from drainhook.cli.main import all_commands
 from drainhook.hook.config import DEFAULT_GRACE
-from drainhook.hook.timeline import TIMELINE_RULES
+from drainhook.hook.timeline import TIMELINE_RULES, PlanWarning
 from drainhook.planning import plan as planning
 from drainhook.planning.render import render as render_plan
 from tests.support.docparts import names, part
@@ -91,7 +92,7 @@ def test_timeline_svg_draws_other_plans() -> None:
         svg = render(json.loads(render_plan(plan, "json")))
         root = ET.fromstring(svg)
         assert root.get("height") and float(root.get("height", "0")) > 0
-        assert f"{plan.kill:g} s" in svg
+        assert f"{plan.at.kill:g} s" in svg
 
 
 def test_command_reference_is_current() -> None:
@@ -150,11 +151,11 @@ def test_every_plan_warning_is_documented() -> None:
     text = part(OPERATIONS, "plan-warnings")
     for code in expected:
         assert f"`{code}`" in text, f"docs/operations.md does not explain {code}"
-    assert expected == {rule(p).code for rule, p in _firing()}  # every rule of the table
+    assert expected == {w.code for _, w, _ in _firing()}  # every rule of the tables
 
 
-def _firing() -> list[tuple[planning.Rule, planning.Plan]]:
-    """One plan each rule fires on."""
+def _firing() -> list[tuple[Callable[..., object], PlanWarning, bool]]:
+    """Each rule, what it says on a plan it fires on, and whether `wait` logs it."""
     plans = [
         planning.make_plan(planning.wait_config(**flags), role)  # type: ignore[arg-type]
         for role, flags in (
@@ -170,7 +171,9 @@ def _firing() -> list[tuple[planning.Rule, planning.Plan]]:
         )
     ]
     plans.append(planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2))
-    return [(rule, next(p for p in plans if rule(p) is not None)) for rule in planning.RULES]
+    logged = [(r, next(w for p in plans if (w := r(p.at))), True) for r in TIMELINE_RULES]
+    advice = [(r, next(w for p in plans if (w := r(p))), False) for r in planning.ADVICE_RULES]
+    return [*logged, *advice]
 
 
 def test_which_warnings_wait_logs_is_documented() -> None:
@@ -182,9 +185,8 @@ def test_which_warnings_wait_logs_is_documented() -> None:
             r"^\| `([a-z-]+)` \|(?:[^|]*\|){2} ([^|]*) \|", part(OPERATIONS, "plan-warnings"), re.M
         )
     }
-    timeline = {rule(p).code for rule, p in _firing() if rule in TIMELINE_RULES}
-    for code in (rule(p).code for rule, p in _firing()):
-        assert rows[code].strip() == ("logged" if code in timeline else "—"), code
+    for _, warning, logged in _firing():
+        assert rows[warning.code].strip() == ("logged" if logged else "—"), warning.code
 
 
 # -- links ------------------------------------------------------------------------------
@@ -294,10 +296,9 @@ def test_plan_help_names_every_warning_from_its_rule() -> None:
     """`plan --help` is generated from RULES: each rule's docstring is `code: when`
     with the code it fires with, and the help lists every one."""
     text = " ".join(planning.help_text().split())
-    for rule, p in _firing():
+    for rule, fired, _ in _firing():
         doc = " ".join((rule.__doc__ or "").split())
-        fired = rule(p)
-        assert fired is not None and doc.split(":")[0] == fired.code, rule
+        assert doc.split(":")[0] == fired.code, rule
         assert doc in text, fired.code
 
 

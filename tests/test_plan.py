@@ -46,34 +46,34 @@ def codes(plan: planning.Plan) -> set[str]:
 
 def test_default_timeline() -> None:
     p = make()
-    assert (p.settle_end, p.first_read, p.idle_return) == (5, 5, 6)
-    assert (p.deadline, p.sigterm_latest, p.kill) == (25, 25, 30)
-    assert p.idle_drains
-    assert p.reads_max == 20  # t = 5, 6, ..., 24
+    assert (p.at.settle_end, p.at.first_read, p.at.idle_return) == (5, 5, 6)
+    assert (p.at.deadline, p.at.sigterm_latest, p.at.kill) == (25, 25, 30)
+    assert p.at.idle_drains
+    assert p.at.reads_max == 20  # t = 5, 6, ..., 24
     assert p.warnings == ()
     assert p.command == ("/usr/local/bin/drainhook", "wait", "--grace", "30")
 
 
 def test_deadline_is_the_hooks_own() -> None:
     """D comes from WaitConfig.deadline: min(G - R, max-wait)."""
-    assert make(grace=60.0, exit_reserve=10.0).deadline == 50
-    assert make(grace=60.0, max_wait=20.0).deadline == 20
+    assert make(grace=60.0, exit_reserve=10.0).at.deadline == 50
+    assert make(grace=60.0, max_wait=20.0).at.deadline == 20
     p = make(grace=60.0, max_wait=20.0)
-    assert p.deadline == p.config.deadline
-    assert p.kill == 60  # the engine gets all of D..G
+    assert p.at.deadline == p.config.deadline
+    assert p.at.kill == 60  # the engine gets all of D..G
 
 
 def test_linger_moves_the_idle_return_but_never_past_d() -> None:
-    assert make(linger=3.0).idle_return == 9
-    assert make(linger=100.0).idle_return == 25
+    assert make(linger=3.0).at.idle_return == 9
+    assert make(linger=100.0).at.idle_return == 25
 
 
 def test_a_settle_past_the_deadline_means_no_read() -> None:
     p = make(grace=10.0, exit_reserve=5.0, settle=6.0)
-    assert p.first_read is None
-    assert p.settle_end == 5  # clipped to D
-    assert p.reads_max == 0
-    assert not p.idle_drains and p.idle_return == 5
+    assert p.at.first_read is None
+    assert p.at.settle_end == 5  # clipped to D
+    assert p.at.reads_max == 0
+    assert not p.at.idle_drains and p.at.idle_return == 5
     assert codes(p) == {"grace-range", "settle-past-deadline"}  # not no-room: no read at all
     (w,) = [w for w in p.warnings if w.code == "settle-past-deadline"]
     assert "S = 6s" in w.message and "D = 5s" in w.message and "not a single read" in w.message
@@ -90,7 +90,7 @@ def test_a_settle_past_the_deadline_means_no_read() -> None:
 )
 def test_settle_past_deadline_is_no_first_read(flags: dict[str, float], fires: bool) -> None:
     p = make(**flags)
-    assert (p.first_read is None) is fires
+    assert (p.at.first_read is None) is fires
     assert ("settle-past-deadline" in codes(p)) is fires
     assert "no-room" not in codes(p) if fires else "no-room" in codes(p)
 
@@ -98,8 +98,8 @@ def test_settle_past_deadline_is_no_first_read(flags: dict[str, float], fires: b
 def test_an_exit_reserve_under_two_seconds_moves_the_kill() -> None:
     """The kubelet leaves at least 2 s between SIGTERM and SIGKILL."""
     p = make(exit_reserve=0.5)
-    assert p.deadline == 29.5
-    assert p.kill == 31.5
+    assert p.at.deadline == 29.5
+    assert p.at.kill == 31.5
     assert "exit-reserve-short" in codes(p)
 
 
@@ -137,7 +137,7 @@ def test_plan_agrees_with_the_drain_loop(flags: dict[str, float]) -> None:
     one at D after reads_max reads. The loop's own end at D is EXIT_ALLOWANCE early,
     so that the process is gone by D."""
     p = make(**flags)
-    loop_deadline = max(0.0, p.deadline - EXIT_ALLOWANCE)
+    loop_deadline = max(0.0, p.at.deadline - EXIT_ALLOWANCE)
     for verdict in (Verdict.IDLE, Verdict.BUSY):
         clock = FakeClock()
         result = drain(
@@ -148,13 +148,13 @@ def test_plan_agrees_with_the_drain_loop(flags: dict[str, float]) -> None:
             sleep=clock.sleep,
         )
         if verdict is Verdict.IDLE:
-            returns = p.idle_return if p.idle_drains else loop_deadline
+            returns = p.at.idle_return if p.at.idle_drains else loop_deadline
             assert result.elapsed == pytest.approx(min(returns, loop_deadline))
-            assert result.outcome is (Outcome.DRAINED if p.idle_drains else Outcome.DEADLINE)
+            assert result.outcome is (Outcome.DRAINED if p.at.idle_drains else Outcome.DEADLINE)
         else:
             assert result.elapsed == pytest.approx(loop_deadline)
             assert result.outcome is Outcome.DEADLINE
-            assert result.reads == p.reads_max
+            assert result.reads == p.at.reads_max
 
 
 # -- the warnings --------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_json_names_the_engine_args_its_advice_gives(
 
 
 def test_each_rule_owns_one_code_and_fires_alone() -> None:
-    # A rule is one entry of RULES: each gives its own code, and a plan with
+    # A rule is one entry of the two tables: each gives its own code, and a plan with
     # nothing wrong (the defaults, engine auto, unified) hears from none of them.
     assert make().warnings == ()
     owned: dict[str, str] = {}
@@ -288,12 +288,14 @@ def test_each_rule_owns_one_code_and_fires_alone() -> None:
         make(stall_after=30.0), make(interval=0.05),
         planning.make_plan(planning.wait_config(engine="vllm"), api_servers=2),
     ]  # fmt: skip
+    rules = [*timeline.TIMELINE_RULES, *planning.ADVICE_RULES]
     for plan in cases:
-        for rule in planning.RULES:
-            found = rule(plan)
-            if found is not None:
-                assert owned.setdefault(found.code, rule.__name__) == rule.__name__
-    assert len(owned) == len(planning.RULES)
+        found = [(r, r(plan.at)) for r in timeline.TIMELINE_RULES]
+        found += [(r, r(plan)) for r in planning.ADVICE_RULES]
+        for rule, warning in found:
+            if warning is not None:
+                assert owned.setdefault(warning.code, rule.__name__) == rule.__name__
+    assert len(owned) == len(rules)
 
 
 def test_the_rules_read_a_wait_config_as_wait_builds_it() -> None:
@@ -329,8 +331,10 @@ def test_warnings_name_the_numbers() -> None:
 def test_timeline_rules_and_advice_rules_split_the_table() -> None:
     """`wait` logs TIMELINE_RULES only: every rule is in exactly one of the two, and
     the engine and role advice (about the Pod spec, not the run) is not logged."""
-    assert planning.RULES == timeline.TIMELINE_RULES + planning.ADVICE_RULES
-    assert len(set(planning.RULES)) == len(planning.RULES)
+    rules = {r.__name__ for r in timeline.TIMELINE_RULES} | {
+        r.__name__ for r in planning.ADVICE_RULES
+    }
+    assert len(rules) == len(timeline.TIMELINE_RULES) + len(planning.ADVICE_RULES)
     everything = planning.wait_config(grace=7.0, settle=6.0, exit_reserve=1.0, engine="vllm")
     assert {w.code for w in timeline.timeline_warnings(everything)} == {
         "grace-range",
@@ -388,11 +392,11 @@ def test_apply_advice_values(role: str, flags: dict[str, object], grace: int, re
     c = done.plan.config
     assert (c.grace, c.exit_reserve) == (grace, reserve)
     assert not {"sglang-exit", "sglang-pd-exit"} & codes(done.plan)  # it follows its advice
-    assert c.deadline >= min(given.deadline, 25)  # the time to drain is never taken
+    assert c.deadline >= min(given.at.deadline, 25)  # the time to drain is never taken
     changed = {ch.field: (ch.given, ch.applied) for ch in done.changes}
     expect = {}
-    if grace != given.grace:
-        expect["grace"] = (given.grace, grace)
+    if grace != given.at.grace:
+        expect["grace"] = (given.at.grace, grace)
     if reserve != given.config.exit_reserve:
         expect["exit_reserve"] = (given.config.exit_reserve, reserve)
     assert changed == expect
@@ -417,7 +421,7 @@ def test_evidence_replaces_g_for_the_applied_reserve_then_the_floors_act() -> No
 
     done = planning.apply_advice(make("decode", engine="sglang"), evidence)
     assert seen == [20]  # G from evidence is computed with the R the advice chose
-    assert done.plan.grace == 45  # 5 + 1 + 20 = 26, raised to the SGLang floor
+    assert done.plan.at.grace == 45  # 5 + 1 + 20 = 26, raised to the SGLang floor
     (r, g) = done.changes
     assert (g.field, g.given, g.applied) == ("grace", 30, 45)
     assert g.because[0] == "observed: the evidence"

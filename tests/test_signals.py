@@ -198,9 +198,9 @@ def test_sigterm_right_after_spawn(entry: list[str]) -> None:
 SWALLOWED = """
 import os, signal, sys, time
 from drainhook.hook import signals
-from drainhook.hook.drain import Interrupted
+from drainhook.hook.signals import Interrupted
 
-signals.arm()
+signals.catch("raise")
 
 class Finalized:
     def __del__(self):

@@ -17,7 +17,7 @@ from drainhook.errors import UsageError
 
 
 class _PlanCommand(click.Command):
-    """plan: its help lists its warnings from plan.RULES, imported only when the
+    """plan: its help lists its warnings from the rules, imported only when the
     help is shown (the hook's own start never loads the planning tools)."""
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

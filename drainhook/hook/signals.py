@@ -1,79 +1,65 @@
-"""SIGTERM and SIGINT end the hook (CONTRACT §5); SIGHUP is ignored. Until `arm`, a
-signal ends the process at once (an exception raised mid-import could be swallowed).
-Armed, the first raises `Interrupted` (143 / 130), later ones are ignored; one that a
-finalizer swallowed is raised again by SIGALRM once it returns (tests/test_signals.py)."""
+"""SIGTERM and SIGINT end the hook (CONTRACT §5); SIGHUP is ignored. Until armed, and
+while a failed hook holds, a signal ends the process at once. Armed, the first raises
+`Interrupted` (143 / 130), later ones are ignored, and SIGALRM raises again one that a
+finalizer swallowed, once the finalizer returns (tests/test_signals.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
+import types
+from typing import Literal
 
 from drainhook import exits, failsafe
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_armed = _in_hook = False
-_swallowed: int = signal.SIGTERM
+_then: Literal["exit", "raise", "ignore"] = "exit"
+_swallowed: Interrupted | None = None
 
 
+@dataclasses.dataclass
 class Interrupted(BaseException):
     """A signal; not an Exception, so that no `except Exception` swallows it."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+    signum: int
 
 
-def _exit_now(signum: int, _frame: object) -> None:
-    failsafe.say(f"drainhook: interrupted by {signal.Signals(signum).name} while starting")
-    os._exit(exits.interrupted(signum))
-
-
-def catch() -> None:
-    """Until `arm`, and while a failed hook holds: a signal ends the process at once."""
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    for signum in SIGNALS:
-        signal.signal(signum, _exit_now)
-
-
-def _raise(signum: int, _frame: object) -> None:
-    global _armed
-    if _armed:
-        _armed = False  # later signals, while the hook finishes, are ignored
+def _handle(signum: int, frame: types.FrameType | None) -> None:
+    global _then
+    if signum == signal.SIGALRM and frame is not None and frame.f_code is _swallow.__code__:
+        signal.setitimer(signal.ITIMER_REAL, 0.001)  # not yet out of the unraisable hook
+    elif signum == signal.SIGALRM and _swallowed is not None:
+        raise _swallowed
+    elif _then == "exit":
+        failsafe.say(f"drainhook: interrupted by {signal.Signals(signum).name} while starting")
+        os._exit(exits.interrupted(signum))
+    elif _then == "raise":
+        _then = "ignore"
         raise Interrupted(signum)
 
 
-def _again(args: sys.UnraisableHookArgs) -> None:
-    global _armed, _in_hook, _swallowed
-    if not isinstance(args.exc_value, Interrupted):
-        sys.__unraisablehook__(args)
-        return
-    _in_hook, _armed, _swallowed = True, True, args.exc_value.signum
-    signal.setitimer(signal.ITIMER_REAL, 0.001)
-    _in_hook = False  # the last statement: no handler runs between it and the return
-
-
-def _alarm(_signum: int, frame: object) -> None:
-    if _in_hook:
-        signal.setitimer(signal.ITIMER_REAL, 0.001)  # not yet out of the finalizer
+def _swallow(args: sys.UnraisableHookArgs) -> None:
+    global _swallowed
+    if isinstance(args.exc_value, Interrupted):
+        _swallowed = args.exc_value
+        signal.setitimer(signal.ITIMER_REAL, 0.001)
     else:
-        _raise(_swallowed, frame)
+        sys.__unraisablehook__(args)
 
 
-def arm() -> None:
-    """Raise Interrupted on the next SIGTERM or SIGINT."""
-    global _armed
-    sys.unraisablehook = _again
-    signal.signal(signal.SIGALRM, _alarm)
-    for signum in SIGNALS:
-        signal.signal(signum, _raise)
-    _armed = True
+def catch(then: Literal["exit", "raise"] = "exit") -> None:
+    """Install the handlers: a signal ends the process (`exit`) or raises once."""
+    global _then
+    _then = then
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    for signum in (*SIGNALS, signal.SIGALRM):
+        signal.signal(signum, _handle)
+    sys.unraisablehook = _swallow
 
 
 def disarm(hold: bool = False) -> None:
-    """Stop raising: the hook is writing its summary; or it holds after a failure
-    (`hold`), which a signal ends at once, where the entry point armed."""
-    global _armed
-    _armed = False
-    if hold and signal.getsignal(signal.SIGTERM) is _raise:
-        catch()
+    """Stop raising: the hook writes its summary, or holds after a failure (`hold`)."""
+    global _then
+    _then = "exit" if hold else "ignore"

@@ -1,6 +1,7 @@
 """`drainhook plan`: the timeline of CONTRACT §1 for given values, with warnings
 and advice (§4). Pure: a `WaitConfig` (what `wait` runs on) plus a role and a
-binary in, a `Plan` out (`make_plan`); the warnings a table of rules (`RULES`);
+binary in, a `Plan` out (`make_plan`); the warnings two tables of rules (the
+timeline's, `ADVICE_RULES`);
 `apply_advice`, the one place that decides the values the fragment carries;
 `engine_flags`, the engine's own flags the advice names. render.py writes it.
 """
@@ -50,10 +51,11 @@ VLLM_SHUTDOWN_TIMEOUT_SINCE = "0.18"
 
 
 @dataclass(frozen=True)
-class Plan(Instants):
-    """The instants of one timeline (timeline.Instants), for an engine's role and
-    the hook's path in the container."""
+class Plan:
+    """The instants of one timeline, for an engine's role and the hook's path in the
+    container."""
 
+    at: Instants
     role: str = "unified"
     binary: str = DEFAULT_BINARY
     known_engine: str | None = None  # the engine when known otherwise (plan --observe)
@@ -64,8 +66,14 @@ class Plan(Instants):
 
     @property
     def warnings(self) -> tuple[PlanWarning, ...]:
-        """What RULES find wrong with this plan, in their order."""
-        return tuple(w for rule in RULES if (w := rule(self)) is not None)
+        """What the timeline's rules, then the advice's, find wrong with this plan."""
+        found = [rule(self.at) for rule in TIMELINE_RULES]
+        found += [rule(self) for rule in ADVICE_RULES]
+        return tuple(w for w in found if w is not None)
+
+    @property
+    def config(self) -> WaitConfig:
+        return self.at.config
 
     @property
     def engine(self) -> str:
@@ -139,23 +147,12 @@ def make_plan(
     the engine when something other than --engine showed it (a latency histogram)."""
     check_role(role)
     config.check()
-    t = instants(config)
-    return Plan(
-        t.config,
-        t.first_read,
-        t.idle_return,
-        t.idle_drains,
-        t.reads_max,
-        role,
-        binary,
-        known_engine,
-        api_servers=api_servers,
-    )
+    return Plan(instants(config), role, binary, known_engine, api_servers=api_servers)
 
 
-# The warnings: one function each, `(plan) -> PlanWarning | None`, in the order
-# `plan` prints them (RULES); a rule's `fixes` are applied by `apply_advice`, and its
-# docstring, `code: when` on one line, is what `plan --help` lists.
+# The advice: one function each, `(plan) -> PlanWarning | None`, in the order `plan`
+# prints them (ADVICE_RULES, after the timeline's); a rule's `fixes` are applied by
+# `apply_advice`, and its docstring, `code: when` on one line, is what `plan --help` lists.
 Rule = Callable[[Plan], PlanWarning | None]
 
 
@@ -180,7 +177,7 @@ def _sglang_reserve(
 ) -> PlanWarning | None:
     """R rises to exit_s; G rises by as much, so that the time left to drain (D)
     stays what it was, and to least_g at least."""
-    g, r, role = plan.grace, plan.config.exit_reserve, plan.role
+    g, r, role = plan.at.grace, plan.config.exit_reserve, plan.role
     if r >= exit_s and g >= least_g:
         return None
     new_r = max(r, exit_s)
@@ -192,7 +189,7 @@ def _sglang_reserve(
     if new_r != r:
         fixes.append(Fix("exit_reserve", new_r, needs))
     if new_g != g:
-        rises = f"G rises with R, so that D stays {seconds(plan.deadline)}"
+        rises = f"G rises with R, so that D stays {seconds(plan.at.deadline)}"
         least = f"an SGLang {server} needs G >= {seconds(least_g)}"
         fixes.append(Fix("grace", new_g, rises if kept >= least_g and new_r != r else least))
     return PlanWarning(
@@ -223,14 +220,14 @@ def _stall_after_deadline(plan: Plan) -> PlanWarning | None:
     # Only a W given (--stall-after, DRAINHOOK_STALL_AFTER): the default W with a
     # G too short for it is no mistake, and the timeline shows it off.
     c = plan.config
-    if c.stall_after is None or c.stall_after <= 0 or plan.stall_earliest is not None:
+    if c.stall_after is None or c.stall_after <= 0 or plan.at.stall_earliest is not None:
         return None
-    start = plan.first_read if plan.first_read is not None else c.settle
+    start = plan.at.first_read if plan.at.first_read is not None else c.settle
     return PlanWarning(
         "stall-after-deadline",
         f"--stall-after W = {seconds(c.stall_after)} cannot end the hook: the first read at "
         f"{seconds(start)} plus W is {seconds(start + c.stall_after)}, not before "
-        f"D = {seconds(plan.deadline)}",
+        f"D = {seconds(plan.at.deadline)}",
         "a stalled engine then holds the replica to D as a busy one does; lower "
         "--stall-after (above the longest healthy flat stretch) or raise G",
     )
@@ -298,11 +295,10 @@ ADVICE_RULES: tuple[Rule, ...] = (
     _vllm_shutdown_timeout,
     _vllm_api_servers,
 )
-RULES: tuple[Rule, ...] = TIMELINE_RULES + ADVICE_RULES
 
 
 def help_text() -> str:
-    """`plan --help`: what it shows, and the warnings, listed from RULES."""
+    """`plan --help`: what it shows, and the warnings, listed from the rules."""
 
     def when(rules: Sequence[Callable[..., object]]) -> str:
         return "; ".join((rule.__doc__ or "").strip() for rule in rules)
@@ -371,7 +367,7 @@ def apply_advice(plan: Plan, evidence: Evidence | None = None) -> Applied:
     found = evidence(current.config) if evidence is not None else None
     if found is not None:
         grace, how = found
-        if grace != current.grace:
+        if grace != current.at.grace:
             reasons["grace"] = [f"observed: {how}"]  # replaces the fixes' G
             current = _with(current, grace=grace)
         # The rules then know that G covers the observed requests.

@@ -70,19 +70,19 @@ def to_json(
         "stall_after": json_number(c.stall_window),
         "instants": {
             "hook_start": 0,
-            "settle_end": json_number(plan.settle_end),
-            "first_read": None if plan.first_read is None else json_number(plan.first_read),
-            "idle_return": json_number(plan.idle_return),
+            "settle_end": json_number(plan.at.settle_end),
+            "first_read": None if plan.at.first_read is None else json_number(plan.at.first_read),
+            "idle_return": json_number(plan.at.idle_return),
             "stall_earliest": (
-                None if plan.stall_earliest is None else json_number(plan.stall_earliest)
+                None if plan.at.stall_earliest is None else json_number(plan.at.stall_earliest)
             ),
-            "deadline": json_number(plan.deadline),
-            "sigterm_latest": json_number(plan.sigterm_latest),
-            "kill": json_number(plan.kill),
+            "deadline": json_number(plan.at.deadline),
+            "sigterm_latest": json_number(plan.at.sigterm_latest),
+            "kill": json_number(plan.at.kill),
         },
-        "idle_outcome": "drained" if plan.idle_drains else "deadline",
-        "reads_max": plan.reads_max,
-        "exit_window": json_number(plan.kill - plan.sigterm_latest),
+        "idle_outcome": "drained" if plan.at.idle_drains else "deadline",
+        "reads_max": plan.at.reads_max,
+        "exit_window": json_number(plan.at.kill - plan.at.sigterm_latest),
         "termination_grace_period_seconds": int(c.grace) if c.grace == int(c.grace) else None,
         "command": list(plan.command),
         "warnings": warnings_json((*plan.warnings, *more)),
@@ -121,50 +121,53 @@ def applied_json(applied: Applied) -> dict[str, object]:
 def to_text(plan: Plan) -> str:
     """The timeline as a person reads it, then the preStop command and the warnings."""
     c = plan.config
-    d = plan.deadline
+    d = plan.at.deadline
     rows: list[tuple[str, str]] = [
         ("t=0", "hook starts; the kubelet's grace countdown starts too"),
-        (f"0..{seconds(plan.settle_end)}", "settle: the engine keeps serving untouched"),
+        (f"0..{seconds(plan.at.settle_end)}", "settle: the engine keeps serving untouched"),
     ]
-    if plan.first_read is not None:
+    if plan.at.first_read is not None:
         rows.append(
             (
-                f"t={seconds(plan.first_read)}",
+                f"t={seconds(plan.at.first_read)}",
                 f"first read of /metrics, then one every {seconds(c.interval)}, every "
                 f"{seconds(c.interval / 4)} while the work drains "
-                f"({plan.reads_max} before D at the slower step)",
+                f"({plan.at.reads_max} before D at the slower step)",
             )
         )
         word = "read" if c.confirm == 1 else f"{c.confirm} idle reads in a row"
         linger = f", then --linger {seconds(c.linger)}" if c.linger else ""
-        if plan.idle_drains:
-            fast = plan.settle_end + (c.confirm - 1) * c.interval / 4
+        if plan.at.idle_drains:
+            fast = plan.at.settle_end + (c.confirm - 1) * c.interval / 4
             what = (
                 f"an idle engine's hook returns ({word}{linger}; from "
                 f"t={seconds(fast)} when the server's count or connections read the zero)"
             )
-            rows.append((f"t={seconds(plan.idle_return)}", what))
+            rows.append((f"t={seconds(plan.at.idle_return)}", what))
     w = c.stall_window
-    if plan.stall_earliest is not None:
+    if plan.at.stall_earliest is not None:
         what = (
             f"earliest `stalled` return (exit 5): work reported, no progress for W = {seconds(w)}"
         )
-        rows.append((f"t={seconds(plan.stall_earliest)}", what))
+        rows.append((f"t={seconds(plan.at.stall_earliest)}", what))
     rule = "min(G - R, max-wait)" if c.max_wait is not None else "G - R"
     kill_rule = (
-        "G" if plan.kill == c.grace else f"D + {seconds(KUBELET_MIN_STOP)}, the kubelet's least"
+        "G" if plan.at.kill == c.grace else f"D + {seconds(KUBELET_MIN_STOP)}, the kubelet's least"
     )
     rows += [
         (f"t={seconds(d)}", f"deadline D = {rule}: the hook returns by now, busy or not"),
-        (f"t={seconds(plan.sigterm_latest)}", "SIGTERM at the latest (sent when the hook returns)"),
         (
-            f"{seconds(plan.sigterm_latest)}..{seconds(plan.kill)}",
-            f"the engine exits ({seconds(plan.kill - plan.sigterm_latest)})",
+            f"t={seconds(plan.at.sigterm_latest)}",
+            "SIGTERM at the latest (sent when the hook returns)",
         ),
-        (f"t={seconds(plan.kill)}", f"the kubelet kills the container ({kill_rule})"),
+        (
+            f"{seconds(plan.at.sigterm_latest)}..{seconds(plan.at.kill)}",
+            f"the engine exits ({seconds(plan.at.kill - plan.at.sigterm_latest)})",
+        ),
+        (f"t={seconds(plan.at.kill)}", f"the kubelet kills the container ({kill_rule})"),
     ]
-    if plan.stall_earliest is None and w > 0 and plan.first_read is not None:
-        late = plan.first_read + w
+    if plan.at.stall_earliest is None and w > 0 and plan.at.first_read is not None:
+        late = plan.at.first_read + w
         what = f"stall detection off: first read + W = {seconds(late)}, not before D"
         rows.append((f"W={seconds(w)}", what))
     width = max(len(when) for when, _ in rows)
@@ -400,7 +403,7 @@ def observe_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     mine = recommend(c, observed, rec.quantile)  # for the fragment's own S, R and G
     notes = [f"# observed: {count_text(observed.requests)} in {observed.histogram.name}"]
     if mine.grace is None or mine.latency is None:
-        kept = "keeps" if c.grace == plan.grace else "has"
+        kept = "keeps" if c.grace == plan.at.grace else "has"
         notes.append(f"# no recommended G: the fragment {kept} --grace {number(c.grace)}")
     elif not any(ch.field == "grace" for ch in done.changes):
         notes.append(f"# {formula(c, mine)}")  # else the change names it
