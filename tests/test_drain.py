@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import pytest
 
 from drainhook.engines.verdict import Reading, Signals, Verdict
+from drainhook.hook.config import Timeline
 from drainhook.hook.drain import Interrupted, Outcome, Result, drain
-from drainhook.hook.timeline import Timeline
 
 IDLE, BUSY, UNKNOWN, UNREACHABLE = Verdict.IDLE, Verdict.BUSY, Verdict.UNKNOWN, Verdict.UNREACHABLE
 T0 = 1000.0

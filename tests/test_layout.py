@@ -6,15 +6,15 @@ module falls under the rule of the room it is put in.
 
     drainhook/            errors, exits, numfmt, build_info: the shared vocabulary
       engines/            what a body means (the gauge table, the scanners, verdicts)
-      reading/            where and how to read (targets, HTTP, rounds, discovery)
+      reading/            where and how to read (targets, HTTP, rounds, /proc)
       hook/               the run (the loop, stall watch, signals, log, exit)
       planning/           advice: beside the hook, never under it
       cli/                the command line, which wires them all
 
 A room imports only from the rooms below it; hook/, reading/ and engines/
 import nothing from planning/ or cli/; no module imports another's private
-name. The simulated engine (sim/) and the rehearsal live beside the package:
-only `demo` imports the first, and the binary carries neither.
+name; no module imports itself however far round (no circle). The simulated
+engine (sim/) and the rehearsal live beside the package; the binary carries neither.
 """
 
 from __future__ import annotations
@@ -134,7 +134,41 @@ def test_the_package_never_imports_the_simulator_or_the_rehearsal() -> None:
                 else []
             )
             found = [n for n in names if n.split(".")[0] in ("sim", "rehearsal")]
-            assert found == [] or (path.name == "advice.py" and found == ["sim"]), path
+            assert found == [], path
+
+
+def circles(found: list[Edge]) -> list[list[str]]:
+    """Every import circle, as the modules round it (a depth-first walk)."""
+    graph: dict[str, set[str]] = {}
+    for e in found:
+        graph.setdefault(e.source, set()).add(e.target)
+    out: list[list[str]] = []
+    done: set[str] = set()
+
+    def walk(module: str, path: list[str]) -> None:
+        if module in path:
+            out.append(path[path.index(module) :])
+        elif module not in done:
+            for target in sorted(graph.get(module, ())):
+                walk(target, [*path, module])
+            done.add(module)
+
+    for module in sorted(graph):
+        walk(module, [])
+    return out
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    assert circles(edges()) == []
+
+
+def test_the_circle_rule_sees_a_circle(tmp_path: Path) -> None:
+    copy = tmp_path / "drainhook"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "hook" / "x.py").write_text("def f():\n    from drainhook.hook import run\n")
+    with (copy / "hook" / "run.py").open("a") as run:
+        run.write("from drainhook.hook import x\n")
+    assert circles(edges(copy)) == [["drainhook.hook.run", "drainhook.hook.x"]]
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,9 @@ import json
 import pytest
 
 from drainhook.engines.verdict import Reading, Signals, Verdict
+from drainhook.hook.config import Timeline
 from drainhook.hook.drain import Outcome, drain
 from drainhook.hook.log import HEARTBEAT, Log
-from drainhook.hook.timeline import Timeline
 from tests.support.clock import Clock
 from tests.support.loopback import Loopback, serve
 from tests.support.process import Hook, base_env

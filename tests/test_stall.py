@@ -18,10 +18,10 @@ import pytest
 from drainhook.engines.exposition import scan
 from drainhook.engines.loads import scan_loads
 from drainhook.engines.verdict import Progress, Reading, Series, Verdict
+from drainhook.hook.config import Timeline
 from drainhook.hook.drain import Outcome, drain
 from drainhook.hook.run import exit_code
 from drainhook.hook.stall import Stall, StallWatch
-from drainhook.hook.timeline import Timeline
 from drainhook.reading.sources import EngineReader
 from tests.support.clock import Clock
 from tests.support.loopback import sample

@@ -11,7 +11,6 @@ import click
 from click.core import ParameterSource
 
 from drainhook.cli.flags import DURATION, Parsed, option, target_options, timeline_options
-from drainhook.cli.main import wait
 from drainhook.cli.settings import reach_of
 from drainhook.errors import UsageError
 
@@ -100,7 +99,7 @@ def plan(
     **params: Parsed,
 ) -> int:
     from drainhook.planning import plan as planning
-    from drainhook.planning.render import render
+    from drainhook.planning.render import observe_render, render
 
     config = planning.wait_config(**{name: params[name] for name in planning.TIMELINE})
     if observe or from_file:
@@ -110,7 +109,7 @@ def plan(
         request = ObserveRequest(
             config, role, binary, output, reach, from_file, quantile, window, params["max_body"]
         )
-        click.echo(run_observe(request), nl=False)
+        click.echo(observe_render(*run_observe(request), output), nl=False)
         return 0
     observe_only = [p.name for p in ctx.command.params if p.name in params]
     observe_only = [n for n in observe_only if n not in planning.TIMELINE] + ["quantile", "window"]
@@ -199,5 +198,8 @@ def inject(
             "image-volume --image REF (Kubernetes >= 1.35) or init --image REF (any "
             "cluster); upstream engine images hold no drainhook"
         )
-    params = tuple(wait.params)
+    ctx = click.get_current_context()  # wait's flags, from the group that holds both
+    group = ctx.find_root().command
+    wait = group.get_command(ctx, "wait") if isinstance(group, click.Group) else None
+    params = tuple(wait.params) if wait is not None else ()
     return run_inject(paths, Options(via, image, binary, container, engine, engine_version, params))

@@ -13,7 +13,6 @@ from drainhook.errors import UsageError
 from drainhook.failsafe import DEFAULT_EXIT_RESERVE as DEFAULT_EXIT_RESERVE
 from drainhook.failsafe import DEFAULT_GRACE as DEFAULT_GRACE
 from drainhook.failsafe import EXIT_ALLOWANCE as EXIT_ALLOWANCE
-from drainhook.hook.timeline import Timeline
 from drainhook.reading.config import ReadConfig, positive
 
 DEFAULT_SETTLE = 5.0
@@ -23,6 +22,18 @@ DEFAULT_LINGER = 0.0
 # W of CONTRACT §2b (--stall-after): longer than a healthy engine's longest flat
 # stretch, under the engines' own watchdogs (docs/design.md, §2b, has the numbers).
 DEFAULT_STALL_AFTER = 120.0
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Seconds from t0 (the hook's start): settle S, deadline D, and the read cadence."""
+
+    settle: float
+    deadline: float
+    interval: float
+    read_timeout: float
+    confirm: int = 2
+    linger: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from drainhook.engines.verdict import Reading, Verdict
 from drainhook.failsafe import sleep_until
+from drainhook.hook.config import Timeline
 from drainhook.hook.signals import Interrupted
 from drainhook.hook.stall import Stall, StallWatch
-from drainhook.hook.timeline import Timeline
 
 
 class Outcome(str, enum.Enum):

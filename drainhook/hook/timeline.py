@@ -8,12 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from drainhook.hook.config import WaitConfig
 from drainhook.numfmt import seconds
-
-if TYPE_CHECKING:
-    from drainhook.hook.config import WaitConfig
 
 # A grace below 15 s leaves no room to settle, read and exit; above an hour, a
 # drain outlasts what node drains allow (the cluster autoscaler's default
@@ -26,18 +23,6 @@ ROUTER_DEREGISTRATION = 5.0
 # The kubelet gives a container at least 2 s between SIGTERM and SIGKILL
 # (minimumGracePeriodInSeconds in kuberuntime), even when the hook used all of G.
 KUBELET_MIN_STOP = 2.0
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Seconds from t0 (the hook's start): settle S, deadline D, and the read cadence."""
-
-    settle: float
-    deadline: float
-    interval: float
-    read_timeout: float
-    confirm: int = 2
-    linger: float = 0.0
 
 
 @dataclass(frozen=True)

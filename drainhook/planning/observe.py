@@ -426,9 +426,9 @@ class ObserveRequest:
     max_body: int = DEFAULT_MAX_BODY
 
 
-def run_observe(request: ObserveRequest) -> str:
-    """`plan --observe`: read, recommend; the text to print (an error raises, with
-    its exit code). Every usage error comes before any read."""
+def run_observe(request: ObserveRequest) -> tuple[planning.Plan, Observation, Recommendation]:
+    """`plan --observe`: read, recommend; what render.observe_render prints (an error
+    raises, with its exit code). Every usage error comes before any read."""
     from drainhook.reading.target import read_small_file
 
     r = request
@@ -450,12 +450,10 @@ def run_observe(request: ObserveRequest) -> str:
         window=r.window,
         read_file=lambda path, cap: read_small_file(path, cap, "--from-file"),
     )
-    from drainhook.planning.render import observe_render  # render imports this module
-
     rec = recommend(r.config, observed, r.quantile)
     # The engine is known from its histogram: its advice comes even with --engine auto.
     plan = planning.make_plan(r.config, r.role, r.binary, observed.engine)
-    return observe_render(plan, observed, rec, r.output)
+    return plan, observed, rec
 
 
 def quantile_label(q: float) -> str:

@@ -120,54 +120,51 @@ def applied_json(applied: Applied) -> dict[str, object]:
 
 def to_text(plan: Plan) -> str:
     """The timeline as a person reads it, then the preStop command and the warnings."""
-    c = plan.config
-    d = plan.at.deadline
+    c, t = plan.config, plan.at
+    d = t.deadline
     rows: list[tuple[str, str]] = [
         ("t=0", "hook starts; the kubelet's grace countdown starts too"),
-        (f"0..{seconds(plan.at.settle_end)}", "settle: the engine keeps serving untouched"),
+        (f"0..{seconds(t.settle_end)}", "settle: the engine keeps serving untouched"),
     ]
-    if plan.at.first_read is not None:
+    if t.first_read is not None:
         rows.append(
             (
-                f"t={seconds(plan.at.first_read)}",
+                f"t={seconds(t.first_read)}",
                 f"first read of /metrics, then one every {seconds(c.interval)}, every "
                 f"{seconds(c.interval / 4)} while the work drains "
-                f"({plan.at.reads_max} before D at the slower step)",
+                f"({t.reads_max} before D at the slower step)",
             )
         )
         word = "read" if c.confirm == 1 else f"{c.confirm} idle reads in a row"
         linger = f", then --linger {seconds(c.linger)}" if c.linger else ""
-        if plan.at.idle_drains:
-            fast = plan.at.settle_end + (c.confirm - 1) * c.interval / 4
+        if t.idle_drains:
+            fast = t.settle_end + (c.confirm - 1) * c.interval / 4
             what = (
                 f"an idle engine's hook returns ({word}{linger}; from "
                 f"t={seconds(fast)} when the server's count or connections read the zero)"
             )
-            rows.append((f"t={seconds(plan.at.idle_return)}", what))
+            rows.append((f"t={seconds(t.idle_return)}", what))
     w = c.stall_window
-    if plan.at.stall_earliest is not None:
+    if t.stall_earliest is not None:
         what = (
             f"earliest `stalled` return (exit 5): work reported, no progress for W = {seconds(w)}"
         )
-        rows.append((f"t={seconds(plan.at.stall_earliest)}", what))
+        rows.append((f"t={seconds(t.stall_earliest)}", what))
     rule = "min(G - R, max-wait)" if c.max_wait is not None else "G - R"
     kill_rule = (
-        "G" if plan.at.kill == c.grace else f"D + {seconds(KUBELET_MIN_STOP)}, the kubelet's least"
+        "G" if t.kill == c.grace else f"D + {seconds(KUBELET_MIN_STOP)}, the kubelet's least"
     )
     rows += [
         (f"t={seconds(d)}", f"deadline D = {rule}: the hook returns by now, busy or not"),
+        (f"t={seconds(t.sigterm_latest)}", "SIGTERM at the latest (sent when the hook returns)"),
         (
-            f"t={seconds(plan.at.sigterm_latest)}",
-            "SIGTERM at the latest (sent when the hook returns)",
+            f"{seconds(t.sigterm_latest)}..{seconds(t.kill)}",
+            f"the engine exits ({seconds(t.kill - t.sigterm_latest)})",
         ),
-        (
-            f"{seconds(plan.at.sigterm_latest)}..{seconds(plan.at.kill)}",
-            f"the engine exits ({seconds(plan.at.kill - plan.at.sigterm_latest)})",
-        ),
-        (f"t={seconds(plan.at.kill)}", f"the kubelet kills the container ({kill_rule})"),
+        (f"t={seconds(t.kill)}", f"the kubelet kills the container ({kill_rule})"),
     ]
-    if plan.at.stall_earliest is None and w > 0 and plan.at.first_read is not None:
-        late = plan.at.first_read + w
+    if t.stall_earliest is None and w > 0 and t.first_read is not None:
+        late = t.first_read + w
         what = f"stall detection off: first read + W = {seconds(late)}, not before D"
         rows.append((f"W={seconds(w)}", what))
     width = max(len(when) for when, _ in rows)
