@@ -448,8 +448,6 @@ def test_invalid_values_are_usage_errors() -> None:
         make(grace=-1.0)
     with pytest.raises(UsageError):
         make(interval=0.0)
-    with pytest.raises(UsageError, match="--role"):
-        make("both")
 
 
 # -- the command ---------------------------------------------------------------------

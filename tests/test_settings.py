@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 import pytest
 
-from drainhook.cli.main import build_wait_config
+from drainhook.cli.flags import Flags
+from drainhook.cli.main import build_wait_config, cli
 from drainhook.cli.settings import DISCOVER_GONE
 from drainhook.errors import UsageError
 from drainhook.hook.config import WaitConfig
@@ -113,7 +114,7 @@ def test_flags_beat_the_environment_beats_the_annotations_beat_the_defaults(
         ((), {"DRAINHOOK_URL": URL_A, "DRAINHOOK_PORT": "8102"}, "--port"),
         (("--url", URL_A, "--port", "8102"), {}, "--port"),
         (("--url", "http://10.0.0.7:8000/metrics"), {}, "--allow-remote"),
-        ((), {"DRAINHOOK_SOURCE": "both"}, "--source both"),
+        ((), {"DRAINHOOK_SOURCE": "both"}, "'both' is not one of 'auto', 'metrics', 'loads'"),
         (("--grace", "10", "--exit-reserve", "-1"), {}, "--exit-reserve"),
         ((), {"DRAINHOOK_STALL_AFTER": "-1"}, "--stall-after"),
     ],
@@ -158,3 +159,38 @@ def test_the_removed_discovery_flags_are_accepted_and_do_nothing(
     assert view(config(*argv, env=env)) == view(config())
     said = capfd.readouterr().err.splitlines()
     assert said == [DISCOVER_GONE]
+
+
+def test_the_flags_type_names_every_option_with_its_values() -> None:
+    """Flags (what settings reads) holds a key per option of wait, probe and plan's
+    shared groups, and each closed set's Literal is exactly what click accepts."""
+    root = click.Context(cli)
+    shared = set(typing.get_type_hints(Flags))
+    for name in ("wait", "probe", "plan"):
+        command = cli.get_command(root, name)
+        assert command is not None
+        for p in command.params:
+            if name == "wait":
+                assert p.name in shared, p.name
+            if p.name in shared and isinstance(p.type, click.Choice):
+                values = set(typing.get_args(typing.get_type_hints(Flags)[p.name]))
+                assert set(p.type.choices) == values - ({"both"} if name == "wait" else set())
+    wait = cli.get_command(root, "wait")
+    assert wait is not None and {p.name for p in wait.params} == shared
+
+
+@pytest.mark.parametrize(
+    ("argv", "value"),
+    [
+        (("--engine", "tgi"), "'tgi'"),
+        (("--log-format", "yaml"), "'yaml'"),
+        (("--log-reads", "some"), "'some'"),
+        (("--scheme", "ftp"), "'ftp'"),
+    ],
+)
+def test_a_value_outside_a_closed_set_is_refused_when_parsed(
+    argv: tuple[str, ...], value: str
+) -> None:
+    with pytest.raises(click.BadParameter) as caught:
+        config(*argv)
+    assert f"{value} is not one of" in caught.value.format_message()

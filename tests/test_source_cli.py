@@ -81,7 +81,8 @@ def test_loads_cannot_be_pinned_to_vllm_and_both_is_for_probe(hook: Hook) -> Non
     pinned = hook("wait", "--source", "loads", "--engine", "vllm", *NO_HOLD)
     both = hook("wait", "--source", "both", *NO_HOLD)
     assert (pinned.code, both.code) == (2, 2)
-    assert "cannot read vLLM" in pinned.stderr and "for probe" in both.stderr
+    assert "cannot read vLLM" in pinned.stderr
+    assert "'both' is not one of 'auto', 'metrics', 'loads'" in both.stderr
 
 
 def test_probe_shows_both_sources_side_by_side(hook: Hook) -> None:

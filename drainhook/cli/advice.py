@@ -5,14 +5,27 @@ commands are listed), so that `wait`'s start never does.
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
 
-from drainhook.cli.flags import DURATION, Parsed, option, target_options, timeline_options
+from drainhook.cli.flags import (
+    DURATION,
+    Flags,
+    choice,
+    option,
+    target_options,
+    timeline_options,
+)
 from drainhook.cli.settings import reach_of
+from drainhook.engines.gauges import EngineChoice
 from drainhook.errors import UsageError
+from drainhook.planning.plan import Output, Role, Via
+
+if typing.TYPE_CHECKING:  # kwargs typed by Flags (PEP 692); not needed at run time
+    from typing_extensions import Unpack
 
 
 class _PlanCommand(click.Command):
@@ -33,14 +46,14 @@ class _PlanCommand(click.Command):
 @timeline_options
 @option(
     "--role",
-    type=click.Choice(["unified", "prefill", "decode"]),
+    type=choice(Role),
     default="unified",
     show_default=True,
     help="The engine's role: a disaggregated prefill or decode server.",
 )
 @click.option(
     "--output",
-    type=click.Choice(["text", "json", "yaml"]),
+    type=choice(Output),
     default="text",
     show_default=True,
     help="json: every instant; yaml: the Pod-spec fragment.",
@@ -88,20 +101,32 @@ class _PlanCommand(click.Command):
 def plan(
     ctx: click.Context,
     /,
-    role: str,
-    output: str,
+    role: Role,
+    output: Output,
     binary: str,
     api_servers: int | None,
     observe: bool,
     quantile: float,
     window: float | None,
     from_file: tuple[Path, ...],
-    **params: Parsed,
+    **params: Unpack[Flags],
 ) -> int:
     from drainhook.planning import plan as planning
     from drainhook.planning.render import observe_render, render
 
-    config = planning.wait_config(**{name: params[name] for name in planning.TIMELINE})
+    p = params
+    config = planning.wait_config(
+        grace=p["grace"],
+        settle=p["settle"],
+        exit_reserve=p["exit_reserve"],
+        interval=p["interval"],
+        read_timeout=p["read_timeout"],
+        confirm=p["confirm"],
+        linger=p["linger"],
+        max_wait=p["max_wait"],
+        stall_after=p["stall_after"],
+        engine=p["engine"],
+    )
     if observe or from_file:
         from drainhook.planning.observe import ObserveRequest, run_observe
 
@@ -138,7 +163,7 @@ def install(directory: Path) -> int:
 @click.argument("paths", nargs=-1, metavar="[PATH ...]")
 @click.option(
     "--via",
-    type=click.Choice(["image", "image-volume", "init"]),
+    type=choice(Via),
     help="How the binary reaches the engine (required: upstream engine images hold "
     "none): in its image, at --binary; an image volume of drainhook's image "
     "(Kubernetes >= 1.35); an initContainer that installs it.",
@@ -160,19 +185,19 @@ def install(directory: Path) -> int:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["auto", "vllm", "sglang"]),
+    type=choice(EngineChoice),
     default="auto",
     show_default=True,
     help="The engine, where its command, args and image do not show it.",
 )
 def inject(
     paths: tuple[str, ...],
-    via: str | None,
+    via: Via | None,
     image: str | None,
     binary: str,
     container: str | None,
     engine_version: str | None,
-    engine: str,
+    engine: EngineChoice,
 ) -> int:
     """Wire the hook into manifests: files, directories, `-` or nothing for stdin.
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from drainhook import failsafe
-from drainhook.engines.gauges import ENGINE_NAMES
+from drainhook.engines.gauges import EngineChoice
 from drainhook.hook.config import (
     DEFAULT_CONFIRM,
     DEFAULT_EXIT_RESERVE,
@@ -23,6 +23,8 @@ from drainhook.hook.config import (
     DEFAULT_LINGER,
     DEFAULT_SETTLE,
     DEFAULT_STALL_AFTER,
+    LogFormat,
+    LogReads,
 )
 from drainhook.reading.config import (
     DEFAULT_HOST,
@@ -31,11 +33,53 @@ from drainhook.reading.config import (
     DEFAULT_READ_TIMEOUT,
     DEFAULT_SCHEME,
     DEFAULT_SOURCE,
+    Source,
 )
+from drainhook.reading.target import Scheme
 
-# A value click parsed, typed by its option's type (click's own signatures say Any).
-Parsed = typing.Any
 F = typing.TypeVar("F", bound=Callable[..., object])
+
+
+class Flags(typing.TypedDict, total=False):
+    """What click parsed from the groups of flags below, by name; each command gets
+    the groups it declares (tests/test_settings.py holds this to the options)."""
+
+    url: tuple[str, ...]
+    scheme: Scheme
+    host: str
+    port: tuple[int, ...]
+    path: str
+    annotations: Path | None
+    engine: EngineChoice
+    read_timeout: float
+    max_body: int
+    cacert: Path | None
+    tls_server_name: str | None
+    insecure: bool
+    allow_remote: bool
+    source: Source
+    api_key_file: Path | None
+    discover: bool
+    no_discover: bool
+    grace: float
+    settle: float
+    exit_reserve: float
+    interval: float
+    confirm: int
+    linger: float
+    max_wait: float | None
+    stall_after: float | None
+    log_format: LogFormat
+    log_reads: LogReads
+    log_file: Path | None
+    termination_log: str | None
+    exit_zero: bool
+    quiet: bool
+
+
+def choice(closed: object) -> click.Choice[str]:
+    """A click Choice of a Literal's values: rejected when parsed, typed past it."""
+    return click.Choice(typing.get_args(closed))
 
 
 class DurationType(click.ParamType[float, object]):
@@ -104,7 +148,7 @@ class EnvOption(click.Option):
         return environ_of(ctx).get(self.envvar) or None
 
 
-def option(flag: str, *names: str, **kwargs: Parsed) -> Callable[[F], F]:
+def option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
     """A click option that also reads DRAINHOOK_<FLAG>, and shows its default if it has one."""
     kwargs.setdefault("cls", EnvOption)
     kwargs.setdefault("show_default", "default" in kwargs)
@@ -138,7 +182,7 @@ TARGET_OPTIONS = (
     ),
     option(
         "--scheme",
-        type=click.Choice(["http", "https"]),
+        type=choice(Scheme),
         default=DEFAULT_SCHEME,
         help="Scheme of the metrics listener.",
     ),
@@ -163,7 +207,7 @@ TARGET_OPTIONS = (
     ),
     option(
         "--engine",
-        type=click.Choice(["auto", *ENGINE_NAMES]),
+        type=choice(EngineChoice),
         default="auto",
         help="Engine whose gauges count; auto recognises it.",
     ),
@@ -199,16 +243,21 @@ def target_options(f: F) -> F:
     return with_options(TARGET_OPTIONS, f)
 
 
-SOURCE_OPTIONS = (
-    option(
+def _source(both: bool) -> Callable[[F], F]:
+    """--source; `both` (the two side by side) is probe's: wait reads one."""
+    sources = [s for s in typing.get_args(Source) if both or s != "both"]
+    return option(
         "--source",
-        type=click.Choice(["auto", "metrics", "loads", "both"]),
+        type=click.Choice(sources),
         default=DEFAULT_SOURCE,
         help="What to count: auto reads /metrics and, when the body is SGLang's, "
         "its live /v1/loads beside it (counted when it answers); metrics or loads: "
-        "that one only (loads: default path /v1/loads, engine sglang). `both`: probe "
-        "only, the two side by side.",
-    ),
+        "that one only (loads: default path /v1/loads, engine sglang)"
+        + ("; both: the two side by side." if both else "."),
+    )
+
+
+SOURCE_OPTIONS = (
     option(
         "--api-key-file",
         type=click.Path(dir_okay=False, path_type=Path),
@@ -223,8 +272,13 @@ SOURCE_OPTIONS = (
 
 
 def source_options(f: F) -> F:
-    """What to count and where else to look for it: wait and probe."""
-    return with_options(SOURCE_OPTIONS, f)
+    """What to count, and with what key: wait."""
+    return with_options((_source(both=False), *SOURCE_OPTIONS), f)
+
+
+def probe_source_options(f: F) -> F:
+    """What to count, and with what key: probe, which also reads both side by side."""
+    return with_options((_source(both=True), *SOURCE_OPTIONS), f)
 
 
 TIMELINE_OPTIONS = (
@@ -288,13 +342,13 @@ def timeline_options(f: F) -> F:
 LOG_OPTIONS = (
     option(
         "--log-format",
-        type=click.Choice(["text", "json"]),
+        type=choice(LogFormat),
         default="text",
         help="Format of the log lines.",
     ),
     option(
         "--log-reads",
-        type=click.Choice(["changes", "all"]),
+        type=choice(LogReads),
         default="changes",
         help="changes: a read line when the verdict, the total, "
         "what holds, the targets answering or the reason changed, else one every "

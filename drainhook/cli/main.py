@@ -5,6 +5,7 @@ where explicit flags (command line or environment) win over `--annotations`."""
 from __future__ import annotations
 
 import contextlib
+import typing
 from collections.abc import Callable, Mapping, Sequence
 
 import click
@@ -12,9 +13,10 @@ import click
 from drainhook import __version__, exits, failsafe
 from drainhook.cli.flags import (
     ENVIRON,
-    Parsed,
+    Flags,
     log_options,
     option,
+    probe_source_options,
     source_options,
     target_options,
     timeline_options,
@@ -24,6 +26,9 @@ from drainhook.errors import DrainhookError
 from drainhook.hook.clock import start_time
 from drainhook.hook.config import WaitConfig
 from drainhook.hook.run import run_wait
+
+if typing.TYPE_CHECKING:  # kwargs typed by Flags (PEP 692); not needed at run time
+    from typing_extensions import Unpack
 
 # The advisory commands (drainhook.cli.advice), loaded only when one is named
 # or the commands are listed: `wait`'s start never imports them.
@@ -83,7 +88,7 @@ def cli() -> None:
 @timeline_options
 @log_options
 @click.pass_context
-def wait(ctx: click.Context, /, **params: Parsed) -> int:
+def wait(ctx: click.Context, /, **params: Unpack[Flags]) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
 
     Exit: 0 drained, 3 deadline, 4 unreachable, 5 stalled, 143/130 SIGTERM/SIGINT, 2 usage.
@@ -102,15 +107,15 @@ def build_wait_config(argv: Sequence[str], environ: Mapping[str, str]) -> WaitCo
     root = click.Context(cli, info_name="drainhook")
     root.meta[ENVIRON] = environ
     with wait.make_context("wait", list(argv), parent=root) as ctx:
-        return wait_config_of(ctx, ctx.params)
+        return wait_config_of(ctx, typing.cast(Flags, ctx.params))  # as click calls wait
 
 
 @cli.command()
 @target_options
-@source_options
+@probe_source_options
 @option("--json", "as_json", is_flag=True, help="Print one JSON object (schema 1).")
 @click.pass_context
-def probe(ctx: click.Context, /, as_json: bool, **params: Parsed) -> int:
+def probe(ctx: click.Context, /, as_json: bool, **params: Unpack[Flags]) -> int:
     """One read now: engine, counted series, total, verdict and reason.
 
     Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.

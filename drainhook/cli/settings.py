@@ -5,13 +5,11 @@ only through the parse's context (`flags.environ_of`), so that a test hands one 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import click
 from click.core import ParameterSource
 
 from drainhook import failsafe
-from drainhook.cli.flags import Parsed
+from drainhook.cli.flags import Flags
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
 from drainhook.hook.config import WaitConfig
@@ -21,8 +19,9 @@ from drainhook.reading.config import (
     DEFAULT_SCHEME,
     LOADS_PATH,
     ReadConfig,
+    Source,
 )
-from drainhook.reading.target import Target, build_url, check_host, parse_url
+from drainhook.reading.target import Scheme, Target, build_url, check_host, parse_url
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:
@@ -30,7 +29,7 @@ def _explicit(ctx: click.Context, name: str) -> bool:
     return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
-def _targets(ctx: click.Context, params: Mapping[str, Parsed], source: str) -> tuple[Target, ...]:
+def _targets(ctx: click.Context, params: Flags, source: Source) -> tuple[Target, ...]:
     """The targets from --url, or the parts, or the annotations file, or defaults."""
     parts = ("scheme", "host", "port", "path")
     if params["url"]:
@@ -47,7 +46,7 @@ def _targets(ctx: click.Context, params: Mapping[str, Parsed], source: str) -> t
         from drainhook.reading.annotations import read_annotations  # this flag only
 
         found = read_annotations(params["annotations"])
-    scheme = params["scheme"] if _explicit(ctx, "scheme") else found.get("scheme", DEFAULT_SCHEME)
+    named = params["scheme"] if _explicit(ctx, "scheme") else found.get("scheme", DEFAULT_SCHEME)
     if _explicit(ctx, "path"):
         path = params["path"]
     elif source == "loads":
@@ -65,13 +64,14 @@ def _targets(ctx: click.Context, params: Mapping[str, Parsed], source: str) -> t
             ) from None
     else:
         ports = (default_port("sglang" if source in ("loads", "both") else params["engine"]),)
-    if scheme.lower() not in ("http", "https"):
-        raise UsageError(f"annotation prometheus.io/scheme must be http or https: {scheme!r}")
+    if named.lower() not in ("http", "https"):
+        raise UsageError(f"annotation prometheus.io/scheme must be http or https: {named!r}")
+    scheme: Scheme = "https" if named.lower() == "https" else "http"
     for port in ports:
         if not 1 <= port <= 65535:
             raise UsageError(f"port {port} is out of range")
     host = check_host(params["host"])
-    return tuple(parse_url(build_url(scheme.lower(), host, port, path)) for port in ports)
+    return tuple(parse_url(build_url(scheme, host, port, path)) for port in ports)
 
 
 DISCOVER_GONE = (
@@ -82,9 +82,9 @@ DISCOVER_GONE = (
 
 def reach_of(
     ctx: click.Context,
-    params: Mapping[str, Parsed],
+    params: Flags,
     *,
-    source: str | None = None,
+    source: Source | None = None,
 ) -> ReadConfig:
     """The ReadConfig of target_options (and source_options, unless `source` is
     fixed: `plan --observe` reads /metrics, with no key)."""
@@ -97,44 +97,46 @@ def reach_of(
     if source in ("loads", "both") and engine == "auto":
         engine = "sglang"  # /v1/loads is SGLang's
     api_key = None
-    if params.get("api_key_file") is not None:
+    if (key_file := params.get("api_key_file")) is not None:
         from drainhook.reading.auth import read_api_key
 
-        api_key = read_api_key(params["api_key_file"])
-    same = ("max_body", "read_timeout", "cacert", "tls_server_name", "insecure", "allow_remote")
+        api_key = read_api_key(key_file)
     reach = ReadConfig(
         target=first,
         more=tuple(more),
         source=source,
         api_key=api_key,
         engine=engine,
-        **{name: params[name] for name in same},
+        max_body=params["max_body"],
+        read_timeout=params["read_timeout"],
+        cacert=params["cacert"],
+        tls_server_name=params["tls_server_name"],
+        insecure=params["insecure"],
+        allow_remote=params["allow_remote"],
     )
     reach.check()
     return reach
 
 
-def wait_config_of(ctx: click.Context, params: Mapping[str, Parsed]) -> WaitConfig:
+def wait_config_of(ctx: click.Context, params: Flags) -> WaitConfig:
     """`wait`'s frozen config from its parsed flags, checked."""
-    same = (
-        "grace",
-        "settle",
-        "exit_reserve",
-        "interval",
-        "confirm",
-        "linger",
-        "max_wait",
-        "log_format",
-        "log_reads",
-        "log_file",
-        "exit_zero",
-        "quiet",
-        "stall_after",
-    )
+    p = params
     config = WaitConfig(
-        reach=reach_of(ctx, params),
-        termination_log=choose_termination_log(params["termination_log"]),
-        **{name: params[name] for name in same},
+        reach=reach_of(ctx, p),
+        termination_log=choose_termination_log(p["termination_log"]),
+        grace=p["grace"],
+        settle=p["settle"],
+        exit_reserve=p["exit_reserve"],
+        interval=p["interval"],
+        confirm=p["confirm"],
+        linger=p["linger"],
+        max_wait=p["max_wait"],
+        log_format=p["log_format"],
+        log_reads=p["log_reads"],
+        log_file=p["log_file"],
+        exit_zero=p["exit_zero"],
+        quiet=p["quiet"],
+        stall_after=p["stall_after"],
     )
     config.check()
     return config

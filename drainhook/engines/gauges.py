@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from drainhook.engines.verdict import Series
@@ -105,11 +105,16 @@ LOADS = SideSource("/v1/loads", "scheduler", _guarded("SGLang", "this SGLang has
 SERVER_LOAD = SideSource("/load", "server", _guarded("vLLM", "a vLLM without the /load route"))
 
 
+# An engine, and --engine: one of them or auto (the body shows which).
+EngineName = Literal["vllm", "sglang"]
+EngineChoice = Literal["auto", "vllm", "sglang"]
+
+
 @dataclass(frozen=True)
 class Engine:
     """One engine's counted gauges, by canonical name (with `:`)."""
 
-    name: str
+    name: EngineName
     prefix: str
     default_port: int
     required: tuple[str, ...]
@@ -259,7 +264,7 @@ ENGINE_NAMES: tuple[str, ...] = tuple(e.name for e in ENGINES)
 BY_NAME: dict[str, Engine] = {e.name: e for e in ENGINES}
 
 
-def default_port(engine: str) -> int:
+def default_port(engine: EngineChoice) -> int:
     """The port an engine serves on by default; vLLM's for `auto` (the default engine)."""
     return (BY_NAME.get(engine) or BY_NAME["vllm"]).default_port
 

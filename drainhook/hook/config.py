@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from drainhook.errors import UsageError
 
@@ -15,6 +16,8 @@ from drainhook.failsafe import DEFAULT_GRACE as DEFAULT_GRACE
 from drainhook.failsafe import EXIT_ALLOWANCE as EXIT_ALLOWANCE
 from drainhook.reading.config import ReadConfig, positive
 
+LogFormat = Literal["text", "json"]
+LogReads = Literal["changes", "all"]
 DEFAULT_SETTLE = 5.0
 DEFAULT_INTERVAL = 1.0
 DEFAULT_CONFIRM = 2
@@ -57,8 +60,8 @@ class WaitConfig:
     confirm: int = DEFAULT_CONFIRM
     linger: float = DEFAULT_LINGER
     max_wait: float | None = None
-    log_format: str = "text"
-    log_reads: str = "changes"  # a read line when something changed; "all": every read
+    log_format: LogFormat = "text"
+    log_reads: LogReads = "changes"  # a read line when something changed; "all": every read
     log_file: Path | None = None
     exit_zero: bool = False
     quiet: bool = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,8 +15,12 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, FoldedScalarString
 
 from drainhook.planning.manifests import Node
-from drainhook.planning.plan import TIMELINE
+from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Role
 from drainhook.planning.pods import SHELLS, SLEEP, Refused, Site, recognise
+
+# A `wait` flag's value as its click type converted it: each flag's own type, which
+# the dict of them cannot say (wait_config takes them by name).
+FlagValue = typing.Any
 
 
 class Argv:
@@ -98,10 +103,12 @@ class Argv:
     def _rewrite(self, text: str) -> None:
         assert self.index is not None
         old = self.seq[self.index]
-        new: Node = type(old)(text) if type(old) is not str else text
         if isinstance(old, FoldedScalarString):  # the folds stay where they were
+            new = FoldedScalarString(text)
             new.fold_pos = list(getattr(old, "fold_pos", []))
-        self.seq[self.index] = new
+            self.seq[self.index] = new
+        else:
+            self.seq[self.index] = type(old)(text) if isinstance(old, str) else text
 
 
 def script_option(seq: Node) -> int | None:
@@ -157,19 +164,19 @@ def engine_port(argv: Argv | None, container: Mapping[str, Node]) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
-def role_of(site: Site, argv: Argv | None) -> str:
+def role_of(site: Site, argv: Argv | None) -> Role:
     """unified, prefill or decode: the platform's word (KServe's prefill template,
     llm-d's llm-d.ai/role label), else the engine's own flags."""
     if site.role:
         return site.role
-    label = str(site.labels.get("llm-d.ai/role", ""))
-    if label in ("prefill", "decode"):
-        return label
+    label = site.labels.get("llm-d.ai/role")
+    if (role := next((r for r in SPLIT_ROLES if r == label), None)) is not None:
+        return role
     if argv is None:
         return "unified"
     mode = argv.value("--disaggregation-mode")
-    if mode in ("prefill", "decode"):
-        return str(mode)
+    if (role := next((r for r in SPLIT_ROLES if r == mode), None)) is not None:
+        return role
     kv = argv.value("--kv-transfer-config")
     if isinstance(kv, str):
         if '"kv_producer"' in kv:
@@ -230,7 +237,7 @@ class Hook:
     """A drainhook `wait` preStop as given: the timeline's values, and every other
     flag in its order (kept as they are)."""
 
-    timeline: dict[str, Node]
+    timeline: dict[str, FlagValue]
     others: list[list[str]]  # each flag with its value, as written
 
 
@@ -238,7 +245,7 @@ def parse_hook(command: Sequence[str], where: str, params: Sequence[click.Parame
     """The flags of an existing `drainhook wait` command line, read by `wait`'s own
     options (`params`); one inject cannot read refuses the document."""
     options = _wait_options(params)
-    timeline: dict[str, Node] = {}
+    timeline: dict[str, FlagValue] = {}
     others: list[list[str]] = []
     words = [str(w) for w in command[2:]]
     i = 0

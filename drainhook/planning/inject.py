@@ -19,7 +19,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 from ruamel.yaml.tokens import CommentToken
 
 from drainhook import exits
-from drainhook.engines.gauges import default_port
+from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.errors import DrainhookError
 from drainhook.hook.config import DEFAULT_SETTLE
 from drainhook.numfmt import number
@@ -49,6 +49,7 @@ from drainhook.planning.plan import (
     TIMELINE,
     Applied,
     EngineFlag,
+    Role,
     apply_advice,
     engine_flags,
     make_plan,
@@ -60,6 +61,7 @@ from drainhook.planning.pods import (
     KSERVE_MAIN,
     LOG_FILE,
     WORKER_MARGIN,
+    Level,
     Message,
     Options,
     Refused,
@@ -75,16 +77,18 @@ from drainhook.planning.pods import (
 )
 from drainhook.planning.via import bring_binary, named_list, upsert
 
+Say = typing.Callable[[Level, str], None]  # one line on stderr about the document
+
 
 @dataclass
 class Wiring:
     """What inject does to one engine container, decided before anything is written."""
 
     container: CommentedMap
-    engine: str
+    engine: EngineChoice
     hook: Hook
     argv: Argv | None
-    role: str
+    role: Role
     port: int | None  # the engine's --port, when it is not the engine's default
     prestop: str  # what was there: none, drainhook, sleep
     slept: Node = None
@@ -94,7 +98,7 @@ class Wiring:
 
 
 def _decide(
-    site: Site, container: CommentedMap, engine: str, params: Sequence[click.Parameter]
+    site: Site, container: CommentedMap, engine: EngineChoice, params: Sequence[click.Parameter]
 ) -> Wiring:
     name = container.get("name")
     kind, what = prestop_of(container)
@@ -103,11 +107,13 @@ def _decide(
             f"container {name}: its preStop runs {what}: inject replaces only a sleep or "
             "its own hook"
         )
-    hook = parse_hook(what, f"container {name}", params) if kind == "drainhook" else Hook({}, [])
-    if kind == "sleep" and numeric(str(what)) and float(what) > DEFAULT_SETTLE:
+    hook = Hook({}, [])
+    if kind == "drainhook" and isinstance(what, list):
+        hook = parse_hook(what, f"container {name}", params)
+    if kind == "sleep" and numeric(str(what)) and float(str(what)) > DEFAULT_SETTLE:
         # A sleep longer than the default settle is a measured propagation time (a
         # load balancer's): it stays, as the settle (CONTRACT §4).
-        hook.timeline["settle"] = float(what)
+        hook.timeline["settle"] = float(str(what))
     argv = argv_of(container)
     port = engine_port(argv, container)
     port = port if port is not None and port != default_port(engine) else None
@@ -224,9 +230,7 @@ def _engine_flag_edits(w: Wiring, flag: EngineFlag) -> tuple[str, list[str] | st
     return ("add", flag.args)
 
 
-def _apply_engine_flags(
-    w: Wiring, applied: Applied, say: typing.Callable[[str, str], None], given: str | None
-) -> None:
+def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None) -> None:
     """The engine flags the advice names, written where the engine's version is known
     to take them (CONTRACT §4: a flag an older engine rejects crash-loops the Pod):
     `given` (--engine-version), else the image's tag; a flag already there is only
@@ -301,7 +305,7 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     where = _describe(doc)
     messages: list[Message] = []
 
-    def say(level: str, text: str) -> None:
+    def say(level: Level, text: str) -> None:
         messages.append(Message(where, level, text))
 
     found_templates = list(templated(doc.data))
@@ -353,7 +357,7 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     return Outcome(manifests.dump(doc), True, False, messages)
 
 
-def _wire_site(site: Site, options: Options, say: typing.Callable[[str, str], None]) -> list[str]:
+def _wire_site(site: Site, options: Options, say: Say) -> list[str]:
     """Wire every engine container of one pod spec; the names of those wired. Every
     message names the pod spec; a refusal too."""
     try:
@@ -363,7 +367,7 @@ def _wire_site(site: Site, options: Options, say: typing.Callable[[str, str], No
         raise Refused(text if text.startswith(site.path) else f"{site.path}: {text}") from None
 
 
-def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) -> list[str]:
+def _wire(site: Site, options: Options, say: Say) -> list[str]:
     chosen = engine_containers(site, options)
     if not chosen:
         return []
@@ -418,9 +422,7 @@ def _wire(site: Site, options: Options, say: typing.Callable[[str, str], None]) 
     return names
 
 
-def _write_grace(
-    site: Site, grace: float, given: float, why: str, say: typing.Callable[[str, str], None]
-) -> None:
+def _write_grace(site: Site, grace: float, given: float, why: str, say: Say) -> None:
     """terminationGracePeriodSeconds set to the one grace of the Pod, and said."""
     if "terminationGracePeriodSeconds" not in site.spec:
         left = "KServe's preset" if site.main == KSERVE_MAIN else "Kubernetes' default"
@@ -454,9 +456,7 @@ def _worker_grace(
     return grace, why
 
 
-def _say_changes(
-    w: Wiring, early: Applied, applied: Applied, say: typing.Callable[[str, str], None]
-) -> None:
+def _say_changes(w: Wiring, early: Applied, applied: Applied, say: Say) -> None:
     """The lines of one container's wiring: the advice's changes and warnings, the
     sleep it replaced."""
     name = w.container.get("name")
@@ -497,7 +497,7 @@ def _after_kept_sleep(wirings: Sequence[Wiring], grace: float) -> tuple[float, s
     return grace, why
 
 
-def _say_multi_node(w: Wiring, say: typing.Callable[[str, str], None]) -> None:
+def _say_multi_node(w: Wiring, say: Say) -> None:
     """An SGLang over several nodes: every rank's Pod gets the hook, only rank 0 serves."""
     nodes = count_of(w.argv, "--nnodes") if w.argv is not None and w.engine == "sglang" else None
     if nodes is not None and nodes > 1:

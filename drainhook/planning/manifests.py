@@ -9,7 +9,6 @@ import io
 import itertools
 import re
 import sys
-import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
@@ -28,8 +27,8 @@ SUFFIXES = (".yaml", ".yml")
 _MARKER = re.compile(r"^(---|\.\.\.)(?:[ \t].*)?$")
 
 # A parsed YAML value: ruamel's round-trip maps, sequences and scalars carry no
-# element types, so a manifest's values are this until checked (isinstance).
-Node = typing.Any
+# element types, so a manifest's values are objects until checked (isinstance).
+Node = object
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, spellings
+from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, EngineName, spellings
 from drainhook.engines.verdict import Body, Reading, Verdict
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
 from drainhook.hook.config import WaitConfig
@@ -68,7 +68,7 @@ class MaxTokensBound:
 class Observation:
     """What the engine's histogram says: the summed histogram and where it came from."""
 
-    engine: str
+    engine: EngineName
     histogram: Histogram
     source: str
     window: float | None = None  # seconds between the two reads, or None: one read
@@ -416,9 +416,9 @@ class ObserveRequest:
     (a reach to read, or saved scrapes), and how to read it."""
 
     config: WaitConfig
-    role: str = "unified"
+    role: planning.Role = "unified"
     binary: str = planning.DEFAULT_BINARY
-    output: str = "text"
+    output: planning.Output = "text"
     reach: ReadConfig | None = None  # None: read `files` instead
     files: tuple[Path, ...] = ()
     quantile: float = DEFAULT_QUANTILE
@@ -432,10 +432,7 @@ def run_observe(request: ObserveRequest) -> tuple[planning.Plan, Observation, Re
     from drainhook.reading.target import read_small_file
 
     r = request
-    planning.check_role(r.role)
     r.config.check()
-    if r.output not in planning.OUTPUTS:
-        raise UsageError(f"--output must be one of {', '.join(planning.OUTPUTS)}")
     if r.window is not None and r.files:
         raise UsageError("--window needs two reads of a target, not --from-file")
     if r.window is not None and not (0 < r.window < math.inf):

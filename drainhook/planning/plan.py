@@ -12,9 +12,9 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from drainhook.engines.gauges import default_port
-from drainhook.errors import UsageError
+from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.hook.config import (
     DEFAULT_CONFIRM,
     DEFAULT_EXIT_RESERVE,
@@ -38,8 +38,11 @@ from drainhook.reading.config import DEFAULT_READ_TIMEOUT, ReadConfig
 from drainhook.reading.target import build_url, parse_url
 
 SCHEMA = 1
-ROLES = ("unified", "prefill", "decode")
-OUTPUTS = ("text", "json", "yaml")
+Role = Literal["unified", "prefill", "decode"]
+Output = Literal["text", "json", "yaml"]
+SPLIT_ROLES: tuple[Role, ...] = ("prefill", "decode")
+# How inject brings the binary: in the engine image, an image volume, an init container.
+Via = Literal["image", "image-volume", "init"]
 DEFAULT_BINARY = "/usr/local/bin/drainhook"
 
 # What an engine takes to exit after SIGTERM, and what vLLM's `--shutdown-timeout N`
@@ -56,9 +59,9 @@ class Plan:
     container."""
 
     at: Instants
-    role: str = "unified"
+    role: Role = "unified"
     binary: str = DEFAULT_BINARY
-    known_engine: str | None = None  # the engine when known otherwise (plan --observe)
+    known_engine: EngineChoice | None = None  # the engine when known otherwise (plan --observe)
     grace_observed: bool = False  # G came from observed request times (plan --observe)
     # vLLM's API-server processes (its --api-server-count; 0.32's default is its
     # --data-parallel-size), when known: /load reaches one per read (CONTRACT §2a).
@@ -113,7 +116,7 @@ def wait_config(
     linger: float = DEFAULT_LINGER,
     max_wait: float | None = None,
     stall_after: float | None = None,
-    engine: str = "auto",
+    engine: EngineChoice = "auto",
 ) -> WaitConfig:
     """The `WaitConfig` that `wait` would build from these flags (default target)."""
     target = parse_url(build_url("http", "127.0.0.1", default_port(engine), "/metrics"))
@@ -130,22 +133,16 @@ def wait_config(
     )
 
 
-def check_role(role: str) -> None:
-    if role not in ROLES:
-        raise UsageError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
-
-
 def make_plan(
     config: WaitConfig,
-    role: str = "unified",
+    role: Role = "unified",
     binary: str = DEFAULT_BINARY,
-    known_engine: str | None = None,
+    known_engine: EngineChoice | None = None,
     *,
     api_servers: int | None = None,
 ) -> Plan:
     """The timeline `wait` runs for config, and what is wrong with it. known_engine:
     the engine when something other than --engine showed it (a latency histogram)."""
-    check_role(role)
     config.check()
     return Plan(instants(config), role, binary, known_engine, api_servers=api_servers)
 

@@ -8,15 +8,17 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import click
 from ruamel.yaml.comments import CommentedMap
 
 from drainhook import exits
+from drainhook.engines.gauges import BY_NAME, EngineChoice, EngineName
 from drainhook.errors import DrainhookError, UsageError
 from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
 from drainhook.planning.manifests import Node, mapping, plain_data, sequence
-from drainhook.planning.plan import DEFAULT_BINARY, wait_config
+from drainhook.planning.plan import DEFAULT_BINARY, Role, Via, wait_config
 
 VIA = ("image", "image-volume", "init")
 ENGINES = ("auto", "vllm", "sglang")
@@ -60,11 +62,11 @@ SLEEP = re.compile(r"^(?:exec\s+)?(?:/usr)?(?:/bin/)?sleep\s+(\d+(?:\.\d+)?)s?\s
 class Options:
     """How `inject` wires the hook: built once from the command line."""
 
-    via: str = "image"
+    via: Via = "image"
     image: str | None = None
     binary: str = DEFAULT_BINARY  # --via image: where the engine image holds it
     container: str | None = None
-    engine: str = "auto"
+    engine: EngineChoice = "auto"
     engine_version: str | None = None  # X.Y: what the image tags cannot say
     # `wait`'s own click parameters, handed in by the command line (planning sits
     # below cli/): an existing hook's flags are read by them (parse_hook).
@@ -99,6 +101,9 @@ class Options:
         return self.binary
 
 
+Level = Literal["refused", "injected", "replaced", "changed", "warning", "skipped"]
+
+
 @dataclass(frozen=True)
 class Message:
     """One line on stderr about one document: `refused` (written unchanged),
@@ -107,7 +112,7 @@ class Message:
     kind inject does not know, written unchanged)."""
 
     where: str  # "SOURCE#N KIND/NAME"
-    level: str
+    level: Level
     text: str
 
     def line(self) -> str:
@@ -125,7 +130,7 @@ class Wired:
     """A leader's wiring, which its workers' hooks follow."""
 
     grace: float
-    engine: str
+    engine: EngineChoice
     port: int | None
 
 
@@ -136,7 +141,7 @@ class Site:
     path: str  # where it sits in the document, dotted
     spec: CommentedMap
     labels: Mapping[str, Node]
-    role: str | None = None  # the platform's word (KServe's prefill template)
+    role: Role | None = None  # the platform's word (KServe's prefill template)
     leader: Site | None = None  # a worker's: it waits on this leader's engine
     default_grace: float = DEFAULT_GRACE  # when terminationGracePeriodSeconds is unset
     main: str | None = None  # the engine container's name by the platform's convention
@@ -278,7 +283,9 @@ def _llm_inference_service(spec: CommentedMap) -> list[Site]:
     only `main` is written: the preset's image, command and args stay the preset's."""
     out: list[Site] = []
     prefill = spec.get("prefill")
-    pairs: list[tuple[str, CommentedMap, str]] = [("spec", spec, "decode" if prefill else "")]
+    pairs: list[tuple[str, CommentedMap, Role | None]] = [
+        ("spec", spec, "decode" if prefill else None)
+    ]
     if isinstance(prefill, CommentedMap):
         pairs.append(("spec.prefill", prefill, "prefill"))
     for path, part, role in pairs:
@@ -292,9 +299,7 @@ def _llm_inference_service(spec: CommentedMap) -> list[Site]:
             isinstance(c, Mapping) and c.get("name") == KSERVE_MAIN for c in containers
         ):
             containers.append(mapping(("name", KSERVE_MAIN)))
-        lead = Site(
-            f"{path}.template", template, {}, role or None, None, KSERVE_PRESET_GRACE, KSERVE_MAIN
-        )
+        lead = Site(f"{path}.template", template, {}, role, None, KSERVE_PRESET_GRACE, KSERVE_MAIN)
         out.append(lead)
         worker = part.get("worker")
         if isinstance(worker, CommentedMap):
@@ -303,7 +308,7 @@ def _llm_inference_service(spec: CommentedMap) -> list[Site]:
                     f"{path}.worker",
                     worker,
                     {},
-                    role or None,
+                    role,
                     lead,
                     KSERVE_PRESET_GRACE,
                     KSERVE_MAIN,
@@ -341,7 +346,8 @@ def _words(container: Mapping[str, Node]) -> list[str]:
     shell would (roughly: a script shlex cannot split is split on blanks)."""
     words: list[str] = []
     for part in ("command", "args"):
-        for w in container.get(part) or []:
+        given = container.get(part)
+        for w in given if isinstance(given, list) else []:
             text = str(w)
             if any(ch.isspace() for ch in text):
                 try:
@@ -361,15 +367,15 @@ def _image_name(image: str) -> tuple[str, str]:
     return name.lower(), tag
 
 
-def recognise(container: Mapping[str, Node]) -> str | None:
+def recognise(container: Mapping[str, Node]) -> EngineName | None:
     """vllm or sglang, from the container's command and args (`vllm serve`,
     `python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`,
     `sglang serve`), else from its image's name; None for anything else."""
     words = _words(container)
     for w, after in itertools.pairwise([*words, ""]):
         base = w.rsplit("/", 1)[-1]
-        if base in ("vllm", "sglang") and after == "serve":
-            return base
+        if base in BY_NAME and after == "serve":
+            return BY_NAME[base].name
         if w == "-m" and after.startswith("vllm.entrypoints."):
             return "vllm"
         if w == "-m" and after.startswith("sglang.launch_server"):
@@ -377,10 +383,7 @@ def recognise(container: Mapping[str, Node]) -> str | None:
     name, _ = _image_name(str(container.get("image", "")))
     if any(x in name for x in NOT_AN_ENGINE):
         return None
-    for engine in ("sglang", "vllm"):
-        if engine in name:
-            return engine
-    return None
+    return next((e for e in ("sglang", "vllm") if e in name), None)
 
 
 def version_in(text: str) -> tuple[int, int] | None:
@@ -398,7 +401,7 @@ def image_version(container: Mapping[str, Node], engine: str) -> tuple[int, int]
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def engine_containers(site: Site, options: Options) -> list[tuple[CommentedMap, str]]:
+def engine_containers(site: Site, options: Options) -> list[tuple[CommentedMap, EngineName]]:
     """The engine containers of a pod spec and the engine of each. Init containers
     (native sidecars: routing proxies) are never one."""
     found = []

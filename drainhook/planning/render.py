@@ -26,9 +26,9 @@ from drainhook.planning.observe import (
     recommend,
 )
 from drainhook.planning.plan import (
-    OUTPUTS,
     SCHEMA,
     Applied,
+    Output,
     Plan,
     apply_advice,
     engine_args,
@@ -37,15 +37,11 @@ from drainhook.planning.plan import (
 BAR = 40
 
 
-def render(plan: Plan, output: str) -> str:
+def render(plan: Plan, output: Output) -> str:
     """The plan as `text`, `json` or `yaml`, ending with a newline."""
     if output == "json":
         return json.dumps(to_json(plan), indent=2) + "\n"
-    if output == "yaml":
-        return to_yaml(plan)
-    if output == "text":
-        return to_text(plan)
-    raise UsageError(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+    return to_yaml(plan) if output == "yaml" else to_text(plan)
 
 
 def to_json(
@@ -416,7 +412,7 @@ def observe_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     return to_yaml(plan, notes, done)
 
 
-def observe_render(plan: Plan, observed: Observation, rec: Recommendation, output: str) -> str:
+def observe_render(plan: Plan, observed: Observation, rec: Recommendation, output: Output) -> str:
     if output == "json":
         return observe_json(plan, observed, rec)
     if output == "yaml":

@@ -6,18 +6,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from drainhook.engines.gauges import LOADS
+from drainhook.engines.gauges import LOADS, EngineChoice
 from drainhook.errors import UsageError
-from drainhook.reading.target import Target
+from drainhook.reading.target import Scheme, Target
 
 DEFAULT_READ_TIMEOUT = 1.0
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
-DEFAULT_SCHEME = "http"
+DEFAULT_SCHEME: Scheme = "http"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PATH = "/metrics"
 LOADS_PATH = LOADS.path  # SGLang's per-DP-rank load report (--source loads, auto)
-DEFAULT_SOURCE = "auto"
+# --source: "both" is probe's (the two side by side); wait reads one.
+Source = Literal["auto", "metrics", "loads", "both"]
+DEFAULT_SOURCE: Source = "auto"
 
 
 @dataclass(frozen=True)
@@ -27,11 +30,11 @@ class ReadConfig:
     timeout, the body cap, TLS, the API key); `check` holds the loopback rule."""
 
     target: Target
-    engine: str = "auto"
+    engine: EngineChoice = "auto"
     more: tuple[Target, ...] = ()  # further targets, read and summed with the first
     # "auto": /metrics, and SGLang's GET /v1/loads beside it when the body is
     # SGLang's (drainhook.reading.sources); "metrics" or "loads": that one only.
-    source: str = DEFAULT_SOURCE
+    source: Source = DEFAULT_SOURCE
     api_key: str | None = field(default=None, repr=False)  # never shown
     max_body: int = DEFAULT_MAX_BODY
     read_timeout: float = DEFAULT_READ_TIMEOUT

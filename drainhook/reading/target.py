@@ -14,10 +14,12 @@ import ssl
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
 from drainhook.errors import UsageError
 
+Scheme = Literal["http", "https"]
 # A CA bundle: a distribution's whole store is under 1 MiB.
 CACERT_MAX_BYTES = 4 * 1024 * 1024
 
@@ -27,7 +29,7 @@ class Target:
     """One metrics URL, split into what is connected to and what is shown."""
 
     url: str  # as given, userinfo included (sent as basic auth, never shown)
-    scheme: str
+    scheme: Scheme
     host: str  # as given (a name or a literal), without brackets
     port: int
     path: str  # path and query
@@ -125,9 +127,9 @@ def parse_url(url: str) -> Target:
         host = parts.hostname
     except ValueError as exc:
         raise UsageError(f"invalid URL {_redact(url)!r}: {_why(exc)}") from None
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
+    if parts.scheme.lower() not in ("http", "https"):
         raise UsageError(f"URL {_redact(url)!r} must start with http:// or https://")
+    scheme: Scheme = "https" if parts.scheme.lower() == "https" else "http"
     if not host:
         raise UsageError(f"URL {_redact(url)!r} has no host")
     if _wire_host(host) is None:
@@ -158,7 +160,7 @@ def check_host(host: str) -> str:
     return host
 
 
-def build_url(scheme: str, host: str, port: int, path: str) -> str:
+def build_url(scheme: Scheme, host: str, port: int, path: str) -> str:
     """A URL from its parts, bracketing an IPv6 literal."""
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
