@@ -151,8 +151,9 @@ def no_drainhook_env(monkeypatch: pytest.MonkeyPatch) -> None:
 # process (it uses one of these fixtures) is `slow`; `pytest -m "not slow"` runs the
 # rest, the in-process cases, in seconds.
 #
-# tests/live/ runs drainhook against a live vLLM that scripts/live-vllm installs
-# and starts; its cases carry the `live` marker. They are deselected (not
+# tests/live/ and tests/live_sglang/ run drainhook against a live vLLM and a live
+# SGLang that scripts/live-vllm and scripts/live-sglang install and start; their
+# cases carry the `live` marker. They are deselected (not
 # skipped) unless `--live` is given, and `--live` runs nothing else.
 PROCESS_FIXTURES = frozenset({"entry", "hook", "pod", "pod_command"})
 

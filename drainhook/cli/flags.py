@@ -304,8 +304,8 @@ TIMELINE_OPTIONS = (
         "--interval",
         type=DURATION,
         default=DEFAULT_INTERVAL,
-        help="I: seconds between reads (I/4 while the work drains; the confirming "
-        "read one I after the first idle one).",
+        help="I: seconds between reads (I/4 while the work drains, and for the "
+        "confirming read when the server's count or connections read the zero).",
     ),
     option(
         "--confirm",
