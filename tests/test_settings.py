@@ -8,14 +8,16 @@ binary) is tested end to end in test_config_cli.py and test_wait_cli.py.
 from __future__ import annotations
 
 import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import click
 import pytest
 
-from drainhook.cli.flags import Flags
-from drainhook.cli.main import build_wait_config, cli
-from drainhook.cli.settings import DISCOVER_GONE
+from drainhook.cli.flags import ENVIRON
+from drainhook.cli.flagtypes import Flags
+from drainhook.cli.main import cli, wait
+from drainhook.cli.settings import DISCOVER_GONE, wait_config_of
 from drainhook.errors import UsageError
 from drainhook.hook.config import WaitConfig
 
@@ -23,6 +25,15 @@ from drainhook.hook.config import WaitConfig
 ANNOTATIONS = (
     'prometheus.io/port="9100"\nprometheus.io/path="/custom"\nprometheus.io/scheme="http"\n'
 )
+
+
+def build_wait_config(argv: Sequence[str], environ: Mapping[str, str]) -> WaitConfig:
+    """The config `drainhook wait ARGV` runs with this environment, built in-process
+    as the command builds it (a UsageError, or click's own, for what it refuses)."""
+    root = click.Context(cli, info_name="drainhook")
+    root.meta[ENVIRON] = environ
+    with wait.make_context("wait", list(argv), parent=root) as ctx:
+        return wait_config_of(ctx, typing.cast(Flags, ctx.params))  # as click calls wait
 
 
 def config(

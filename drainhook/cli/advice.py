@@ -13,8 +13,6 @@ from click.core import ParameterSource
 
 from drainhook.cli.flags import (
     DURATION,
-    Flags,
-    choice,
     option,
     target_options,
     timeline_options,
@@ -26,6 +24,8 @@ from drainhook.planning.plan import Output, Role, Via
 
 if typing.TYPE_CHECKING:  # kwargs typed by Flags (PEP 692); not needed at run time
     from typing_extensions import Unpack
+
+    from drainhook.cli.flagtypes import Flags
 
 
 class _PlanCommand(click.Command):
@@ -46,14 +46,14 @@ class _PlanCommand(click.Command):
 @timeline_options
 @option(
     "--role",
-    type=choice(Role),
+    type=click.Choice(typing.get_args(Role)),
     default="unified",
     show_default=True,
     help="The engine's role: a disaggregated prefill or decode server.",
 )
 @click.option(
     "--output",
-    type=choice(Output),
+    type=click.Choice(typing.get_args(Output)),
     default="text",
     show_default=True,
     help="json: every instant; yaml: the Pod-spec fragment.",
@@ -163,7 +163,7 @@ def install(directory: Path) -> int:
 @click.argument("paths", nargs=-1, metavar="[PATH ...]")
 @click.option(
     "--via",
-    type=choice(Via),
+    type=click.Choice(typing.get_args(Via)),
     help="How the binary reaches the engine (required: upstream engine images hold "
     "none): in its image, at --binary; an image volume of drainhook's image "
     "(Kubernetes >= 1.35); an initContainer that installs it.",
@@ -185,7 +185,7 @@ def install(directory: Path) -> int:
 )
 @click.option(
     "--engine",
-    type=choice(EngineChoice),
+    type=click.Choice(typing.get_args(EngineChoice)),
     default="auto",
     show_default=True,
     help="The engine, where its command, args and image do not show it.",

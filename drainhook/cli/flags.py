@@ -40,48 +40,6 @@ from drainhook.reading.target import Scheme
 F = typing.TypeVar("F", bound=Callable[..., object])
 
 
-class Flags(typing.TypedDict, total=False):
-    """What click parsed from the groups of flags below, by name; each command gets
-    the groups it declares (tests/test_settings.py holds this to the options)."""
-
-    url: tuple[str, ...]
-    scheme: Scheme
-    host: str
-    port: tuple[int, ...]
-    path: str
-    annotations: Path | None
-    engine: EngineChoice
-    read_timeout: float
-    max_body: int
-    cacert: Path | None
-    tls_server_name: str | None
-    insecure: bool
-    allow_remote: bool
-    source: Source
-    api_key_file: Path | None
-    discover: bool
-    no_discover: bool
-    grace: float
-    settle: float
-    exit_reserve: float
-    interval: float
-    confirm: int
-    linger: float
-    max_wait: float | None
-    stall_after: float | None
-    log_format: LogFormat
-    log_reads: LogReads
-    log_file: Path | None
-    termination_log: str | None
-    exit_zero: bool
-    quiet: bool
-
-
-def choice(closed: object) -> click.Choice[str]:
-    """A click Choice of a Literal's values: rejected when parsed, typed past it."""
-    return click.Choice(typing.get_args(closed))
-
-
 class DurationType(click.ParamType[float, object]):
     """Seconds: `1.5`, `1.5s`, `250ms`, `2m`. Finite and >= 0."""
 
@@ -182,7 +140,7 @@ TARGET_OPTIONS = (
     ),
     option(
         "--scheme",
-        type=choice(Scheme),
+        type=click.Choice(typing.get_args(Scheme)),
         default=DEFAULT_SCHEME,
         help="Scheme of the metrics listener.",
     ),
@@ -207,7 +165,7 @@ TARGET_OPTIONS = (
     ),
     option(
         "--engine",
-        type=choice(EngineChoice),
+        type=click.Choice(typing.get_args(EngineChoice)),
         default="auto",
         help="Engine whose gauges count; auto recognises it.",
     ),
@@ -342,13 +300,13 @@ def timeline_options(f: F) -> F:
 LOG_OPTIONS = (
     option(
         "--log-format",
-        type=choice(LogFormat),
+        type=click.Choice(typing.get_args(LogFormat)),
         default="text",
         help="Format of the log lines.",
     ),
     option(
         "--log-reads",
-        type=choice(LogReads),
+        type=click.Choice(typing.get_args(LogReads)),
         default="changes",
         help="changes: a read line when the verdict, the total, "
         "what holds, the targets answering or the reason changed, else one every "

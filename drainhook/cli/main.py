@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 import click
 
 from drainhook import __version__, exits, failsafe
 from drainhook.cli.flags import (
-    ENVIRON,
-    Flags,
     log_options,
     option,
     probe_source_options,
@@ -24,11 +22,12 @@ from drainhook.cli.flags import (
 from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.errors import DrainhookError
 from drainhook.hook.clock import start_time
-from drainhook.hook.config import WaitConfig
 from drainhook.hook.run import run_wait
 
 if typing.TYPE_CHECKING:  # kwargs typed by Flags (PEP 692); not needed at run time
     from typing_extensions import Unpack
+
+    from drainhook.cli.flagtypes import Flags
 
 # The advisory commands (drainhook.cli.advice), loaded only when one is named
 # or the commands are listed: `wait`'s start never imports them.
@@ -98,16 +97,6 @@ def wait(ctx: click.Context, /, **params: Unpack[Flags]) -> int:
     """
     t0 = start_time()
     return run_wait(wait_config_of(ctx, params), t0)
-
-
-def build_wait_config(argv: Sequence[str], environ: Mapping[str, str]) -> WaitConfig:
-    """The config `drainhook wait ARGV` runs with this environment, built in-process:
-    flags, DRAINHOOK_* variables and the annotations file, as the command does
-    (a UsageError, or click's own, for what it refuses). Nothing is read or run."""
-    root = click.Context(cli, info_name="drainhook")
-    root.meta[ENVIRON] = environ
-    with wait.make_context("wait", list(argv), parent=root) as ctx:
-        return wait_config_of(ctx, typing.cast(Flags, ctx.params))  # as click calls wait
 
 
 @cli.command()

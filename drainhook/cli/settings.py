@@ -5,11 +5,12 @@ only through the parse's context (`flags.environ_of`), so that a test hands one 
 
 from __future__ import annotations
 
+import typing
+
 import click
 from click.core import ParameterSource
 
 from drainhook import failsafe
-from drainhook.cli.flags import Flags
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
 from drainhook.hook.config import WaitConfig
@@ -22,6 +23,9 @@ from drainhook.reading.config import (
     Source,
 )
 from drainhook.reading.target import Scheme, Target, build_url, check_host, parse_url
+
+if typing.TYPE_CHECKING:
+    from drainhook.cli.flagtypes import Flags
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:

@@ -1,7 +1,6 @@
-"""SIGTERM and SIGINT end the hook (CONTRACT §5); SIGHUP is ignored. Until armed, and
-while a failed hook holds, a signal ends the process at once. Armed, the first raises
-`Interrupted` (143 / 130), later ones are ignored, and SIGALRM raises again one that a
-finalizer swallowed, once the finalizer returns (tests/test_signals.py)."""
+"""SIGTERM and SIGINT end the hook (CONTRACT §5); SIGHUP is ignored. Starting, and while
+a failed hook holds, a signal ends the process; armed, the first raises `Interrupted`, the
+rest are ignored, and one a finalizer swallowed is raised again by SIGALRM after it."""
 
 from __future__ import annotations
 
@@ -9,12 +8,10 @@ import dataclasses
 import os
 import signal
 import sys
-import types
 from typing import Literal
 
 from drainhook import exits, failsafe
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _then: Literal["exit", "raise", "ignore"] = "exit"
 _swallowed: Interrupted | None = None
 
@@ -26,9 +23,9 @@ class Interrupted(BaseException):
     signum: int
 
 
-def _handle(signum: int, frame: types.FrameType | None) -> None:
+def _handle(signum: int, frame: object) -> None:
     global _then
-    if signum == signal.SIGALRM and frame is not None and frame.f_code is _swallow.__code__:
+    if signum == signal.SIGALRM and getattr(frame, "f_code", None) is _swallow.__code__:
         signal.setitimer(signal.ITIMER_REAL, 0.001)  # not yet out of the unraisable hook
     elif signum == signal.SIGALRM and _swallowed is not None:
         raise _swallowed
@@ -54,7 +51,7 @@ def catch(then: Literal["exit", "raise"] = "exit") -> None:
     global _then
     _then = then
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    for signum in (*SIGNALS, signal.SIGALRM):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
         signal.signal(signum, _handle)
     sys.unraisablehook = _swallow
 
