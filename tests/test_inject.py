@@ -39,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("no_drainhook_env")
 PLAIN = ROOT / "examples" / "plain"
 LOG = ["--log-file", "/proc/1/fd/1"]
 # One stderr line: "drainhook inject: SOURCE#N KIND/NAME: LEVEL: TEXT".
-LINE = re.compile(r"^drainhook inject: (\S+)#(\d+) (\S+)/(\S+): (\w+): (.+)$")
+LINE = re.compile(r"^drainhook inject: (\S+)#(\d+)(?:\[\d+\])? (\S+)/(\S+): (\w+): (.+)$")
 LEVELS = {"refused", "injected", "replaced", "changed", "warning", "skipped"}
 VIA_IMAGE = Options("image-volume", "registry.example/drainhook:0.1.0", wait_params=WAIT)
 VIA_INIT = Options("init", "registry.example/drainhook:0.1.0", wait_params=WAIT)
@@ -809,7 +809,9 @@ def test_a_kubectl_list_is_wired_item_by_item() -> None:
     assert doc["items"][0] == alone[0]
     assert doc["items"][1] == {"apiVersion": "v1", "kind": "ConfigMap",
                                "metadata": {"name": "c"}, "data": {"k": "v"}}  # fmt: skip
-    assert "items[0].spec.template.spec: vllm" in result.lines[0]
+    # Each item is named as a document of its own: its index in the List, its kind.
+    assert result.lines[0].startswith("drainhook inject: list.yaml#0[0] Deployment/")
+    assert result.lines[0].endswith(": injected: spec.template.spec: vllm")
 
 
 @pytest.mark.parametrize(

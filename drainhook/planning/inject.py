@@ -290,71 +290,79 @@ class Outcome:
     messages: list[Message]
 
 
-def _describe(doc: Document) -> str:
-    data = doc.data
+def _described(where: str, data: Node) -> str:
     if isinstance(data, Mapping):
         meta = data.get("metadata")
         name = meta.get("name") if isinstance(meta, Mapping) else None
-        return f"{doc.where} {data.get('kind', '?')}/{name or '?'}"
-    return doc.where
+        return f"{where} {data.get('kind', '?')}/{name or '?'}"
+    return where
 
 
 def inject_document(doc: Document, options: Options) -> Outcome:
-    """One document, wired: its new text, or its own text when nothing changes or
-    when it is refused (one `refused` message then says why)."""
-    where = _describe(doc)
+    """One document, wired: its new text, or its own text when nothing changes.
+    A List's items are wired, and named, one by one."""
+    data = doc.data
+    items = data.get("items") if isinstance(data, CommentedMap) else None
+    is_list = data_is_list(data) and isinstance(items, CommentedSeq)
+    units = list(enumerate(items)) if is_list and isinstance(items, CommentedSeq) else [(0, data)]
+    messages: list[Message] = []
+    refused, before = False, None
+    for i, unit in units:
+        where = _described(f"{doc.where}[{i}]" if is_list else doc.where, unit)
+        wired, said, no = _wired(where, unit, options)
+        messages += said
+        refused = refused or no
+        if wired is not None:
+            before = before or manifests.serialised(doc)  # before the first change
+            if is_list and isinstance(items, CommentedSeq):
+                items[i] = wired
+            else:
+                doc = Document(doc.source, doc.index, doc.text, doc.marker, wired, doc.indent)
+    if before is None:
+        return Outcome(doc.text, False, refused, messages)
+    return Outcome(manifests.dump(doc, before), True, refused, messages)
+
+
+def data_is_list(data: Node) -> bool:
+    """What `kubectl get -o yaml` prints: a v1 List of items."""
+    return (
+        isinstance(data, Mapping) and data.get("apiVersion") == "v1" and data.get("kind") == "List"
+    )
+
+
+def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message], bool]:
+    """One workload: its wired value (None: leave it as it is), the lines said of it,
+    and whether it was refused."""
     messages: list[Message] = []
 
     def say(level: Level, text: str) -> None:
         messages.append(Message(where, level, text))
 
-    found_templates = list(templated(doc.data))
-    if found_templates:
-        shown = "; ".join(found_templates[:3]) + ("; ..." if len(found_templates) > 3 else "")
-        return Outcome(
-            doc.text,
-            False,
-            True,
-            [
-                Message(
-                    where,
-                    "refused",
-                    (
-                        f"unrendered: template expressions ({shown}); run inject on what the "
-                        "template renders (helm template, kustomize build, envsubst)"
-                    ),
-                )
-            ],
-        )
-    before = plain_data(doc.data)
-    work = copy.deepcopy(doc.data)
+    work = copy.deepcopy(data)
     try:
         found = sites(work, options)
+        wiring = [(site, engine_containers(site, options)) for site in found]
+        if any(chosen for _, chosen in wiring) and (held := list(templated(data))):
+            shown = "; ".join(held[:3]) + ("; ..." if len(held) > 3 else "")
+            raise Refused(
+                f"unrendered: template expressions ({shown}); run inject on what the "
+                "template renders (helm template, kustomize build, envsubst)"
+            )
         injected = []
         for site in found:
-            names = _wire_site(site, options, say)
-            injected += [f"{site.path}: {n}" for n in names]
+            injected += [f"{site.path}: {n}" for n in _wire_site(site, options, say)]
     except Refused as exc:
-        return Outcome(doc.text, False, True, [Message(where, "refused", str(exc))])
-    if not found and isinstance(doc.data, Mapping) and not known_kind(doc.data):
-        held = list(pod_specs(doc.data))
-        if held:
-            kind = doc.data.get("kind", "?")
-            messages = [
-                Message(
-                    where,
-                    "skipped",
-                    f"{kind}: pod specs at {', '.join(held)} "
-                    "not wired: inject does not know this kind (wire the "
-                    "workload it renders, or add the hook by hand)",
-                )
-            ]
-            return Outcome(doc.text, False, False, messages)
-    if not injected or plain_data(work) == before:
-        return Outcome(doc.text, False, False, messages if injected else [])
-    doc = Document(doc.source, doc.index, doc.text, doc.marker, work, doc.indent)
-    messages.insert(0, Message(where, "injected", "; ".join(injected)))
-    return Outcome(manifests.dump(doc), True, False, messages)
+        return None, [Message(where, "refused", str(exc))], True
+    unknown = not found and isinstance(data, Mapping) and not known_kind(data)
+    if unknown and isinstance(data, Mapping) and (held := list(pod_specs(data))):
+        text = (
+            f"{data.get('kind', '?')}: pod specs at {', '.join(held)} not wired: inject does not "
+            "know this kind (wire the workload it renders, or add the hook by hand)"
+        )
+        return None, [Message(where, "skipped", text)], False
+    if not injected or plain_data(work) == plain_data(data):
+        return None, messages if injected else [], False
+    return work, [Message(where, "injected", "; ".join(injected)), *messages], False
 
 
 def _wire_site(site: Site, options: Options, say: Say) -> list[str]:

@@ -155,19 +155,11 @@ KNATIVE_WORDS = "Knative rejects `lifecycle` on its containers (no preStop hook 
 
 def sites(doc: Node, options: Options) -> list[Site]:
     """The pod specs of a workload inject knows, leaders before their workers; none
-    for anything else. Raises Refused for a kind it knows and must not touch. A
-    `List` (what `kubectl get -o yaml` prints) is each of its items."""
+    for anything else. Raises Refused for a kind it knows and must not touch."""
     if not isinstance(doc, CommentedMap):
         return []
     api, kind, spec = str(doc.get("apiVersion", "")), doc.get("kind"), doc.get("spec")
     group = api.split("/")[0]
-    if api == "v1" and kind == "List" and isinstance(doc.get("items"), list):
-        found = []
-        for i, item in enumerate(doc["items"]):
-            for site in sites(item, options):
-                site.path = f"items[{i}].{site.path}"
-                found.append(site)
-        return found
     if not isinstance(spec, CommentedMap):
         return []
     if api == "v1" and kind == "Pod":
@@ -202,7 +194,6 @@ def sites(doc: Node, options: Options) -> list[Site]:
 # holds pod specs is named on stderr instead of passing by in silence.
 KNOWN = {("apps", k) for k in APPS} | {
     ("", "Pod"),
-    ("", "List"),
     ("argoproj.io", "Rollout"),
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
     ("serving.kserve.io", "LLMInferenceService"),
