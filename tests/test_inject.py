@@ -16,6 +16,7 @@ import copy
 import re
 import subprocess
 import sys
+import time
 import typing
 from pathlib import Path
 
@@ -1123,3 +1124,124 @@ def test_comments_among_the_replaced_commands_words_are_kept() -> None:
     assert out[out.index("command:") - 1] == "# Give the router time to notice."
     again = inject_texts([("d.yaml", result.stdout)], Options(via="image", wait_params=WAIT))
     assert again.stdout == result.stdout
+
+
+# -- exact, or it says so (CONTRACT §4) ----------------------------------------------
+
+
+def said(*inputs: tuple[str, str]) -> injecting.Injected:
+    """inject over inputs whose documents may be invalid (refused, written as they came)."""
+    result = inject_texts(list(inputs), Options(wait_params=WAIT))
+    assert all(LINE.match(line) for line in result.lines), result.lines
+    return result
+
+
+@pytest.mark.parametrize("grace", ['"45"', "true", "30.5"])
+def test_a_grace_it_cannot_read_is_refused_not_overwritten(grace: str) -> None:
+    pod = f"      terminationGracePeriodSeconds: {grace}\n"
+    text = _deployment(VLLM + "          args: [m]\n", pod)
+    result = said(("g.yaml", text))
+    assert (result.code, levels(result)) == (1, ["refused"]), result.lines
+    assert "not a whole number of seconds" in result.lines[0]
+    assert result.stdout == text  # written as it came, the value untouched
+
+
+def test_a_vendors_image_tag_is_not_an_engine_version() -> None:
+    """NGC's vLLM image is tagged year.month (26.02-py3): read as vLLM 26.2, a flag
+    that vLLM version would take was written. Now it is named for the user to add."""
+    ngc = "        - name: vllm\n          image: nvcr.io/nvidia/vllm:26.02-py3\n"
+    (doc,), result = run(("ngc.yaml", _deployment(ngc + "          args: [m]\n")))
+    args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["m"]  # no flag written on a guessed version
+    (warning,) = [ln for ln in result.lines if ": warning: " in ln]
+    assert "--enable-server-load-tracking not written" in warning and "--engine-version" in warning
+    tagged = _deployment(VLLM.replace("v0.18.0", "v0.19.1-cu128") + "          args: [m]\n")
+    (doc,), _ = run(("tagged.yaml", tagged))
+    assert doc["spec"]["template"]["spec"]["containers"][0]["args"][-1] == (
+        "--enable-server-load-tracking"
+    )
+
+
+def test_placeholders_refuse_only_a_document_inject_would_wire() -> None:
+    """A Secret's `{{HF_TOKEN}}` (filled by a CI job) is not inject's: it passes, exit 0.
+    KServe's ServingRuntime `{{.Name}}` is KServe's own placeholder in a kind inject
+    does not wire: named as skipped, not as unrendered Helm."""
+    secret = (
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: hf\n"
+        "stringData:\n  token: '{{HF_TOKEN}}'\n"
+    )
+    runtime = (
+        "apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nmetadata:\n"
+        "  name: vllm\nspec:\n  containers:\n    - name: kserve-container\n"
+        "      image: vllm/vllm-openai:v0.18.0\n"
+        "      args: ['--served-model-name={{.Name}}', --port, '8080']\n"
+    )
+    deployment = _deployment(VLLM + "          args: [m]\n")
+    result = said(("s.yaml", secret), ("r.yaml", runtime), ("d.yaml", deployment))
+    assert result.code == 0, result.lines
+    assert levels(result) == ["skipped", "injected", "changed", "changed"]
+    assert "ServingRuntime: pod specs at spec not wired" in result.lines[0]
+    assert "unrendered" not in " ".join(result.lines)
+    helm = _deployment(VLLM + "          args: ['{{ .Values.model }}']\n")
+    refused = said(("helm.yaml", helm))
+    assert refused.code == 1 and "unrendered" in refused.lines[0]
+
+
+ALIASES = "".join(
+    f"{k}: &{k} [{', '.join([f'*{p}'] * 9) if p else ', '.join(['lol'] * 9)}]\n"
+    for p, k in zip(["", *"abcdefgh"], "abcdefghi", strict=True)
+)
+
+
+def test_yaml_aliases_are_walked_once_never_expanded() -> None:
+    """Nine levels of nine aliases, 520 bytes, are 387 million values expanded: named
+    in a few ms and written as they came. A workload with an alias is refused."""
+    assert len(ALIASES) < 600
+    start = time.monotonic()
+    result = said(("bomb.yaml", ALIASES))
+    assert time.monotonic() - start < 5  # expanded, it never ends
+    assert (result.code, levels(result)) == (0, ["skipped"])
+    assert "aliases" in result.lines[0] and result.stdout == ALIASES
+    workload = _deployment(VLLM + "          args: &a [m]\n        - name: b\n          image: b\n"
+                           "          args: *a\n")  # fmt: skip
+    refused = said(("w.yaml", workload))
+    assert (refused.code, levels(refused)) == (1, ["refused"])
+    assert refused.stdout == workload
+
+
+def test_input_too_deep_is_a_usage_error_and_a_duplicate_key_keeps_its_values(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 20000 + "]" * 20000 + "\n")
+    done = cli(str(deep))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert "nested too deep" in done.stderr and "Traceback" not in done.stderr
+    secret = tmp_path / "secret.yaml"
+    secret.write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n"
+        "  password: hunter2\n  password: s3cr3t\n"
+    )
+    dup = cli(str(secret))
+    assert (dup.returncode, dup.stdout) == (2, "")
+    assert 'duplicate key "password"' in dup.stderr
+    assert "hunter2" not in dup.stderr and "s3cr3t" not in dup.stderr
+
+
+def test_a_list_of_deployments_takes_time_in_proportion() -> None:
+    """A `kubectl get -o yaml` List: each Deployment wired once, a second run writes
+    the same bytes. (The times per size are benchmarks/inject_speed.py's.)"""
+    item = _deployment(VLLM + "          args: [m]\n")
+    indented = "\n".join("  " + ln if ln else ln for ln in item.splitlines()).lstrip()
+    items = "".join(f"- {indented.replace('name: d', f'name: d{i}', 1)}\n" for i in range(30))
+    text = f"apiVersion: v1\nitems:\n{items}kind: List\nmetadata:\n  resourceVersion: ''\n"
+    (doc,), result = run(("list.yaml", text))
+    assert [ln.split(": ")[1] for ln in result.lines if ": injected: " in ln] == [
+        f"list.yaml#0[{i}] Deployment/d{i}" for i in range(30)
+    ]
+    assert all(prestop(containers(d["spec"]["template"]["spec"])["vllm"]) for d in doc["items"])
+    again, _ = run(("list.yaml", result.stdout))
+    assert inject_texts([("list.yaml", result.stdout)], Options(wait_params=WAIT)).stdout == (
+        result.stdout
+    )
+    assert again[0] == doc

@@ -302,6 +302,14 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     """One document, wired: its new text, or its own text when nothing changes.
     A List's items are wired, and named, one by one."""
     data = doc.data
+    if manifests.aliased(data):
+        text = "YAML aliases to a mapping or a list: inject does not expand them"
+        where = _described(doc.where, data)
+        if not (isinstance(data, Mapping) and known_kind(data)):  # not inject's: named
+            return Outcome(doc.text, False, False, [Message(where, "skipped", text)])
+        return Outcome(
+            doc.text, False, True, [Message(where, "refused", f"{text}; write them out")]
+        )
     items = data.get("items") if isinstance(data, CommentedMap) else None
     is_list = data_is_list(data) and isinstance(items, CommentedSeq)
     units = list(enumerate(items)) if is_list and isinstance(items, CommentedSeq) else [(0, data)]
@@ -386,9 +394,14 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
         )
     wirings = [_decide(site, c, engine, options.wait_params) for c, engine in chosen]
     worker = site.leader is not None and site.leader.wired is not None
-    given = site.spec.get("terminationGracePeriodSeconds")
-    number_given = isinstance(given, (int, float)) and not isinstance(given, bool)
-    given = float(given) if number_given else site.default_grace
+    raw = site.spec.get("terminationGracePeriodSeconds")
+    if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
+        # A string, a bool or a fraction is no integer the API takes: not overwritten.
+        raise Refused(
+            f"terminationGracePeriodSeconds is {str(raw)[:20]!r}, not a whole number of "
+            "seconds: write the one you mean"
+        )
+    given = site.default_grace if raw is None else float(raw)
     grace, why = _after_kept_sleep(wirings, given)
     if worker:
         assert site.leader is not None

@@ -147,9 +147,13 @@ def parse(source: str, text: str) -> list[Document]:
             data = _yaml(indent).load(body)
         except YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            # ruamel names a duplicate key's two values: a Secret's are never echoed.
+            problem = problem.split(" with value ")[0]
             mark = getattr(exc, "problem_mark", None)
             at = f" at line {line + mark.line + 1}" if mark is not None else ""
             raise UsageError(f"{source}#{n}: not YAML{at}: {problem}") from None
+        except RecursionError:
+            raise UsageError(f"{source}#{n}: nested too deep to read") from None
         docs.append(Document(source, n, marker + body, marker, data, indent))
         line += body.count("\n")
     return docs
@@ -337,6 +341,21 @@ def insert_before(m: CommentedMap, key: str, value: Node, before: Sequence[str])
             m.insert(keys.index(b), key, value)
             return
     m[key] = value
+
+
+def aliased(value: Node) -> bool:
+    """Whether a parsed value holds one mapping or list twice (a YAML alias, `*name`):
+    walked once each, never expanded (nine levels of ten aliases are 10^9 values)."""
+    seen: set[int] = set()
+    todo = [value]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (Mapping, list)):
+            if id(node) in seen:
+                return True
+            seen.add(id(node))
+            todo.extend(node.values() if isinstance(node, Mapping) else node)
+    return False
 
 
 def plain_data(value: Node) -> Node:

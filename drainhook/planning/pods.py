@@ -383,13 +383,13 @@ def version_in(text: str) -> tuple[int, int] | None:
 
 
 def image_version(container: Mapping[str, Node], engine: str) -> tuple[int, int] | None:
-    """The engine's version from an image named after the engine (vllm-openai:v0.18.0,
-    lmsysorg/sglang:v0.5.23); None when the image says nothing of it."""
+    """The engine's version from an image named after the engine, tagged as the engines
+    tag their releases (vllm-openai:v0.18.0, lmsysorg/sglang:v0.5.23-cu126); None when
+    the image says nothing of it: another project's tag (llm-d's carry llm-d's
+    version, NGC's `26.02-py3` a year and month), `latest`, a digest."""
     name, tag = _image_name(str(container.get("image", "")))
-    if engine not in name:
-        return None  # another project's version (llm-d's images carry their own)
-    m = re.match(r"v?(\d+)\.(\d+)", tag)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    m = re.match(r"v(\d+)\.(\d+)\.\d+", tag)
+    return (int(m.group(1)), int(m.group(2))) if m and engine in name else None
 
 
 def engine_containers(site: Site, options: Options) -> list[tuple[CommentedMap, EngineName]]:
