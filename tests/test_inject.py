@@ -866,7 +866,7 @@ def test_a_kind_inject_does_not_know_is_named_not_passed_in_silence(text: str, w
     (line,) = result.lines
     m = LINE.match(line)
     assert m is not None and m.group(5) == "skipped", line
-    assert f"pod specs at {where} not wired: inject does not know this kind" in line
+    assert f"containers at {where} not wired: inject does not know this kind" in line
     assert doc == yaml.safe_load(text)
 
 
@@ -1180,7 +1180,7 @@ def test_placeholders_refuse_only_a_document_inject_would_wire() -> None:
     result = said(("s.yaml", secret), ("r.yaml", runtime), ("d.yaml", deployment))
     assert result.code == 0, result.lines
     assert levels(result) == ["skipped", "injected", "changed", "changed"]
-    assert "ServingRuntime: pod specs at spec not wired" in result.lines[0]
+    assert "ServingRuntime: containers at spec not wired" in result.lines[0]
     assert "unrendered" not in " ".join(result.lines)
     helm = _deployment(VLLM + "          args: ['{{ .Values.model }}']\n")
     refused = said(("helm.yaml", helm))
@@ -1245,3 +1245,121 @@ def test_a_list_of_deployments_takes_time_in_proportion() -> None:
         result.stdout
     )
     assert again[0] == doc
+
+
+DYNAMO = """\
+apiVersion: nvidia.com/v1alpha1
+kind: DynamoGraphDeployment
+metadata:
+  name: llama
+spec:
+  services:
+    VllmDecodeWorker:
+      replicas: 2
+      extraPodSpec:
+        mainContainer:
+          image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.4.0
+          command: [python3, -m, dynamo.vllm]
+          args: [--model, meta-llama/Llama-3.1-8B-Instruct]
+"""
+OME = """\
+apiVersion: ome.io/v1beta1
+kind: ClusterServingRuntime
+metadata:
+  name: srt-llama
+spec:
+  engineConfig:
+    runner:
+      name: ome-container
+      image: docker.io/lmsysorg/sglang:v0.4.8.post1-cu126
+      command: [python3, -m, sglang.launch_server]
+"""
+
+
+def test_an_engine_container_under_any_key_is_named_never_passed_in_silence() -> None:
+    """Dynamo's `extraPodSpec.mainContainer` and OME's `runner` are engine containers
+    outside a `containers` list: before, exit 0 and nothing on stderr."""
+    result = said(("dynamo.yaml", DYNAMO), ("ome.yaml", OME))
+    assert result.code == 0 and levels(result) == ["skipped", "skipped"], result.lines
+    assert (
+        "containers at spec.services.VllmDecodeWorker.extraPodSpec.mainContainer not wired"
+        in (result.lines[0])
+    )
+    assert "containers at spec.engineConfig.runner not wired" in result.lines[1]
+    assert result.stdout == DYNAMO + "---\n" + OME
+
+
+@pytest.mark.parametrize(
+    ("container", "why"),
+    [
+        ("        - name: vllm\n          image: vllm/vllm-openai:v0.18.0\n"
+         "          args: [--model, m, --disable-log-stats]\n", "--disable-log-stats"),
+        ("        - name: vllm\n          image: vllm/vllm-openai:v0.18.0\n"
+         "          command: [python3, -m, vllm.entrypoints.grpc_server, --model, m]\n",
+         "gRPC server"),
+    ],
+    ids=["no-gauges", "grpc"],
+)  # fmt: skip
+def test_an_engine_no_hook_can_read_is_refused_with_the_fix(container: str, why: str) -> None:
+    text = _deployment(container)
+    result = said(("e.yaml", text))
+    assert (result.code, levels(result)) == (1, ["refused"]), result.lines
+    assert why in result.lines[0] and result.stdout == text
+    if why == "gRPC server":  # before: wired as HTTP, with an HTTP flag appended
+        assert "--enable-server-load-tracking" not in result.stdout
+
+
+def test_what_the_manifest_hides_is_said_with_the_fix() -> None:
+    """An entry script that hides the port; a shell that starts the engine without
+    exec (it stays PID 1: SIGTERM stops at it). Both wired, each with a warning."""
+    script = (
+        "        - name: vllm\n          image: vllm/vllm-openai:v0.18.0\n"
+        "          command: [/opt/serve.sh]\n          ports: [{containerPort: 9000}]\n"
+    )
+    shell = (
+        "        - name: vllm\n          image: vllm/vllm-openai:v0.18.0\n"
+        "          command: [sh, -c, 'pip install x && vllm serve m --port 8000']\n"
+    )
+    (hidden, _), result = run(("s.yaml", _deployment(script)), ("w.yaml", _deployment(shell)))
+    assert result.code == 0
+    (port,) = [ln for ln in result.lines if "does not show the engine's port" in ln]
+    assert "s.yaml#0" in port and "reads 8000" in port and "declares 9000" in port
+    assert "add --port N to the hook" in port
+    (pid1,) = [ln for ln in result.lines if "without `exec`" in ln]
+    assert "w.yaml#0" in pid1
+    assert prestop(containers(hidden["spec"]["template"]["spec"])["vllm"])
+    exec_form = _deployment(shell.replace("&& vllm", "&& exec vllm"))
+    assert not [ln for ln in said(("x.yaml", exec_form)).lines if "without `exec`" in ln]
+
+
+def test_one_vllm_over_several_pods_is_named() -> None:
+    """vLLM data parallel across a LeaderWorkerSet group (2 of 4 ranks in each Pod):
+    before, each Pod wired as an engine of its own, silently."""
+    dp = (
+        "        - name: vllm\n          image: vllm/vllm-openai:v0.18.0\n"
+        "          args: [--model, m, --data-parallel-size, '4',\n"
+        "                 --data-parallel-size-local, '2']\n"
+    )
+    result = said(("dp.yaml", _deployment(dp)))
+    (line,) = [ln for ln in result.lines if ": warning: " in ln and "data-parallel" in ln]
+    assert "2 of 4 ranks here" in line and "DRAINHOOK_HOST" in line
+    alone = dp.replace("'4'", "'2'")
+    assert not [ln for ln in said(("one.yaml", _deployment(alone))).lines if "ranks here" in ln]
+
+
+def test_a_worker_reads_its_https_leader_over_https() -> None:
+    """KServe's multi-node LLMInferenceService whose leader serves TLS (its probes say
+    HTTPS): the worker's hook reads the leader as the leader is served."""
+    text = (
+        "apiVersion: serving.kserve.io/v1alpha1\nkind: LLMInferenceService\nmetadata:\n"
+        "  name: tls\nspec:\n  model: {uri: 'hf://m', name: m}\n  template:\n    containers:\n"
+        "      - name: main\n        readinessProbe:\n"
+        "          httpGet: {path: /health, port: 8000, scheme: HTTPS}\n"
+        "  worker:\n    containers:\n      - name: main\n"
+    )
+    (doc,), result = run(("tls.yaml", text))
+    assert result.code == 0, result.lines
+    leader = prestop(containers(doc["spec"]["template"])["main"])
+    worker = prestop(containers(doc["spec"]["worker"])["main"])
+    assert leader[leader.index("--scheme") + 1] == "https"
+    assert worker[worker.index("--scheme") + 1] == "https"  # before: read over http

@@ -8,6 +8,8 @@ Where it wires: drainhook.planning.pods; the engine's argv: drainhook.planning.a
 from __future__ import annotations
 
 import copy
+import re
+import shlex
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -71,9 +73,11 @@ from drainhook.planning.pods import (
     image_version,
     known_kind,
     pod_specs,
+    recognise,
     sites,
     templated,
     version_in,
+    words,
 )
 from drainhook.planning.via import bring_binary, named_list, upsert
 
@@ -114,6 +118,17 @@ def _decide(
         # A sleep longer than the default settle is a measured propagation time (a
         # load balancer's): it stays, as the settle (CONTRACT §4).
         hook.timeline["settle"] = float(str(what))
+    said = words(container)
+    if "vllm.entrypoints.grpc_server" in said:
+        raise Refused(
+            f"container {name}: vLLM's gRPC server (vllm.entrypoints.grpc_server) serves no "
+            "HTTP /metrics: no hook can read it; wire an OpenAI-compatible HTTP server"
+        )
+    if engine == "vllm" and "--disable-log-stats" in said:
+        raise Refused(
+            f"container {name}: vLLM started with --disable-log-stats serves no scheduler "
+            "gauges: the hook would hold every Pod to its deadline; remove the flag, then inject"
+        )
     argv = argv_of(container)
     port = engine_port(argv, container)
     port = port if port is not None and port != default_port(engine) else None
@@ -148,9 +163,9 @@ def _command(w: Wiring, applied: Applied, binary: str, worker: bool) -> list[str
     """The new preStop: plan's own rendering of the timeline, then the hook's other
     flags as they were, the engine's port, a worker's --exit-zero, and --log-file."""
     args = list(prestop_command(applied.plan.config, binary))
-    given = {words[0].partition("=")[0] for words in w.hook.others}
-    for words in w.hook.others:
-        args += words
+    given = {flag[0].partition("=")[0] for flag in w.hook.others}
+    for flag in w.hook.others:
+        args += flag
     if w.port is not None and not given & {"--port", "--url", "--annotations"}:
         args += ["--port", str(w.port)]
     if w.https and not given & {"--scheme", "--url", "--annotations"}:
@@ -364,7 +379,7 @@ def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message
     unknown = not found and isinstance(data, Mapping) and not known_kind(data)
     if unknown and isinstance(data, Mapping) and (held := list(pod_specs(data))):
         text = (
-            f"{data.get('kind', '?')}: pod specs at {', '.join(held)} not wired: inject does not "
+            f"{data.get('kind', '?')}: containers at {', '.join(held)} not wired: inject does not "
             "know this kind (wire the workload it renders, or add the hook by hand)"
         )
         return None, [Message(where, "skipped", text)], False
@@ -426,6 +441,7 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
         _say_changes(w, early, applied, say)
         if not worker:
             _say_multi_node(w, say)
+            _say_caveats(w, say)
             _apply_engine_flags(w, applied, say, options.engine_version)
         else:
             env = named_list(w.container, "env", ("lifecycle", "resources"))
@@ -439,7 +455,7 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
         _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
         bring_binary(site.spec, w.container, options)
         names.append(str(name))
-    site.wired = Wired(grace, wirings[0].engine, wirings[0].port)
+    site.wired = Wired(grace, wirings[0].engine, wirings[0].port, wirings[0].https)
     return names
 
 
@@ -465,7 +481,7 @@ def _worker_grace(
 ) -> tuple[float, str]:
     """A LeaderWorkerSet worker's grace: its deadline after its leader's kill."""
     for w in wirings:
-        w.engine, w.port, w.worker = lead.engine, lead.port, True
+        w.engine, w.port, w.https, w.worker = lead.engine, lead.port, lead.https, True
         reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
         floor = lead.grace + WORKER_MARGIN + reserve
         if grace < floor:
@@ -519,17 +535,55 @@ def _after_kept_sleep(wirings: Sequence[Wiring], grace: float) -> tuple[float, s
 
 
 def _say_multi_node(w: Wiring, say: Say) -> None:
-    """An SGLang over several nodes: every rank's Pod gets the hook, only rank 0 serves."""
-    nodes = count_of(w.argv, "--nnodes") if w.argv is not None and w.engine == "sglang" else None
+    """One engine over several Pods: a Pod that serves no HTTP, or serves only its own
+    ranks, cannot be drained as an engine of its own."""
+    name, argv = w.container.get("name"), w.argv
+    nodes = count_of(argv, "--nnodes") if argv is not None and w.engine == "sglang" else None
+    ranks = count_of(argv, "--data-parallel-size", "-dp") if argv is not None else None
+    here = count_of(argv, "--data-parallel-size-local", "-dpl") if argv is not None else None
     if nodes is not None and nodes > 1:
+        what = f"an SGLang over {nodes} nodes (--nnodes): only rank 0 serves HTTP"
+    elif w.engine == "vllm" and argv is not None and argv.value("--headless"):
+        what = "a headless vLLM (--headless): its ranks serve no HTTP, the leader's do"
+    elif w.engine == "vllm" and ranks is not None and here is not None and ranks > here:
+        what = f"a vLLM data-parallel engine over Pods ({here} of {ranks} ranks here)"
+    else:
+        return
+    say(
+        "warning",
+        f"container {name}: {what}, and one Pod's SIGTERM can stop the others' work; "
+        "drain them together: point the other Pods' hooks at the one that serves "
+        "(DRAINHOOK_HOST, --allow-remote, --exit-zero) as a LeaderWorkerSet's workers are",
+    )
+
+
+def _say_caveats(w: Wiring, say: Say) -> None:
+    """What the manifest leaves the hook to assume, said with the fix: a port an entry
+    script hides, a shell that stays PID 1 (SIGTERM stops at it)."""
+    name, said = w.container.get("name"), words(w.container)
+    opaque = bool(w.container.get("command")) and recognise({"command": said}) is None
+    if opaque and "--port" not in said and not w.port:  # an entry script of its own
+        declared = w.container.get("ports")
+        ports = [p.get("containerPort") for p in declared or [] if isinstance(p, Mapping)]
         say(
             "warning",
-            f"container {w.container.get('name')}: an SGLang over {nodes} nodes "
-            "(--nnodes): only rank 0 serves HTTP, so every other rank's hook finds nothing "
-            "to read and returns after the settle, and its SIGTERM can stop rank 0's work; "
-            "point those ranks' hooks at rank 0 (DRAINHOOK_HOST, --allow-remote, "
-            "--exit-zero) as a LeaderWorkerSet's workers are",
+            f"container {name}: its command ({said[0]}) does not show the engine's port: the "
+            f"hook reads {default_port(w.engine)}, {w.engine}'s default"
+            + (f" (the container declares {', '.join(map(str, ports))})" if ports else "")
+            + "; if the engine listens elsewhere, add --port N to the hook",
         )
+    if w.argv is not None and w.argv.index is not None:
+        for command in re.split(r"&&|\|\||;|\n|&", w.argv.joined):
+            try:
+                started = shlex.split(command)
+            except ValueError:
+                continue
+            if started[:1] != ["exec"] and recognise({"command": started}) is not None:
+                say(
+                    "warning",
+                    f"container {name}: its shell starts the engine without `exec`: the shell "
+                    "stays PID 1 and SIGTERM stops there; write `exec` before the engine's command",
+                )
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,7 @@ class Wired:
     grace: float
     engine: EngineChoice
     port: int | None
+    https: bool  # a worker's hook reads its leader as the leader is served
 
 
 @dataclass
@@ -241,13 +242,17 @@ def _short(value: Node) -> str:
 
 
 def pod_specs(value: Node, path: str = "") -> Iterator[str]:
-    """Where a document holds pod specs (a `containers` list of named mappings),
+    """Where a document holds pod specs (a `containers` list of named mappings) or an
+    engine's container under a key of its own (a CRD's `mainContainer`, `runner`),
     dotted: what a kind inject does not know may still carry an engine."""
     if isinstance(value, Mapping):
         containers = value.get("containers")
         if isinstance(containers, list) and any(
             isinstance(c, Mapping) and "name" in c for c in containers
         ):
+            yield path or "."
+            return
+        if ("image" in value or "command" in value) and recognise(value) is not None:
             yield path or "."
             return
         for key, inner in value.items():
@@ -332,7 +337,7 @@ def _inference_service(doc: CommentedMap, spec: CommentedMap, options: Options) 
     return [site]
 
 
-def _words(container: Mapping[str, Node]) -> list[str]:
+def words(container: Mapping[str, Node]) -> list[str]:
     """The container's command and args as words, a shell script's split as the
     shell would (roughly: a script shlex cannot split is split on blanks)."""
     words: list[str] = []
@@ -362,8 +367,7 @@ def recognise(container: Mapping[str, Node]) -> EngineName | None:
     """vllm or sglang, from the container's command and args (`vllm serve`,
     `python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`,
     `sglang serve`), else from its image's name; None for anything else."""
-    words = _words(container)
-    for w, after in itertools.pairwise([*words, ""]):
+    for w, after in itertools.pairwise([*words(container), ""]):
         base = w.rsplit("/", 1)[-1]
         if base in BY_NAME and after == "serve":
             return BY_NAME[base].name
