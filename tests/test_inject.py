@@ -1363,3 +1363,26 @@ def test_a_worker_reads_its_https_leader_over_https() -> None:
     worker = prestop(containers(doc["spec"]["worker"])["main"])
     assert leader[leader.index("--scheme") + 1] == "https"
     assert worker[worker.index("--scheme") + 1] == "https"  # before: read over http
+
+
+def test_the_comments_around_a_replaced_kubelet_sleep_are_kept() -> None:
+    """The kubelet's `sleep` action with its authors' reasons around it: before, the
+    comments inside and after it were deleted with it."""
+    reasons = ["# thirty seconds", "# measured", "# end of sleep", "# after preStop"]
+    container = VLLM + (
+        "          args: [m]\n          lifecycle:\n            # Give the load balancer time:\n"
+        "            preStop:\n              sleep:\n                # thirty seconds\n"
+        "                seconds: 30  # measured\n                # end of sleep\n"
+        "            # after preStop\n          resources: {}\n"
+    )
+    (doc,), result = run(("s.yaml", _deployment(container)))
+    assert "replaced" in levels(result)
+    assert prestop(containers(doc["spec"]["template"]["spec"])["vllm"])[:2] == [
+        "/usr/local/bin/drainhook", "wait",
+    ]  # fmt: skip
+    out = result.stdout
+    assert "# Give the load balancer time:" in out
+    assert [r for r in reasons if r in out] == reasons
+    assert out.index("/proc/1/fd/1") < out.index("# thirty seconds") < out.index("resources")
+    again = said(("s.yaml", out))
+    assert again.stdout == out

@@ -203,26 +203,31 @@ def _set_prestop(container: CommentedMap, command: Sequence[str]) -> None:
             column = eol.column if eol is not None else inner[0][0]
             seq.ca.items[len(seq) - 1] = [CommentToken(text, CommentMark(column), None), None]
         exe["command"] = seq
-    else:
+    else:  # the kubelet's sleep action: its comments are kept after the new command
+        kept = _comment_lines(prestop.get("sleep") if isinstance(prestop, CommentedMap) else None)
+        if kept:
+            text = "\n" + "".join(" " * column + line + "\n" for column, line in kept)
+            seq.ca.items[len(seq) - 1] = [CommentToken(text, CommentMark(kept[0][0]), None), None]
         lifecycle["preStop"] = mapping(("exec", mapping(("command", seq))))
 
 
 def _comment_lines(old: Node) -> list[tuple[int, str]]:
-    """The comment lines among an old command's words (before its first, after each),
-    in order, with the column each stood at."""
-    if not isinstance(old, CommentedSeq):
+    """The comment lines in an old command's words or a replaced sleep's mapping
+    (before, among and after them), in order, each with the column it stood at."""
+    if not isinstance(old, (CommentedSeq, CommentedMap)):
         return []
     tokens = list(old.ca.comment[1] or []) if old.ca.comment and len(old.ca.comment) > 1 else []
-    for i in sorted(old.ca.items):
-        tokens += [t for t in old.ca.items[i][:1] if t is not None]
+    for key in old.ca.items:
+        slots = old.ca.items[key] if isinstance(old, CommentedMap) else old.ca.items[key][:1]
+        tokens += [t for t in slots if isinstance(t, CommentToken)]
     lines: list[tuple[int, str]] = []
     for token in tokens:
-        column = getattr(token, "column", 0) or 0
-        lines += [
-            (column, ln.strip())
-            for ln in str(token.value).splitlines()
-            if ln.strip().startswith("#")
-        ]
+        first = getattr(token, "column", 0) or 0
+        for n, ln in enumerate(str(token.value).splitlines()):
+            if ln.strip().startswith("#"):
+                lines.append((first if n == 0 else len(ln) - len(ln.lstrip()), ln.strip()))
+    for inner in old.values() if isinstance(old, CommentedMap) else ():
+        lines += _comment_lines(inner)
     return lines
 
 
