@@ -1386,3 +1386,33 @@ def test_the_comments_around_a_replaced_kubelet_sleep_are_kept() -> None:
     assert out.index("/proc/1/fd/1") < out.index("# thirty seconds") < out.index("resources")
     again = said(("s.yaml", out))
     assert again.stdout == out
+
+
+SCRIPTED = """\
+        - name: sglang
+          image: lmsysorg/sglang:v0.5.23
+          command:
+            - /bin/sh
+            - -c
+            - |
+              pip list
+              exec python3 -m sglang.launch_server --model-path m \\
+                --json-model-override-args '{"rope_scaling":
+                  {"type": "yarn", "factor": 4.0}}'
+              # the port is the Service's targetPort
+"""
+
+
+def test_a_script_is_extended_exactly_past_its_comments_and_quoted_lines() -> None:
+    """A comment line after the engine's command (with an apostrophe), and a quoted
+    argument spread over lines: before, the flag was not added (and the apostrophe
+    crashed the run, exit 70). Now appended to the engine's command, exactly."""
+    (doc,), result = run(("s.yaml", _deployment(SCRIPTED)))
+    assert result.code == 0, result.lines
+    script = containers(doc["spec"]["template"]["spec"])["sglang"]["command"][2]
+    assert script.splitlines()[-2].endswith('"factor": 4.0}}\' --enable-metrics')
+    assert script.splitlines()[-1] == "# the port is the Service's targetPort"
+    unclosed = _deployment(SCRIPTED.replace("pip list", 'echo "unclosed'))
+    refused = said(("u.yaml", unclosed))
+    assert (refused.code, levels(refused)) == (1, ["refused"]), refused.lines
+    assert "cannot be split as a shell would" in refused.lines[0]

@@ -42,10 +42,20 @@ class Argv:
         """The script with its lines continued by `\\` joined, as the shell reads it."""
         return re.sub(r"\\\r?\n", " ", self.script)
 
+    def words(self) -> list[str]:
+        """The words as the shell splits them (comments dropped); a script no shell
+        reads as given (an unclosed quote) is refused: its flags cannot be known."""
+        if self.index is None:
+            return [str(w) for w in self.seq]
+        try:
+            return shlex.split(self.joined, comments=True)
+        except ValueError as exc:
+            raise Refused(f"its shell script cannot be split as a shell would ({exc})") from None
+
     def value(self, flag: str) -> str | bool | None:
         """The value given to flag (the last one: argparse's rule), True for a switch
         that is there, None when it is not."""
-        words = shlex.split(self.joined) if self.index is not None else [str(w) for w in self.seq]
+        words = self.words()
         found: str | bool | None = None
         for i, w in enumerate(words):
             if w == flag:
@@ -70,17 +80,35 @@ class Argv:
         pattern = re.compile(rf"(?<!\S){re.escape(flag)}(=|\s+)[^\s;&|]+")
         self._rewrite(pattern.sub(lambda m: f"{flag}{m.group(1)}{value}", self.script))
 
+    @property
+    def _end(self) -> int:
+        """Where the script's last command ends: its trailing comment lines aside."""
+        end = len(self.script)
+        for line in reversed(self.script.splitlines(keepends=True)):
+            if line.strip() and not line.strip().startswith("#"):
+                break
+            end -= len(line)
+        return end
+
     def can_append(self) -> bool:
         if self.index is None:
             return True
-        tail = re.split(r"&&|\|\||;|\n", self.joined.rstrip())[-1]
+        # The last command as the shell reads it: a quoted word may span lines.
+        script = re.sub(r"\\\r?\n", " ", self.script[: self._end])
+        lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|\n<>")
+        lexer.whitespace = " \t\r"
         try:
-            words = shlex.split(tail)
+            tokens = list(lexer)
         except ValueError:
             return False
+        while tokens and tokens[-1].strip() == "":
+            tokens.pop()
+        words: list[str] = []
+        for token in tokens:
+            words = [] if token.strip() in ("", ";", "&&", "||") else [*words, token]
         if words[:1] == ["exec"]:
             words = words[1:]
-        if any(w in ("&", "|") or w.startswith((">", "<", "2>")) for w in words):
+        if any(w.strip(";&|<>") == "" for w in words):  # a pipe, a redirect, `&`
             return False
         return recognise({"command": words}) is not None
 
@@ -89,7 +117,7 @@ class Argv:
             self.seq.extend(self._word(a) for a in args)
             return
         text = self.script
-        body = text.rstrip()
+        body = text[: self._end].rstrip()
         self._rewrite(body + " " + " ".join(shlex.quote(a) for a in args) + text[len(body) :])
         folds = getattr(self.seq[self.index], "fold_pos", None)
         if isinstance(folds, list):  # a folded script: the added flags on a line of their own
