@@ -91,6 +91,8 @@ def effective(args: list[str], flag: str) -> str | bool | None:
         if a == flag:
             nxt = args[i + 1] if i + 1 < len(args) else ""
             value = nxt if nxt and not nxt.startswith("--") else True
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
     return value
 
 
@@ -147,3 +149,36 @@ def test_inject_finds_nothing_to_do_after_the_component(tmp_path: Path) -> None:
     )
     assert again.stdout == out
     assert [ln for ln in again.lines if ": warning: " not in ln] == []
+
+
+BARE = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: pd-prefill
+  labels: {llm-d.ai/role: prefill}
+spec:
+  selector:
+    matchLabels: {app: pd-prefill}
+  template:
+    metadata:
+      labels: {app: pd-prefill, llm-d.ai/role: prefill}
+    spec:
+      containers:
+        - name: vllm
+          image: ghcr.io/llm-d/llm-d-cuda:v0.3.0
+          command: [vllm, serve, Qwen/Qwen3-8B, --port, "8000"]
+"""
+
+
+def test_the_component_builds_on_an_engine_without_args_or_mounts(tmp_path: Path) -> None:
+    """llm-d's P/D baseline: an engine container whose command carries its flags, with
+    no `args` and no `volumeMounts` (a JSON patch's `/-` failed the build there)."""
+    (built,) = yaml.safe_load_all(build(tmp_path, BARE))
+    validate(built)
+    engine = containers(built["spec"]["template"]["spec"])["vllm"]
+    assert engine["command"] == ["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"]
+    assert engine["args"] == ["--shutdown-timeout=0", "--enable-server-load-tracking"]
+    assert engine["volumeMounts"] == [{"name": "hook", "mountPath": "/hook", "readOnly": True}]
+    assert prestop(engine)[:2] == ["/hook/drainhook/drainhook", "wait"]
+    assert "DrainhookValues" not in build(tmp_path / "again", BARE)  # kustomize's own only
