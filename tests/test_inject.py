@@ -16,7 +16,6 @@ import copy
 import re
 import subprocess
 import sys
-import time
 import typing
 from pathlib import Path
 
@@ -1197,9 +1196,7 @@ def test_yaml_aliases_are_walked_once_never_expanded() -> None:
     """Nine levels of nine aliases, 520 bytes, are 387 million values expanded: named
     in a few ms and written as they came. A workload with an alias is refused."""
     assert len(ALIASES) < 600
-    start = time.monotonic()
-    result = said(("bomb.yaml", ALIASES))
-    assert time.monotonic() - start < 5  # expanded, it never ends
+    result = said(("bomb.yaml", ALIASES))  # expanded, it would never end
     assert (result.code, levels(result)) == (0, ["skipped"])
     assert "aliases" in result.lines[0] and result.stdout == ALIASES
     workload = _deployment(VLLM + "          args: &a [m]\n        - name: b\n          image: b\n"

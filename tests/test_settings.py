@@ -15,11 +15,14 @@ import click
 import pytest
 
 from drainhook.cli.flags import ENVIRON
-from drainhook.cli.flagtypes import Flags
 from drainhook.cli.main import cli, wait
 from drainhook.cli.settings import DISCOVER_GONE, wait_config_of
+from drainhook.engines.gauges import EngineChoice
 from drainhook.errors import UsageError
-from drainhook.hook.config import WaitConfig
+from drainhook.hook.config import LogFormat, LogReads, WaitConfig
+from drainhook.planning.plan import Output, Role, Via
+from drainhook.reading.config import Source
+from drainhook.reading.target import Scheme
 
 # A downward-API annotations file naming a listener other than the defaults'.
 ANNOTATIONS = (
@@ -33,7 +36,7 @@ def build_wait_config(argv: Sequence[str], environ: Mapping[str, str]) -> WaitCo
     root = click.Context(cli, info_name="drainhook")
     root.meta[ENVIRON] = environ
     with wait.make_context("wait", list(argv), parent=root) as ctx:
-        return wait_config_of(ctx, typing.cast(Flags, ctx.params))  # as click calls wait
+        return wait_config_of(ctx, ctx.params)  # as click calls wait
 
 
 def config(
@@ -172,22 +175,25 @@ def test_the_removed_discovery_flags_are_accepted_and_do_nothing(
     assert said == [DISCOVER_GONE]
 
 
-def test_the_flags_type_names_every_option_with_its_values() -> None:
-    """Flags (what settings reads) holds a key per option of wait, probe and plan's
-    shared groups, and each closed set's Literal is exactly what click accepts."""
+CLOSED = {"engine": EngineChoice, "scheme": Scheme, "source": Source, "role": Role}
+CLOSED |= {"log_format": LogFormat, "log_reads": LogReads, "output": Output, "via": Via}
+
+
+def test_click_accepts_each_closed_set_exactly() -> None:
+    """Each choice of every command is its Literal type's values (`wait` reads one
+    source: `both` is probe's), so a value outside one is refused when parsed."""
     root = click.Context(cli)
-    shared = set(typing.get_type_hints(Flags))
-    for name in ("wait", "probe", "plan"):
+    seen = set()
+    for name in ("wait", "probe", "plan", "inject"):
         command = cli.get_command(root, name)
         assert command is not None
         for p in command.params:
-            if name == "wait":
-                assert p.name in shared, p.name
-            if p.name in shared and isinstance(p.type, click.Choice):
-                values = set(typing.get_args(typing.get_type_hints(Flags)[p.name]))
-                assert set(p.type.choices) == values - ({"both"} if name == "wait" else set())
-    wait = cli.get_command(root, "wait")
-    assert wait is not None and {p.name for p in wait.params} == shared
+            if isinstance(p.type, click.Choice) and p.name is not None:
+                values = set(typing.get_args(CLOSED[p.name]))
+                values -= {"both"} if (name, p.name) == ("wait", "source") else set()
+                assert set(p.type.choices) == values, (name, p.name)
+                seen.add(p.name)
+    assert seen == set(CLOSED)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from click.core import ParameterSource
 
 from drainhook.cli.flags import (
     DURATION,
+    Parsed,
     option,
     target_options,
     timeline_options,
@@ -21,11 +22,6 @@ from drainhook.cli.settings import reach_of
 from drainhook.engines.gauges import EngineChoice
 from drainhook.errors import UsageError
 from drainhook.planning.plan import Output, Role, Via
-
-if typing.TYPE_CHECKING:  # kwargs typed by Flags (PEP 692); not needed at run time
-    from typing_extensions import Unpack
-
-    from drainhook.cli.flagtypes import Flags
 
 
 class _PlanCommand(click.Command):
@@ -109,24 +105,12 @@ def plan(
     quantile: float,
     window: float | None,
     from_file: tuple[Path, ...],
-    **params: Unpack[Flags],
+    **params: Parsed,
 ) -> int:
     from drainhook.planning import plan as planning
     from drainhook.planning.render import observe_render, render
 
-    p = params
-    config = planning.wait_config(
-        grace=p["grace"],
-        settle=p["settle"],
-        exit_reserve=p["exit_reserve"],
-        interval=p["interval"],
-        read_timeout=p["read_timeout"],
-        confirm=p["confirm"],
-        linger=p["linger"],
-        max_wait=p["max_wait"],
-        stall_after=p["stall_after"],
-        engine=p["engine"],
-    )
+    config = planning.wait_config(**{name: params[name] for name in planning.TIMELINE})
     if observe or from_file:
         from drainhook.planning.observe import ObserveRequest, run_observe
 

@@ -37,6 +37,9 @@ from drainhook.reading.config import (
 )
 from drainhook.reading.target import Scheme
 
+# A value click parsed, typed by its option's type (click's own signatures say Any;
+# the closed sets are the Literal types click's choices come from).
+Parsed = typing.Any
 F = typing.TypeVar("F", bound=Callable[..., object])
 
 
@@ -106,7 +109,7 @@ class EnvOption(click.Option):
         return environ_of(ctx).get(self.envvar) or None
 
 
-def option(flag: str, *names: str, **kwargs: typing.Any) -> Callable[[F], F]:
+def option(flag: str, *names: str, **kwargs: Parsed) -> Callable[[F], F]:
     """A click option that also reads DRAINHOOK_<FLAG>, and shows its default if it has one."""
     kwargs.setdefault("cls", EnvOption)
     kwargs.setdefault("show_default", "default" in kwargs)
@@ -229,14 +232,9 @@ SOURCE_OPTIONS = (
 )
 
 
-def source_options(f: F) -> F:
-    """What to count, and with what key: wait."""
-    return with_options((_source(both=False), *SOURCE_OPTIONS), f)
-
-
-def probe_source_options(f: F) -> F:
-    """What to count, and with what key: probe, which also reads both side by side."""
-    return with_options((_source(both=True), *SOURCE_OPTIONS), f)
+def source_options(both: bool) -> Callable[[F], F]:
+    """What to count, and with what key: wait, and probe (`both`: the two side by side)."""
+    return lambda f: with_options((_source(both), *SOURCE_OPTIONS), f)
 
 
 TIMELINE_OPTIONS = (

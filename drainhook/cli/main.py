@@ -5,16 +5,15 @@ where explicit flags (command line or environment) win over `--annotations`."""
 from __future__ import annotations
 
 import contextlib
-import typing
 from collections.abc import Callable
 
 import click
 
 from drainhook import __version__, exits, failsafe
 from drainhook.cli.flags import (
+    Parsed,
     log_options,
     option,
-    probe_source_options,
     source_options,
     target_options,
     timeline_options,
@@ -23,11 +22,6 @@ from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.errors import DrainhookError
 from drainhook.hook.clock import start_time
 from drainhook.hook.run import run_wait
-
-if typing.TYPE_CHECKING:  # kwargs typed by Flags (PEP 692); not needed at run time
-    from typing_extensions import Unpack
-
-    from drainhook.cli.flagtypes import Flags
 
 # The advisory commands (drainhook.cli.advice), loaded only when one is named
 # or the commands are listed: `wait`'s start never imports them.
@@ -83,11 +77,11 @@ def cli() -> None:
 
 @cli.command()
 @target_options
-@source_options
+@source_options(both=False)
 @timeline_options
 @log_options
 @click.pass_context
-def wait(ctx: click.Context, /, **params: Unpack[Flags]) -> int:
+def wait(ctx: click.Context, /, **params: Parsed) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
 
     Exit: 0 drained, 3 deadline, 4 unreachable, 5 stalled, 143/130 SIGTERM/SIGINT, 2 usage.
@@ -101,10 +95,10 @@ def wait(ctx: click.Context, /, **params: Unpack[Flags]) -> int:
 
 @cli.command()
 @target_options
-@probe_source_options
+@source_options(both=True)
 @option("--json", "as_json", is_flag=True, help="Print one JSON object (schema 1).")
 @click.pass_context
-def probe(ctx: click.Context, /, as_json: bool, **params: Unpack[Flags]) -> int:
+def probe(ctx: click.Context, /, as_json: bool, **params: Parsed) -> int:
     """One read now: engine, counted series, total, verdict and reason.
 
     Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.

@@ -5,12 +5,13 @@ only through the parse's context (`flags.environ_of`), so that a test hands one 
 
 from __future__ import annotations
 
-import typing
+from collections.abc import Mapping
 
 import click
 from click.core import ParameterSource
 
 from drainhook import failsafe
+from drainhook.cli.flags import Parsed
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
 from drainhook.hook.config import WaitConfig
@@ -24,16 +25,15 @@ from drainhook.reading.config import (
 )
 from drainhook.reading.target import Scheme, Target, build_url, check_host, parse_url
 
-if typing.TYPE_CHECKING:
-    from drainhook.cli.flagtypes import Flags
-
 
 def _explicit(ctx: click.Context, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
-def _targets(ctx: click.Context, params: Flags, source: Source) -> tuple[Target, ...]:
+def _targets(
+    ctx: click.Context, params: Mapping[str, Parsed], source: Source
+) -> tuple[Target, ...]:
     """The targets from --url, or the parts, or the annotations file, or defaults."""
     parts = ("scheme", "host", "port", "path")
     if params["url"]:
@@ -86,7 +86,7 @@ DISCOVER_GONE = (
 
 def reach_of(
     ctx: click.Context,
-    params: Flags,
+    params: Mapping[str, Parsed],
     *,
     source: Source | None = None,
 ) -> ReadConfig:
@@ -105,42 +105,27 @@ def reach_of(
         from drainhook.reading.auth import read_api_key
 
         api_key = read_api_key(key_file)
+    same = ("max_body", "read_timeout", "cacert", "tls_server_name", "insecure", "allow_remote")
     reach = ReadConfig(
         target=first,
         more=tuple(more),
         source=source,
         api_key=api_key,
         engine=engine,
-        max_body=params["max_body"],
-        read_timeout=params["read_timeout"],
-        cacert=params["cacert"],
-        tls_server_name=params["tls_server_name"],
-        insecure=params["insecure"],
-        allow_remote=params["allow_remote"],
+        **{name: params[name] for name in same},
     )
     reach.check()
     return reach
 
 
-def wait_config_of(ctx: click.Context, params: Flags) -> WaitConfig:
+def wait_config_of(ctx: click.Context, params: Mapping[str, Parsed]) -> WaitConfig:
     """`wait`'s frozen config from its parsed flags, checked."""
-    p = params
+    same = ["grace", "settle", "exit_reserve", "interval", "confirm", "linger", "max_wait"]
+    same += ["log_format", "log_reads", "log_file", "exit_zero", "quiet", "stall_after"]
     config = WaitConfig(
-        reach=reach_of(ctx, p),
-        termination_log=choose_termination_log(p["termination_log"]),
-        grace=p["grace"],
-        settle=p["settle"],
-        exit_reserve=p["exit_reserve"],
-        interval=p["interval"],
-        confirm=p["confirm"],
-        linger=p["linger"],
-        max_wait=p["max_wait"],
-        log_format=p["log_format"],
-        log_reads=p["log_reads"],
-        log_file=p["log_file"],
-        exit_zero=p["exit_zero"],
-        quiet=p["quiet"],
-        stall_after=p["stall_after"],
+        reach=reach_of(ctx, params),
+        termination_log=choose_termination_log(params["termination_log"]),
+        **{name: params[name] for name in same},
     )
     config.check()
     return config

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,13 +13,10 @@ import click
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, FoldedScalarString
 
+from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.planning.manifests import Node
-from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Role
-from drainhook.planning.pods import SHELLS, SLEEP, Refused, Site, recognise
-
-# A `wait` flag's value as its click type converted it: each flag's own type, which
-# the dict of them cannot say (wait_config takes them by name).
-FlagValue = typing.Any
+from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Parsed, Role
+from drainhook.planning.pods import SHELLS, SLEEP, Refused, Site, recognise, words
 
 
 class Argv:
@@ -265,7 +261,7 @@ class Hook:
     """A drainhook `wait` preStop as given: the timeline's values, and every other
     flag in its order (kept as they are)."""
 
-    timeline: dict[str, FlagValue]
+    timeline: dict[str, Parsed]
     others: list[list[str]]  # each flag with its value, as written
 
 
@@ -273,8 +269,7 @@ def parse_hook(command: Sequence[str], where: str, params: Sequence[click.Parame
     """The flags of an existing `drainhook wait` command line, read by `wait`'s own
     options (`params`); one inject cannot read refuses the document."""
     options = _wait_options(params)
-    timeline: dict[str, FlagValue] = {}
-    others: list[list[str]] = []
+    hook = Hook({}, [])
     words = [str(w) for w in command[2:]]
     i = 0
     while i < len(words):
@@ -296,12 +291,12 @@ def parse_hook(command: Sequence[str], where: str, params: Sequence[click.Parame
         i += 1
         if p.name in TIMELINE and value is not None:
             try:
-                timeline[p.name] = p.type.convert(value, p, None)
+                hook.timeline[p.name] = p.type.convert(value, p, None)
             except click.BadParameter as exc:
                 raise Refused(f"{where}: its drainhook hook's {flag}: {exc.message}") from None
         else:
-            others.append(given)
-    return Hook(timeline, others)
+            hook.others.append(given)
+    return hook
 
 
 def serves_tls(container: Mapping[str, Node], argv: Argv | None) -> bool:
@@ -337,3 +332,50 @@ def prestop_of(container: CommentedMap) -> tuple[str, Node]:
     kind = next(iter(prestop), "?") if isinstance(prestop, Mapping) else "?"
     shown = " ".join(command) if command else kind
     return "other", shown
+
+
+def caveats(
+    container: Mapping[str, Node], engine: EngineChoice, argv: Argv | None, port: int | None
+) -> list[str]:
+    """What the manifest leaves the hook to assume, each with the fix: one engine over
+    several Pods, a port an entry script hides, a shell that stays PID 1."""
+    said, out = words(container), []
+    nodes = count_of(argv, "--nnodes") if argv is not None and engine == "sglang" else None
+    ranks = count_of(argv, "--data-parallel-size", "-dp") if argv is not None else None
+    here = count_of(argv, "--data-parallel-size-local", "-dpl") if argv is not None else None
+    if nodes is not None and nodes > 1:
+        what = f"an SGLang over {nodes} nodes (--nnodes): only rank 0 serves HTTP"
+    elif engine == "vllm" and argv is not None and argv.value("--headless"):
+        what = "a headless vLLM (--headless): its ranks serve no HTTP, the leader's do"
+    elif engine == "vllm" and ranks is not None and here is not None and ranks > here:
+        what = f"a vLLM data-parallel engine over Pods ({here} of {ranks} ranks here)"
+    else:
+        what = ""
+    if what:
+        out.append(
+            f"{what}, and one Pod's SIGTERM can stop the others' work; drain them together: "
+            "point the other Pods' hooks at the one that serves (DRAINHOOK_HOST, "
+            "--allow-remote, --exit-zero) as a LeaderWorkerSet's workers are"
+        )
+    opaque = bool(container.get("command")) and recognise({"command": said}) is None
+    if opaque and "--port" not in said and not port:  # an entry script of its own
+        declared = container.get("ports")
+        listed = declared if isinstance(declared, list) else []
+        ports = [p.get("containerPort") for p in listed if isinstance(p, Mapping)]
+        out.append(
+            f"its command ({said[0]}) does not show the engine's port: the hook reads "
+            f"{default_port(engine)}, {engine}'s default"
+            + (f" (the container declares {', '.join(map(str, ports))})" if ports else "")
+            + "; if the engine listens elsewhere, add --port N to the hook"
+        )
+    for command in re.split(r"&&|\|\||;|\n|&", argv.joined if argv and argv.index else ""):
+        try:
+            started = shlex.split(command, comments=True)
+        except ValueError:  # a quote that spans lines: not the engine's start
+            continue
+        if started[:1] != ["exec"] and recognise({"command": started}) is not None:
+            out.append(
+                "its shell starts the engine without `exec`: the shell stays PID 1 and SIGTERM "
+                "stops there; write `exec` before the engine's command"
+            )
+    return out

@@ -8,8 +8,7 @@ Where it wires: drainhook.planning.pods; the engine's argv: drainhook.planning.a
 from __future__ import annotations
 
 import copy
-import re
-import shlex
+import dataclasses
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from drainhook.planning.argv import (
     Hook,
     api_servers,
     argv_of,
-    count_of,
+    caveats,
     engine_port,
     numeric,
     parse_hook,
@@ -73,7 +72,6 @@ from drainhook.planning.pods import (
     image_version,
     known_kind,
     pod_specs,
-    recognise,
     sites,
     templated,
     version_in,
@@ -323,39 +321,28 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     A List's items are wired, and named, one by one."""
     data = doc.data
     if manifests.aliased(data):
+        ours = isinstance(data, Mapping) and known_kind(data)  # else named, not read
         text = "YAML aliases to a mapping or a list: inject does not expand them"
-        where = _described(doc.where, data)
-        if not (isinstance(data, Mapping) and known_kind(data)):  # not inject's: named
-            return Outcome(doc.text, False, False, [Message(where, "skipped", text)])
-        return Outcome(
-            doc.text, False, True, [Message(where, "refused", f"{text}; write them out")]
-        )
-    items = data.get("items") if isinstance(data, CommentedMap) else None
-    is_list = data_is_list(data) and isinstance(items, CommentedSeq)
-    units = list(enumerate(items)) if is_list and isinstance(items, CommentedSeq) else [(0, data)]
+        line = Message(_described(doc.where, data), "refused" if ours else "skipped", text)
+        return Outcome(doc.text, False, ours, [line])
+    kind = (data.get("apiVersion"), data.get("kind")) if isinstance(data, Mapping) else None
+    items = data.get("items") if kind == ("v1", "List") and isinstance(data, Mapping) else None
+    units = list(enumerate(items)) if isinstance(items, CommentedSeq) else [(-1, data)]
     messages: list[Message] = []
     refused, before = False, None
-    for i, unit in units:
-        where = _described(f"{doc.where}[{i}]" if is_list else doc.where, unit)
+    for i, unit in units:  # a List's items (what kubectl get -o yaml prints) one by one
+        where = _described(f"{doc.where}[{i}]" if i >= 0 else doc.where, unit)
         wired, said, no = _wired(where, unit, options)
-        messages += said
-        refused = refused or no
+        messages, refused = messages + said, refused or no
         if wired is not None:
             before = before or manifests.serialised(doc)  # before the first change
-            if is_list and isinstance(items, CommentedSeq):
+            if i >= 0 and isinstance(items, CommentedSeq):
                 items[i] = wired
             else:
-                doc = Document(doc.source, doc.index, doc.text, doc.marker, wired, doc.indent)
+                doc = dataclasses.replace(doc, data=wired)
     if before is None:
         return Outcome(doc.text, False, refused, messages)
     return Outcome(manifests.dump(doc, before), True, refused, messages)
-
-
-def data_is_list(data: Node) -> bool:
-    """What `kubectl get -o yaml` prints: a v1 List of items."""
-    return (
-        isinstance(data, Mapping) and data.get("apiVersion") == "v1" and data.get("kind") == "List"
-    )
 
 
 def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message], bool]:
@@ -445,8 +432,8 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
         name = w.container.get("name")
         _say_changes(w, early, applied, say)
         if not worker:
-            _say_multi_node(w, say)
-            _say_caveats(w, say)
+            for text in caveats(w.container, w.engine, w.argv, w.port):
+                say("warning", f"container {name}: {text}")
             _apply_engine_flags(w, applied, say, options.engine_version)
         else:
             env = named_list(w.container, "env", ("lifecycle", "resources"))
@@ -537,58 +524,6 @@ def _after_kept_sleep(wirings: Sequence[Wiring], grace: float) -> tuple[float, s
                     f"{number(DRAIN_WINDOW)}s to drain and the exit reserve"
                 )
     return grace, why
-
-
-def _say_multi_node(w: Wiring, say: Say) -> None:
-    """One engine over several Pods: a Pod that serves no HTTP, or serves only its own
-    ranks, cannot be drained as an engine of its own."""
-    name, argv = w.container.get("name"), w.argv
-    nodes = count_of(argv, "--nnodes") if argv is not None and w.engine == "sglang" else None
-    ranks = count_of(argv, "--data-parallel-size", "-dp") if argv is not None else None
-    here = count_of(argv, "--data-parallel-size-local", "-dpl") if argv is not None else None
-    if nodes is not None and nodes > 1:
-        what = f"an SGLang over {nodes} nodes (--nnodes): only rank 0 serves HTTP"
-    elif w.engine == "vllm" and argv is not None and argv.value("--headless"):
-        what = "a headless vLLM (--headless): its ranks serve no HTTP, the leader's do"
-    elif w.engine == "vllm" and ranks is not None and here is not None and ranks > here:
-        what = f"a vLLM data-parallel engine over Pods ({here} of {ranks} ranks here)"
-    else:
-        return
-    say(
-        "warning",
-        f"container {name}: {what}, and one Pod's SIGTERM can stop the others' work; "
-        "drain them together: point the other Pods' hooks at the one that serves "
-        "(DRAINHOOK_HOST, --allow-remote, --exit-zero) as a LeaderWorkerSet's workers are",
-    )
-
-
-def _say_caveats(w: Wiring, say: Say) -> None:
-    """What the manifest leaves the hook to assume, said with the fix: a port an entry
-    script hides, a shell that stays PID 1 (SIGTERM stops at it)."""
-    name, said = w.container.get("name"), words(w.container)
-    opaque = bool(w.container.get("command")) and recognise({"command": said}) is None
-    if opaque and "--port" not in said and not w.port:  # an entry script of its own
-        declared = w.container.get("ports")
-        ports = [p.get("containerPort") for p in declared or [] if isinstance(p, Mapping)]
-        say(
-            "warning",
-            f"container {name}: its command ({said[0]}) does not show the engine's port: the "
-            f"hook reads {default_port(w.engine)}, {w.engine}'s default"
-            + (f" (the container declares {', '.join(map(str, ports))})" if ports else "")
-            + "; if the engine listens elsewhere, add --port N to the hook",
-        )
-    if w.argv is not None and w.argv.index is not None:
-        for command in re.split(r"&&|\|\||;|\n|&", w.argv.joined):
-            try:
-                started = shlex.split(command)
-            except ValueError:
-                continue
-            if started[:1] != ["exec"] and recognise({"command": started}) is not None:
-                say(
-                    "warning",
-                    f"container {name}: its shell starts the engine without `exec`: the shell "
-                    "stays PID 1 and SIGTERM stops there; write `exec` before the engine's command",
-                )
 
 
 @dataclass(frozen=True)

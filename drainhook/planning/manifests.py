@@ -160,63 +160,47 @@ def parse(source: str, text: str) -> list[Document]:
 
 
 def serialised(doc: Document) -> list[str]:
-    """The document's value as ruamel.yaml writes it, line by line: taken before a
-    change, `dump` applies what the change does to it."""
-    return _serialised(doc.indent, doc.data)
+    """The document's value as ruamel.yaml writes it, line by line (taken before a
+    change, `dump` applies what the change does to it)."""
+    out = io.StringIO()
+    _yaml(doc.indent).dump(doc.data, out)
+    return out.getvalue().splitlines(keepends=True)
 
 
 def dump(doc: Document, before: list[str]) -> str:
     """A changed document's text: its own lines, only those the change touches
-    rewritten (CRLF stays CRLF). The round trip re-flows lines nobody changed (a
-    multi-line plain scalar joined, a flow mapping re-padded, an indentation
-    normalised), so only the difference between the document serialised before
-    the change (`before`) and after it is applied to the original (`_patched`),
-    a List item by item, so that the work grows with the input, not its square."""
+    rewritten (CRLF stays CRLF). The round trip re-flows lines nobody changed, so
+    only the difference between `before` and the document serialised now is applied
+    to the original (`_patched`), a List item by item: linear in the input."""
     body = doc.text[len(doc.marker) :].replace("\r\n", "\n")
-    after = _serialised(doc.indent, doc.data)
-    cuts = _item_cuts(doc, body, before, after)
-    if cuts is None:
-        text = _patched(body, before, after)
-    else:
-        lines = body.splitlines(keepends=True)
-        pieces = zip(*(itertools.pairwise(c) for c in cuts), strict=True)
-        text = "".join(
-            _patched("".join(lines[o1:o2]), before[b1:b2], after[a1:a2])
-            for (o1, o2), (b1, b2), (a1, a2) in pieces
-        )
-    text = doc.marker + text
-    if "\r\n" in doc.text:
-        text = text.replace("\r\n", "\n").replace("\n", "\r\n")
-    return text
+    after = serialised(doc)
+    lines = body.splitlines(keepends=True)
+    pieces = zip(*(itertools.pairwise(c) for c in _item_cuts(doc, before, after)), strict=True)
+    text = doc.marker + "".join(
+        _patched("".join(lines[o1:o2]), before[b1:b2], after[a1:a2])
+        for (o1, o2), (b1, b2), (a1, a2) in pieces
+    )
+    return text.replace("\r\n", "\n").replace("\n", "\r\n") if "\r\n" in doc.text else text
 
 
-def _item_cuts(
-    doc: Document, body: str, before: list[str], after: list[str]
-) -> tuple[list[int], list[int], list[int]] | None:
+def _item_cuts(doc: Document, before: list[str], after: list[str]) -> list[list[int]]:
     """Where each item of a List starts in the original, `before` and `after` (the
-    ends added), or None when the three do not show the same items."""
+    ends added); the whole document, one piece, when the three do not show the same
+    items (or it is no List)."""
+    whole = [[0, sys.maxsize], [0, len(before)], [0, len(after)]]
     data = doc.data
     if not isinstance(data, CommentedMap) or data.get("kind") != "List":
-        return None
+        return whole
     items = data.get("items")
     if not isinstance(items, CommentedSeq) or not items:
-        return None
-    lines = body.count("\n") + 1
+        return whole
     original = [items.lc.item(i)[0] for i in range(len(items))]
-    cuts = [[0, *original, lines]]
     dash = " " * doc.indent.offset + "- "
-    for serialised in (before, after):
-        starts = [n for n, line in enumerate(serialised) if line.startswith(dash)]
-        cuts.append([0, *starts, len(serialised)])
-    if any(len(c) != len(items) + 2 for c in cuts) or original != sorted(set(original)):
-        return None
-    return cuts[0], cuts[1], cuts[2]
-
-
-def _serialised(indent: Indent, data: Node) -> list[str]:
-    out = io.StringIO()
-    _yaml(indent).dump(data, out)
-    return out.getvalue().splitlines(keepends=True)
+    cuts = [[0, *original, sys.maxsize]]
+    for lines in (before, after):
+        cuts.append([0, *(n for n, ln in enumerate(lines) if ln.startswith(dash)), len(lines)])
+    ok = all(len(c) == len(items) + 2 for c in cuts) and original == sorted(set(original))
+    return cuts if ok else whole
 
 
 def _patched(original: str, before: list[str], after: list[str]) -> str:

@@ -20,8 +20,6 @@ from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
 from drainhook.planning.manifests import Node, mapping, plain_data, sequence
 from drainhook.planning.plan import DEFAULT_BINARY, Role, Via, wait_config
 
-VIA = ("image", "image-volume", "init")
-ENGINES = ("auto", "vllm", "sglang")
 # The kubelet throws a hook's output away (its event says only "PreStopHook
 # failed"): the container's PID 1's stdout puts the hook's lines in `kubectl logs`.
 LOG_FILE = "/proc/1/fd/1"
@@ -73,10 +71,6 @@ class Options:
     wait_params: tuple[click.Parameter, ...] = ()
 
     def check(self) -> None:
-        if self.via not in VIA:
-            raise UsageError(f"--via must be one of {', '.join(VIA)}, not {self.via!r}")
-        if self.engine not in ENGINES:
-            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         if self.via != "image" and not self.image:
             raise UsageError(f"--via {self.via} needs --image REF (drainhook's image)")
         if self.via == "image" and self.image:
