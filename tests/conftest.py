@@ -156,6 +156,11 @@ def no_drainhook_env(monkeypatch: pytest.MonkeyPatch) -> None:
 # cases carry the `live` marker. They are deselected (not
 # skipped) unless `--live` is given, and `--live` runs nothing else.
 PROCESS_FIXTURES = frozenset({"entry", "hook", "pod", "pod_command"})
+# The lab: the simulated engine, its conformance to the live ones and the rehearsal
+# run on it (`lab`): every full run, never a contributor's `scripts/test --fast`.
+LAB = frozenset(
+    {"test_sim", "test_sim_windows", "test_conformance", "test_rehearsal", "test_stall_rehearsal"}
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -166,6 +171,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.path.stem in LAB:
+            item.add_marker(pytest.mark.lab)
     live = bool(config.getoption("--live"))
     keep = [item for item in items if (item.get_closest_marker("live") is not None) == live]
     if len(keep) != len(items):
