@@ -1,6 +1,5 @@
-"""SIGTERM and SIGINT end the hook (CONTRACT §5); SIGHUP is ignored. Starting, and while
-a failed hook holds, a signal ends the process; armed, the first raises `Interrupted`, the
-rest are ignored, and one a finalizer swallowed is raised again by SIGALRM after it."""
+"""SIGTERM and SIGINT end the hook (CONTRACT §5), SIGHUP is ignored: at once while it starts
+or holds; armed, by one `Interrupted`, which SIGALRM raises again if a finalizer swallowed it."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from typing import Literal
 
 from drainhook import exits, failsafe
 
-_then: Literal["exit", "raise", "ignore"] = "exit"
-_swallowed: Interrupted | None = None
+_then: Literal["exit", "raise", "ignore"] | Interrupted = "exit"  # Interrupted: swallowed
 
 
 @dataclasses.dataclass
@@ -27,8 +25,8 @@ def _handle(signum: int, frame: object) -> None:
     global _then
     if signum == signal.SIGALRM and getattr(frame, "f_code", None) is _swallow.__code__:
         signal.setitimer(signal.ITIMER_REAL, 0.001)  # not yet out of the unraisable hook
-    elif signum == signal.SIGALRM and _swallowed is not None:
-        raise _swallowed
+    elif signum == signal.SIGALRM and isinstance(_then, Interrupted):
+        raise _then  # later signals find no branch: ignored
     elif _then == "exit":
         failsafe.say(f"drainhook: interrupted by {signal.Signals(signum).name} while starting")
         os._exit(exits.interrupted(signum))
@@ -38,9 +36,9 @@ def _handle(signum: int, frame: object) -> None:
 
 
 def _swallow(args: sys.UnraisableHookArgs) -> None:
-    global _swallowed
+    global _then
     if isinstance(args.exc_value, Interrupted):
-        _swallowed = args.exc_value
+        _then = args.exc_value
         signal.setitimer(signal.ITIMER_REAL, 0.001)
     else:
         sys.__unraisablehook__(args)
