@@ -177,7 +177,7 @@ def run_cell(
                     proc.wait()
                 if proc is not None and proc.stdout:
                     proc.stdout.close()
-        requests = _requests(work / "load.jsonl", signals.delete, signals.sigterm)
+        requests = read_requests(work / "load.jsonl", signals.delete, signals.sigterm)
         reads = _reads(work / "engine.jsonl", signals.delete)
         hook_file = work / "hook.log"
         hook_log = hook_file.read_text(errors="replace") if hook_file.exists() else ""
@@ -234,7 +234,7 @@ def _ended(path: Path) -> int:
         return 0
 
 
-def _requests(path: Path, zero: float, sigterm: float) -> list[Request]:
+def read_requests(path: Path, zero: float, sigterm: float) -> list[Request]:
     """The load generator's records. An HTTP error on a connection the engine had
     accepted before SIGTERM (a request still in its server, uploading or rendering,
     when the engine core went) is a cut, not a refusal at the door."""

@@ -108,7 +108,7 @@ def _flag_exit(shutdown_timeout: float) -> str:
     return f"{min(shutdown_timeout, VLLM_TEARDOWN):g} + {VLLM_EXIT:g} s"
 
 
-def _idle_half(run: Run, key: str) -> Claim | None:
+def idle_half(run: Run, key: str) -> Claim | None:
     mine, base = run.cell(key, "idle"), run.cell(BASELINE, "idle")
     timeline = run.timeline(key)
     if mine is None or base is None or timeline is None:
@@ -128,7 +128,7 @@ def _idle_half(run: Run, key: str) -> Claim | None:
     )
 
 
-def _rollout_half(run: Run, key: str) -> Claim | None:
+def rollout_half(run: Run, key: str) -> Claim | None:
     mine, base = run.rollout(key), run.rollout(BASELINE)
     if mine is None or base is None:
         return None
@@ -162,7 +162,7 @@ def _rollout_half(run: Run, key: str) -> Claim | None:
     )
 
 
-def _rollout_oracle(run: Run, key: str) -> Claim | None:
+def rollout_oracle(run: Run, key: str) -> Claim | None:
     """Against the physical floor: the oracle's SIGTERM the moment each replica's last
     request ended. drainhook reads every I/4 while the work drains, so its first idle
     read comes within I/4 of that end, and the confirming one I/4 later when the server's
@@ -285,7 +285,7 @@ def _no_more_cut(run: Run, key: str) -> Claim | None:
     )
 
 
-def _released_after_work(run: Run, key: str) -> Claim | None:
+def released_after_work(run: Run, key: str) -> Claim | None:
     """Issue "find the engine's work": once the last request has ended, SIGTERM within
     S + I + 1 s, on SGLang (whose gauges lag 30 s) as on vLLM."""
     timeline = run.timeline(key)
@@ -319,12 +319,12 @@ def _released_after_work(run: Run, key: str) -> Claim | None:
 
 CLAIMS: tuple[Rule, ...] = (
     _lost_before_deadline,
-    _idle_half,
-    _rollout_half,
-    _rollout_oracle,
+    idle_half,
+    rollout_half,
+    rollout_oracle,
     _zero_cut_before_deadline,
     _idle_exit,
-    _released_after_work,
+    released_after_work,
     _never_past_deadline,
     _no_more_cut,
 )

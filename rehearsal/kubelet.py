@@ -89,7 +89,7 @@ def delete_pod(
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    env=_hook_env(),
+                    env=hook_env(),
                 )
             hook_fd = os.pidfd_open(hook.pid)
             try:
@@ -126,7 +126,7 @@ def delete_pod(
     return Signals(delete, hook_returned, hook_exit, sigterm, exit_at, sigkill)
 
 
-def _hook_env() -> dict[str, str]:
+def hook_env() -> dict[str, str]:
     """The runner's environment without DRAINHOOK_* (the hooks get flags only), as in a Pod."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAINHOOK_")}
     env.pop("PYTHONWARNINGS", None)

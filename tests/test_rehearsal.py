@@ -235,7 +235,7 @@ def test_an_http_error_on_a_connection_taken_before_sigterm_is_a_cut(tmp_path: A
     ]  # fmt: skip
     path = tmp_path / "load.jsonl"
     path.write_text("".join(json.dumps({**base, **r}) + "\n" for r in records))
-    got = {r.id: r.outcome for r in cell_module._requests(path, 0.0, 5.0)}
+    got = {r.id: r.outcome for r in cell_module.read_requests(path, 0.0, 5.0)}
     assert got == {"in-the-server": "cut", "at-the-door": "refused", "no-listener": "refused"}
 
 
@@ -260,7 +260,7 @@ def test_sglang_deletes_fall_half_way_between_watchdog_looks() -> None:
 
 
 def test_hooks_run_as_inside_a_pod() -> None:
-    env = kubelet._hook_env()
+    env = kubelet.hook_env()
     assert {k: env[k] for k in POD_ENV} == POD_ENV
     assert not [k for k in env if k.startswith("DRAINHOOK_")]
 
@@ -302,7 +302,7 @@ def made_run(drainhook_hold: float, kserve_hold: float, drainhook_cut: int = 0) 
     ],
 )
 def test_rollout_halving_claim(mine: float, base: float, cut: int, holds: bool) -> None:
-    claim = claims._rollout_half(made_run(mine, base, cut), "drainhook+plan")
+    claim = claims.rollout_half(made_run(mine, base, cut), "drainhook+plan")
     assert claim is not None and claim.holds is holds
     assert "accelerator-seconds" in claim.evidence
     assert (claim.why == "") is holds
@@ -325,11 +325,11 @@ def test_rollout_oracle_claim_states_the_hold_against_the_physical_floor(
     run.rollouts = [*run.rollouts, rollout.Rollout("oracle", floor, 60.0)]
     plain = [cell("drainhook", replica=i, held_s=mine / 2) for i in range(8)]
     run.rollouts = [*run.rollouts, rollout.Rollout("drainhook", plain, 60.0)]
-    claim = claims._rollout_oracle(run, "drainhook")
+    claim = claims.rollout_oracle(run, "drainhook")
     assert claim is not None and claim.holds is holds
     assert f"{mine - 5:+.2f} s per replica" in claim.evidence
     assert f"ratio {mine / 5:.3f}" in claim.evidence
-    assert claims._rollout_oracle(made_run(3.0, 8.0), "drainhook+plan") is None  # no oracle ran
+    assert claims.rollout_oracle(made_run(3.0, 8.0), "drainhook+plan") is None  # no oracle ran
     table = "\n".join(report.rollout_table(run))
     # Each recipe's hold against the oracle's and kserve's, in seconds and as a ratio.
     assert f"| drainhook | 30 | 8 | {mine:.1f}-{mine:.1f} | {mine:.2f} | {mine - 5:+.2f} |" in table
@@ -339,9 +339,9 @@ def test_rollout_oracle_claim_states_the_hold_against_the_physical_floor(
 
 
 def test_idle_halving_claim() -> None:
-    assert claims._idle_half(made_run(3.0, 8.0), "drainhook+plan").holds  # type: ignore[union-attr]
-    assert not claims._idle_half(made_run(4.5, 8.0), "drainhook+plan").holds  # type: ignore[union-attr]
-    assert claims._idle_half(made_run(3.0, 8.0), "drainhook") is None  # it did not run
+    assert claims.idle_half(made_run(3.0, 8.0), "drainhook+plan").holds  # type: ignore[union-attr]
+    assert not claims.idle_half(made_run(4.5, 8.0), "drainhook+plan").holds  # type: ignore[union-attr]
+    assert claims.idle_half(made_run(3.0, 8.0), "drainhook") is None  # it did not run
 
 
 @pytest.mark.parametrize(
@@ -357,10 +357,10 @@ def test_release_after_work_claim(sigterm: float, holds: bool) -> None:
     done = [Request("r1", -1.0, -0.9, 0.5, "completed"), Request("r2", 0.0, 0.1, 1.0, "completed")]
     lag = cell("drainhook", scenario="sglang-lag", sigterm_at_s=sigterm, requests=done)
     run = runs.Run([lag], [], Scale(0.5), 1.0, strategies.parse_plan(PLAN_JSON))
-    claim = claims._released_after_work(run, "drainhook")
+    claim = claims.released_after_work(run, "drainhook")
     assert claim is not None and claim.holds is holds
     assert "`sglang-lag`: last request ended at 2.00 s" in claim.evidence
-    assert claims._released_after_work(run, "drainhook+plan") is None  # no such cell
+    assert claims.released_after_work(run, "drainhook+plan") is None  # no such cell
 
 
 def test_a_wedged_engines_cuts_are_explained_against_no_hooks_refusals() -> None:

@@ -72,7 +72,9 @@ def assert_held(run: Run, connections: int, *words: str) -> None:
     assert run.code == 3, run.stderr
     assert "outcome=deadline" in run.summary
     reads = int(fields(run.summary)["reads"])
-    assert reads == connections >= 0.5 * (DEADLINE - 0.1) / 0.1  # about one an I, S to D
+    assert connections >= 0.5 * (DEADLINE - 0.1) / 0.1  # about one an I, S to D
+    # One connection a read; the last read may be one D cut short before it connected.
+    assert connections <= reads <= connections + 1
     reasons = [fields(line)["reason"] for line in run.lines if " read=" in line]
     said = reasons[0]
     assert said.startswith("misconfigured: cannot connect: TLS ") and "check --scheme" in said
