@@ -6,7 +6,6 @@ count, never a traceback) for a histogram that cannot be right.
 from __future__ import annotations
 
 import math
-import mmap
 
 import pytest
 from hypothesis import given, settings
@@ -137,15 +136,6 @@ def test_openmetrics_exemplars_are_dropped() -> None:
         'le="5.0"} 7.0', 'le="5.0"} 7.0 # {trace_id="abc"} 4.2 1700000000.0'
     )
     assert one(body) == ({(1.0, 5.0, 10.0, INF): 10.0}, None)
-
-
-def test_body_as_an_mmap_reads_the_same() -> None:
-    data = family_lines(SIMPLE).encode()
-    m = mmap.mmap(-1, len(data))
-    m.write(data)
-    fam = scan_families(m, [E2E])[E2E]
-    assert sum_series(E2E, fam.series.values()).cumulative == (2.0, 7.0, 9.0, 10.0)
-    m.close()
 
 
 def test_count_stands_for_a_missing_inf_bucket() -> None:

@@ -6,7 +6,6 @@ is bounded, and past a bound the verdict is unknown, as for a body over --max-bo
 from __future__ import annotations
 
 import math
-import mmap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,7 +81,7 @@ class _Candidates:
     its offset is that of its line's first non-blank byte."""
 
     def __init__(
-        self, body: bytes | bytearray | mmap.mmap, engines: Sequence[Engine], progress: bool = True
+        self, body: bytes | bytearray, engines: Sequence[Engine], progress: bool = True
     ) -> None:
         self._body = body
         self._needles = [n for e in engines for n in _NEEDLES[e.name]]
@@ -331,7 +330,7 @@ class MetricsScanner:
     progress: bool = True  # read the progress counters too (CONTRACT §2b)
 
     def __call__(
-        self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
+        self, body: bytes | bytearray, *, until: float, clock: Callable[[], float]
     ) -> Scan:
         return scan(body, self.engine, until=until, clock=clock, progress=self.progress)
 
@@ -343,7 +342,7 @@ NO_GAUGES_WARNING = (
 
 
 def _warnings(
-    body: bytes | bytearray | mmap.mmap,
+    body: bytes | bytearray,
     pinned: Engine | None,
     series: tuple[Series, ...],
     sampled: set[str],

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,7 +87,7 @@ def _ranks(document: object) -> list[object]:
     raise NotLoads(f"body is a JSON {type(document).__name__}, not an object or a list")
 
 
-def _parse(body: bytes | bytearray | memoryview | mmap.mmap) -> object:
+def _parse(body: bytes | bytearray | memoryview) -> object:
     if len(body) > MAX_BYTES:
         # Parsed in one json.loads call, which no deadline can interrupt.
         raise NotLoads(f"body over {MAX_BYTES // 1024 // 1024} MiB")
@@ -106,7 +105,7 @@ def _parse(body: bytes | bytearray | memoryview | mmap.mmap) -> object:
 
 
 def scan_loads(
-    body: bytes | bytearray | memoryview | mmap.mmap,
+    body: bytes | bytearray | memoryview,
     *,
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -199,6 +198,6 @@ class LoadsScanner:
     source: str = "loads"
 
     def __call__(
-        self, body: bytes | bytearray | mmap.mmap, *, until: float, clock: Callable[[], float]
+        self, body: bytes | bytearray, *, until: float, clock: Callable[[], float]
     ) -> Scan:
         return scan_loads(body, until=until, clock=clock)

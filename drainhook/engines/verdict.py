@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import mmap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-# A body as the readers hold it and the scanners read it (an mmap: reading/body.py says why).
-Body = bytes | bytearray | mmap.mmap
+# A body as the readers hold it and the scanners read it.
+Body = bytes | bytearray
 
 
 class Verdict(str, enum.Enum):

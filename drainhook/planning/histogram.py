@@ -144,7 +144,7 @@ def scan_families(
         needles += [(spelled.encode(), families[name]) for spelled in spellings(name)]
     looked = 0
     for needle, family in needles:
-        at = body.find(needle, 0)  # an mmap searches from its position by default
+        at = body.find(needle)
         while at >= 0:
             looked += 1
             if until is not None and looked % _CLOCK_EVERY == 0 and clock() >= until:
