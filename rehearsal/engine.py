@@ -1,7 +1,7 @@
 """The simulated engine as a process: `python -m rehearsal.engine --kind vllm|sglang ...`.
 
 A thin runner over drainhook's engine model (sim/): it scales the
-timeline, serves on 127.0.0.1 and a free port, prints `READY <port> <origin>`
+timeline, serves on 127.0.0.1 and a free port (or `--port`), prints `READY <port> <origin>`
 on stdout (origin: the time.monotonic() SGLang's SIGTERM watchdog counts
 from), turns SIGTERM into the model's shutdown and ends the process when the
 model says it exited (a vLLM engine with a stalled stream never does: the
@@ -171,6 +171,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="SGLang: time.monotonic() its SIGTERM watchdog's 5 s grid runs from (default: start)",
     )
     p.add_argument("--log", help="JSON-lines event log")
+    p.add_argument("--port", type=int, default=0, help="listen here (default: a free port)")
     return p.parse_args(argv)
 
 
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     log = EventLog(out)
     engine = SimEngine(config(args), duration=duration, render=renders(args), log=log)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: engine.sigterm())
-    with SimServer(engine) as server:
+    with SimServer(engine, args.port) as server:
         log("ready", port=server.port, pid=os.getpid())
         origin = engine.config.notice_origin
         origin = engine.started if origin is None else origin

@@ -251,11 +251,12 @@ class _Listener(ThreadingHTTPServer):
 
 
 class SimServer:
-    """The engine listening on 127.0.0.1, on a free port, until closed or the engine exits."""
+    """The engine listening on 127.0.0.1 (on `port`, or a free one) until closed or the
+    engine exits."""
 
-    def __init__(self, engine: SimEngine | None = None) -> None:
+    def __init__(self, engine: SimEngine | None = None, port: int = 0) -> None:
         self.engine = engine or SimEngine(EngineConfig())
-        self._server = _Listener(("127.0.0.1", 0), _handler(self.engine))
+        self._server = _Listener(("127.0.0.1", port), _handler(self.engine))
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": POLL}, daemon=True
         )

@@ -10,7 +10,8 @@ network). Roots:
     musl-busybox      Debian's musl loader and a static busybox, nothing else
     bullseye, bookworm, trixie   `debootstrap --variant=minbase` roots
                       (scripts/make-roots, cached outside the checkout)
-    nobody            only the build, uid 65534, no /tmp, no HOME
+    nobody            only the build, uid 65534, no /tmp, no HOME (emulated only:
+                      natively tests/test_runtime.py runs it in a container runtime)
     ld-preload        only the build, LD_PRELOAD of a trixie library that needs
                       a newer glibc than the bundle's
     installed         `drainhook install /hook` run in the root, then reached
@@ -116,7 +117,9 @@ ROOT_NAMES = [
     "build-noproc",
     "musl-busybox",
     *DEBIAN,
-    "nobody",
+    # Natively, uid 65534 on a read-only root with no HOME runs in a real container
+    # runtime instead, hardened as a restricted Pod (tests/test_runtime.py).
+    *(["nobody"] if EMULATED else []),
     *([] if EMULATED else ["ld-preload"]),
     "installed",
     *(["image-installer"] if IMAGE_ROOT else []),
@@ -242,7 +245,8 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Root]:
     for suite in DEBIAN:
         if (ROOTS / suite / "etc" / "debian_version").is_file():
             made[suite] = Root(suite, ROOTS / suite, binds=opt)
-    made["nobody"] = Root("nobody", build, user=NOBODY, binds=opt)
+    if "nobody" in ROOT_NAMES:
+        made["nobody"] = Root("nobody", build, user=NOBODY, binds=opt)
     if "ld-preload" in ROOT_NAMES:
         # Set inside the root by its static busybox's env: preloaded into the host's
         # chroot, the library would fail there first.
