@@ -147,6 +147,10 @@ class Kubelet:
     hook_stderr: str
     logs: str  # the engine container's output (the hook's --log-file lines among them)
 
+    @property
+    def returned_at(self) -> float:
+        return self.start + self.hook_returned
+
 
 class Pod:
     """One Pod: its volumes made, its initContainers run, its engine container started."""
