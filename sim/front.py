@@ -77,6 +77,11 @@ class ServerCounts:
         with self._lock:
             self._load[process] -= 1
 
+    def handlers(self) -> int:
+        """Inference handlers running, over every API server process."""
+        with self._lock:
+            return sum(self._load)
+
     def load(self) -> int:
         """What one `GET /load` reads: the count of the process it reaches."""
         with self._lock:

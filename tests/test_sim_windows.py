@@ -102,7 +102,7 @@ def test_vllm_upload_and_render_are_in_no_gauge_and_load_counts_from_the_parse()
     with engine(render_seconds=0.4, load_tracking=True) as server:
         port = server.port
         upload = SlowUpload(port, tokens=10)
-        time.sleep(0.1)
+        until(lambda: server.engine.server.completions() == 1)
         assert (gauges(port), server_load(port)) == (0, 0)
         upload.rest()
         until(lambda: server_load(port) == 1)
@@ -118,8 +118,7 @@ def test_vllm_load_reads_0_without_load_tracking() -> None:
     with engine(render_seconds=0.3) as server:
         upload = SlowUpload(server.port)
         upload.rest()
-        until(lambda: server.engine.server.completions() == 1)
-        time.sleep(0.05)
+        until(lambda: server.engine.server.handlers() == 1)  # rendering
         assert (server_load(server.port), gauges(server.port)) == (0, 0)
         assert b"200" in upload.response().split(b"\r\n", 1)[0]
 
@@ -129,8 +128,7 @@ def test_vllm_load_is_one_api_server_process_s_count() -> None:
     with engine(render_seconds=0.5, load_tracking=True, api_servers=2) as server:
         upload = SlowUpload(server.port)
         upload.rest()
-        until(lambda: server.engine.server.completions() == 1)
-        time.sleep(0.05)
+        until(lambda: server.engine.server.handlers() == 1)  # rendering
         assert sorted(server_load(server.port) for _ in range(2)) == [0, 1]
         upload.response()
 
@@ -171,20 +169,24 @@ def test_vllm_step_gauges_show_a_request_only_after_a_step() -> None:
     is never shown (live counts would show it)."""
     with engine(token_seconds=0.3, step_gauges=True) as server:
         e = server.engine
-        published = e._published
-        until(lambda: e._published is not published, 1.0)  # a step just ran: 0.3 s to the next
-        shown: list[int] = []
-        with e._cond:  # a request in and out between two steps
-            e._ranks[0].running += 1
-        shown.append(sum(r + w for r, w in e.gauges()))
-        with e._cond:
-            e._ranks[0].running -= 1
-        assert shown == [0]
-        with e._cond:
-            e._ranks[0].running += 1
-        until(lambda: sum(r + w for r, w in e.gauges()) == 1, 1.0)
-        with e._cond:
-            e._ranks[0].running -= 1
+
+        def shown() -> int:
+            return sum(r + w for r, w in e.gauges())
+
+        rank = e.admit()  # in until a step shows it, out until a step shows that
+        assert rank is not None
+        until(lambda: shown() == 1, 1.0)
+        e.finish(rank)
+        until(lambda: shown() == 0, 1.0)  # a step just ran: 0.3 s to the next
+        rank = e.admit()  # a request in and out between two steps
+        assert rank is not None
+        between = shown()
+        e.finish(rank)
+        assert between == 0
+        rank = e.admit()
+        assert rank is not None
+        until(lambda: shown() == 1, 1.0)
+        e.finish(rank)
 
 
 def test_sglang_http_requests_active_counts_from_before_the_body_and_the_scrape() -> None:
@@ -242,8 +244,7 @@ def test_sglang_sigterm_drains_what_the_server_holds() -> None:
         upload = SlowUpload(server.port, tokens=5)
         until(lambda: e.server.completions() == 1)
         e.sigterm()
-        time.sleep(0.4)  # three looks of the watchdog
-        assert not e.exited.is_set()
+        assert not e.exited.wait(0.4)  # three looks of the watchdog
         upload.rest()
         reply = upload.response()
         assert b"data: [DONE]" in reply

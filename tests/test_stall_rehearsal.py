@@ -15,7 +15,8 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
@@ -28,6 +29,7 @@ from tests.conftest import POD_LATE, WAKE_LATE, late
 from tests.support.rehearsal import SCALE, rehearse
 
 TOKEN = 0.02
+T = TypeVar("T")
 
 
 def metrics(port: int) -> tuple[float | None, dict[str, float], float]:
@@ -44,6 +46,15 @@ def metrics(port: int) -> tuple[float | None, dict[str, float], float]:
     for c in found.progress.counters:
         totals[c.name] = totals.get(c.name, 0.0) + c.value
     return found.in_flight, totals, found.progress.external
+
+
+def until(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 5.0) -> T:
+    """Read until `done` holds of what was read; that reading."""
+    give_up = time.monotonic() + timeout
+    while not done(got := read()):
+        assert time.monotonic() < give_up, f"timed out at {got}"  # exact: a poll's give-up
+        time.sleep(0.005)
+    return got
 
 
 def stream(server: SimServer, tokens: int) -> threading.Thread:
@@ -65,16 +76,14 @@ def test_counters_advance_while_it_streams_and_freeze_with_it() -> None:
     engine = SimEngine(EngineConfig(dp=1, token_seconds=TOKEN, freeze_after=0.3))
     with SimServer(engine) as server:
         t = stream(server, 100)  # 2 s of tokens: frozen long before its end
-        time.sleep(0.15)
-        _, early, _ = metrics(server.port)
-        time.sleep(0.1)
-        _, later, _ = metrics(server.port)
-        assert later[GEN] > early[GEN] > 0 and later[STEPS] > early[STEPS]
+        early = until(lambda: metrics(server.port)[1], lambda c: c[GEN] > 0)
+        later = until(lambda: metrics(server.port)[1], lambda c: c[GEN] > early[GEN])
+        assert later[STEPS] > early[STEPS]
         assert later[PROMPT] == 512  # once, at the first token
         assert engine.frozen.wait(1)
         frozen = []
         for _ in range(3):
-            time.sleep(0.1)
+            time.sleep(2 * TOKEN)  # flat over what would be steps: time must pass
             frozen.append(metrics(server.port))
         assert all(f == frozen[0] for f in frozen) and frozen[0][0] == 1  # still busy, flat
         engine.sigterm()  # vLLM's default: the engine core dies, what is left stalls
@@ -89,16 +98,15 @@ def test_a_long_prefill_is_flat_then_moves_and_a_kv_pull_is_deferred() -> None:
     engine = SimEngine(EngineConfig(dp=1, token_seconds=TOKEN, prefill_seconds=0.3))
     with SimServer(engine) as server:
         t = stream(server, 20)
-        time.sleep(0.1)
-        assert metrics(server.port) == (1, {PROMPT: 0, GEN: 0, STEPS: 0}, 0)
+        prefill = until(lambda: metrics(server.port), lambda m: m[0] == 1)
+        assert prefill == (1, {PROMPT: 0, GEN: 0, STEPS: 0}, 0)
         t.join(5)
         _, after, _ = metrics(server.port)
         assert after[GEN] > 0 and after[PROMPT] == 512
     engine = SimEngine(EngineConfig(dp=1, token_seconds=TOKEN, kv_wait_seconds=0.3))
     with SimServer(engine) as server:
         t = stream(server, 5)
-        time.sleep(0.1)
-        in_flight, counters, outside = metrics(server.port)
+        in_flight, counters, outside = until(lambda: metrics(server.port), lambda m: m[0] == 1)
         assert (in_flight, outside, counters[GEN]) == (1, 1, 0)  # all its work waits outside
         t.join(5)
         assert metrics(server.port)[1][GEN] == 5
