@@ -1,8 +1,10 @@
 """The suite's own rule on skips (tests/conftest.py): every skip prints its
-reason, and under CI=true a run with any skip fails, with the list of them."""
+reason, and under CI=true a run as root with any skip fails, with the list of them
+(not root, as a pull request's tiers run, the root cases skip and say why)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +44,12 @@ def test_a_skip_prints_its_reason_and_passes_outside_ci(tmp_path: Path) -> None:
     assert "unexpected skips" not in done.stdout
 
 
-def test_a_skip_fails_the_run_under_ci(tmp_path: Path) -> None:
+def test_a_skip_fails_the_run_under_ci_as_root(tmp_path: Path) -> None:
     done = _pytest(tmp_path, "true")
+    if os.geteuid() != 0:  # the pull request's non-root tier: the skip is said, and passes
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "no frobnicator on this machine" in done.stdout
+        return
     assert done.returncode == 1, done.stdout + done.stderr
     assert "unexpected skips (CI=true allows none)" in done.stdout
     assert "::test_cannot_run_here: Skipped: no frobnicator" in done.stdout

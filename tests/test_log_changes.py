@@ -21,7 +21,7 @@ from drainhook.hook.drain import Outcome, drain
 from drainhook.hook.log import HEARTBEAT, Log
 from tests.support.clock import Clock
 from tests.support.loopback import Loopback, serve
-from tests.support.process import Hook, base_env
+from tests.support.process import Hook
 
 
 def counted(n: float, held_by_server: bool = False) -> Reading:
@@ -116,7 +116,7 @@ def test_the_hook_logs_changes_by_default(hook: Hook, flag: tuple[str, ...]) -> 
     with Loopback(serve(busy)) as srv:
         args = ("--url", srv.url, "--settle", "0.2", "--interval", "0.05", "--grace", "3",
                 "--exit-reserve", "1")  # fmt: skip
-        run = hook("wait", *args, *flag, replace_env=_without_log_reads())
+        run = hook("wait", *args, *flag)
     assert run.code == 3, run.stderr
     summary = run.summary
     reads = int(summary.split(" reads=")[1].split()[0])
@@ -129,9 +129,3 @@ def test_the_hook_logs_changes_by_default(hook: Hook, flag: tuple[str, ...]) -> 
         reads -= 1
     assert len(lines) == (reads if flag else 1), run.stderr
     assert Outcome.DEADLINE.value in summary
-
-
-def _without_log_reads() -> dict[str, str]:
-    env = base_env()
-    env.pop("DRAINHOOK_LOG_READS")
-    return env

@@ -32,14 +32,11 @@ from tests.conftest import HOOK_LATE, POD_LATE, late
 from tests.support import runtime
 from tests.support.logs import events
 
-pytestmark = pytest.mark.slow
-
 BINARY = os.environ.get("DRAINHOOK_BINARY", "")
 WHY_NOT = runtime.usable() or (None if BINARY else "no build: DRAINHOOK_BINARY is unset")
 if WHY_NOT is None and not runtime.exists(runtime.IMAGE):
     WHY_NOT = f"no {runtime.IMAGE} (scripts/build-image makes it)"
-if WHY_NOT:
-    pytest.skip(WHY_NOT, allow_module_level=True)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))]
 
 G, S, INTERVAL = 12, 1.0, 0.5  # grace, settle, interval: D = G - 5 = 7
 D = G - 5.0

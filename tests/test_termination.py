@@ -315,7 +315,8 @@ def test_the_failure_is_a_json_warning_with_log_format_json(hook: Hook, tmp_path
 # /dev/termination-log made when $MAKE is 1, then copy it to $OUT after the hook ends.
 PRIVATE_DEV = r"""
 set -e
-old="$WORK/dev"; mkdir -p "$old"; mount --bind /dev "$old"
+# --rbind: in a user namespace /dev's own mounts (pts, shm) go with it or not at all
+old="$WORK/dev"; mkdir -p "$old"; mount --rbind /dev "$old"
 mount -t tmpfs none /dev
 for n in null zero random urandom full; do touch "/dev/$n"; mount --bind "$old/$n" "/dev/$n"; done
 if [ "$MAKE" = 1 ]; then : > /dev/termination-log; fi

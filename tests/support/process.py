@@ -114,15 +114,15 @@ def measure(
 def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """A clean environment: no DRAINHOOK_* from the caller, a C locale, and not
     inside a Pod (a test that wants one sets KUBERNETES_SERVICE_HOST, in a `pod`).
-
-    Every read logged (DRAINHOOK_LOG_READS=all): the cases that count reads read
-    them from the log. The default, a line when something changed (CONTRACT §5),
-    is tested where it is set back (tests/test_log_changes.py)."""
+    The hook logs as it does by default (a read line when something changed,
+    CONTRACT §5); a case that counts reads passes `READS`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DRAINHOOK_", "KUBERNETES_"))}
     env.pop("PYTHONWARNINGS", None)
-    env["DRAINHOOK_LOG_READS"] = "all"
     env.update(extra or {})
     return env
+
+
+READS = {"DRAINHOOK_LOG_READS": "all"}  # every read logged: for a case that counts them
 
 
 def container() -> list[str]:
