@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from tests.support.podns import Pod, PodRun, Server, netns, run_pod
-from tests.support.process import Hook, Run, base_env, container, measure
+from tests.support.process import READS, Hook, Run, base_env, container, measure
 
 # ---- one timing tolerance ---------------------------------------------------------
 #
@@ -66,10 +66,11 @@ def entry(request: pytest.FixtureRequest) -> list[str]:
 
 
 @pytest.fixture
-def hook(entry: list[str]) -> Hook:
+def hook(entry: list[str], request: pytest.FixtureRequest) -> Hook:
     """Run the hook with args, as a container of its own (`container`); env adds to a
-    clean environment."""
+    clean environment (every read logged in a case marked `reads`)."""
     command = [*container(), *entry]
+    reads = _reads(request)
 
     def run(
         *args: str,
@@ -78,10 +79,17 @@ def hook(entry: list[str]) -> Hook:
         timeout: float = 60,
         stdin: int | None = subprocess.DEVNULL,
     ) -> Run:
-        full_env = dict(replace_env) if replace_env is not None else base_env(env)
+        full_env = (
+            dict(replace_env) if replace_env is not None else base_env({**reads, **(env or {})})
+        )
         return measure([*command, *args], env=full_env, stdin=stdin, timeout=timeout)
 
     return run
+
+
+def _reads(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The case counts reads (`@pytest.mark.reads`): the hook logs every one."""
+    return READS if request.node.get_closest_marker("reads") else {}
 
 
 def _pod_prefix() -> list[str]:
@@ -92,12 +100,13 @@ def _pod_prefix() -> list[str]:
 
 
 @pytest.fixture
-def pod(entry: list[str]) -> Pod:
+def pod(entry: list[str], request: pytest.FixtureRequest) -> Pod:
     """Run the hook (each entry point) with args in a new network namespace beside
     the servers given (tests/support/podns.py), in a PID namespace of its own, as a
     container beside the servers' (theirs: the harness's): pod(servers, *args, env=,
     timeout=, addresses=)."""
     prefix = _pod_prefix()
+    reads = _reads(request)
 
     def run(
         servers: Sequence[Server],
@@ -110,7 +119,7 @@ def pod(entry: list[str]) -> Pod:
             servers,
             [*container(), *entry, *args],
             prefix=prefix,
-            env=base_env(env),
+            env=base_env({**reads, **(env or {})}),
             timeout=timeout,
             addresses=addresses,
         )

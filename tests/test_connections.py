@@ -295,7 +295,7 @@ def test_the_hook_holds_an_upload_until_it_is_answered(pod_command: Pod) -> None
     still uploading: the hook drains only after the upload has been answered."""
     upload = 1.5
     args = ["wait", "--url", "http://127.0.0.1:{port}/metrics", "--settle", "0.2"]
-    args += ["--interval", "0.2", "--grace", "6", "--exit-reserve", "1"]
+    args += ["--interval", "0.2", "--grace", "6", "--exit-reserve", "1", "--log-reads", "all"]
     hook = [sys.executable, "-m", "drainhook", *args]
     run = pod_command(
         [], [sys.executable, "-m", "tests.support.conn_scenes", "hook", str(upload), *hook]

@@ -57,6 +57,7 @@ FAST = (
     "--exit-reserve",
     "0.5",
 )  # fmt: skip  D = 2.5
+EVERY_READ = ("--log-reads", "all")  # for a case that counts reads
 
 
 def assert_drained(run: Measured, reads: int = 2) -> dict[str, str]:
@@ -92,7 +93,7 @@ def test_two_hooks_at_once_both_drain_and_neither_blocks_the_other(
     log = tmp_path / "hook.log"
     runs: dict[str, Measured] = {}
     with Loopback(busy_for(0.6)) as srv:
-        argv = [*entry, "wait", "--url", srv.url, *FAST, "--log-file", str(log)]
+        argv = [*entry, "wait", "--url", srv.url, *FAST, *EVERY_READ, "--log-file", str(log)]
 
         def one(name: str, delay: float) -> None:
             time.sleep(delay)
@@ -189,7 +190,8 @@ def test_sigkill_mid_read_leaves_no_process_and_no_file(entry: list[str], tmp_pa
 def test_log_file_on_a_full_device_loses_lines_not_the_drain(entry: list[str]) -> None:
     """/dev/full fails every write with ENOSPC, as a full filesystem does."""
     with Loopback(serve(IDLE)) as srv:
-        run = spawn_measured([*entry, "wait", "--url", srv.url, *FAST, "--log-file", "/dev/full"])
+        argv = [*entry, "wait", "--url", srv.url, *FAST, *EVERY_READ, "--log-file", "/dev/full"]
+        run = spawn_measured(argv)
     assert_drained(run)
     assert srv.connections == 2
     assert len(hook_lines(run.lines)) == 3  # two reads and the summary, on stderr as ever
@@ -226,7 +228,8 @@ def test_log_file_on_a_full_tmpfs(entry: list[str], tmp_path: Path) -> None:
     full = tmp_path / "full"
     full.mkdir()
     with Loopback(serve(IDLE)) as srv:
-        argv = [*entry, "wait", "--url", srv.url, *FAST, "--log-file", str(full / "hook.log")]
+        argv = [*entry, "wait", "--url", srv.url, *FAST, *EVERY_READ]
+        argv += ["--log-file", str(full / "hook.log")]
         spec = json.dumps({"dir": str(full), "argv": argv})
         done = subprocess.run(
             [*prefix, sys.executable, "-c", NAMESPACE_SCRIPT, spec],
@@ -324,7 +327,7 @@ def test_wait_with_stdout_and_stderr_closed(entry: list[str], tmp_path: Path, en
     log = tmp_path / "hook.log"
     body = IDLE if ending == "drained" else BUSY
     with Loopback(serve(body)) as srv:
-        argv = [*entry, "wait", "--url", srv.url, *FAST, "--log-file", str(log)]
+        argv = [*entry, "wait", "--url", srv.url, *FAST, *EVERY_READ, "--log-file", str(log)]
         if ending == "deadline":
             argv += ["--max-wait", "0.6"]
         run = spawn_measured([sys.executable, "-c", CLOSED, *argv])

@@ -142,6 +142,7 @@ def test_sglang_and_a_pinned_metrics_source_never_ask_load() -> None:
     assert seen == ["/metrics"]
 
 
+@pytest.mark.reads
 def test_wait_holds_while_load_counts_a_request(hook: Hook) -> None:
     """/metrics idle throughout; /load 1, 1, 1 then 0: drained on reads 4 and 5."""
     seen: list[str] = []
@@ -186,6 +187,7 @@ def test_probe_shows_each_signal_apart_and_which_held(hook: Hook) -> None:
     assert rows["held_by"] == "server"
 
 
+@pytest.mark.reads
 def test_the_read_lines_and_the_summary_say_which_signal_held(hook: Hook) -> None:
     """Held to D by the server's count alone; a missing signal said once."""
     seen: list[str] = []
@@ -214,6 +216,7 @@ def test_the_read_lines_and_the_summary_say_which_signal_held(hook: Hook) -> Non
     assert (summary["outcome"], summary["held_by"]) == ("deadline", "server")
 
 
+@pytest.mark.reads
 def test_a_missing_signal_is_said_once(hook: Hook) -> None:
     with Loopback(by_path({"/metrics": [(200, IDLE)]}, []), own_load=False) as srv:
         run = hook(

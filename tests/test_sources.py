@@ -282,6 +282,7 @@ def test_stale_metrics_and_live_loads_drain_at_s_plus_a_quarter_i(hook: Hook) ->
     assert pinned.code == 3 and fields(pinned.summary)["in_flight"] == "6"
 
 
+@pytest.mark.reads
 @pytest.mark.parametrize("status", [401, 403, 404])
 def test_loads_refused_keeps_metrics_in_charge_and_says_so_once(hook: Hook, status: int) -> None:
     seen: list[str] = []

@@ -96,6 +96,7 @@ def assert_held_to_d(run: Run) -> None:
     assert D - 0.1 <= run.elapsed <= late(D, SPAWN_LATE, run.starved)
 
 
+@pytest.mark.reads
 def test_frozen_counters_are_released_stalled_at_s_plus_w(hook: Hook, tmp_path: Path) -> None:
     message = tmp_path / "termination-log"
     with Loopback(serve(FROZEN)) as srv:

@@ -161,6 +161,7 @@ def test_drained(hook: Hook, tmp_path: Path) -> None:
     assert "warning" not in "".join(hook_lines(run.lines))
 
 
+@pytest.mark.reads
 def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
     path = tmp_path / "tl"
     with Loopback(serve(BUSY)) as srv:

@@ -109,6 +109,7 @@ def test_cacert_and_server_name_verify_the_listener(hook: Hook, pki: Pki) -> Non
     assert pki.names_sent == ["drain.test"] * (2 + srv.side_reads) and srv.side_reads == 1
 
 
+@pytest.mark.reads
 def test_cert_for_another_name_holds(hook: Hook, pki: Pki) -> None:
     with Loopback(serve(IDLE), tls=pki.server("other.test")) as srv:
         run = wait_https(
@@ -117,6 +118,7 @@ def test_cert_for_another_name_holds(hook: Hook, pki: Pki) -> None:
     assert_held(run, srv.connections, "TLS verification failed", "drain.test")
 
 
+@pytest.mark.reads
 def test_cert_from_another_ca_holds(hook: Hook, pki: Pki) -> None:
     with Loopback(serve(IDLE), tls=pki.server("drain.test")) as srv:
         run = wait_https(
@@ -125,6 +127,7 @@ def test_cert_from_another_ca_holds(hook: Hook, pki: Pki) -> None:
     assert_held(run, srv.connections, "TLS verification failed")
 
 
+@pytest.mark.reads
 def test_https_against_plain_http_listener_holds(hook: Hook) -> None:
     # The listener answers the ClientHello with an HTTP 400, as uvicorn does: the
     # handshake fails at once, it does not time out; the wrong scheme holds (§2).

@@ -119,6 +119,7 @@ def assert_deadline(run: Run, d: float) -> dict[str, str]:
 # ---- idle, busy and the confirming reads -------------------------------------------
 
 
+@pytest.mark.reads
 def test_idle_engine_drains_on_the_second_read_with_a_plain_get(hook: Hook) -> None:
     heads: list[bytes] = []
     with Loopback(route({"/metrics": IDLE}, heads)) as srv:
@@ -157,6 +158,7 @@ def test_idle_engine_drains_on_the_second_read_with_a_plain_get(hook: Hook) -> N
         ),
     ],
 )
+@pytest.mark.reads
 def test_drained_after_the_confirming_idle_reads(
     hook: Hook, bodies: tuple[bytes, ...], extra: tuple[str, ...], expected: list[str]
 ) -> None:
@@ -169,6 +171,7 @@ def test_drained_after_the_confirming_idle_reads(
     assert busy_totals <= {"6"}
 
 
+@pytest.mark.reads
 def test_sglang_engine_pinned_drains(hook: Hook) -> None:
     busy, idle = sample("sglang-mp-dp2.txt"), sample("sglang-mp-dp2-idle.txt")
     with Loopback(sequence(serve(busy), serve(idle))) as srv:
@@ -183,6 +186,7 @@ def test_sglang_engine_pinned_drains(hook: Hook) -> None:
     assert srv.connections == 3
 
 
+@pytest.mark.reads
 def test_always_busy_holds_until_the_deadline(hook: Hook) -> None:
     with Loopback(serve(BUSY)) as srv:
         run = wait(hook, srv.url)
@@ -203,6 +207,7 @@ def test_always_busy_holds_until_the_deadline(hook: Hook) -> None:
     assert summary["in_flight"] == reads[-1]["in_flight"]
 
 
+@pytest.mark.reads
 def test_sglang_pinned_against_a_vllm_body_is_unknown_until_the_deadline(hook: Hook) -> None:
     with Loopback(serve(sample("vllm-single-dp2-idle.txt"))) as srv:
         run = wait(hook, srv.url, "--engine", "sglang", deadline=DEADLINE_SHORT)
@@ -225,6 +230,7 @@ def test_sglang_pinned_against_a_vllm_body_is_unknown_until_the_deadline(hook: H
         pytest.param(drip_headers(every=0.05), id="headers-drip"),
     ],
 )
+@pytest.mark.reads
 def test_a_listener_that_never_finishes_is_unknown_until_the_deadline(
     hook: Hook, behaviour: Behaviour
 ) -> None:
@@ -269,6 +275,7 @@ def _gzip_bomb() -> bytes:
         ),
     ],
 )
+@pytest.mark.reads
 def test_a_broken_response_is_unknown_and_resets_confirmation(
     hook: Hook, bad: Behaviour, reason: str
 ) -> None:
@@ -285,6 +292,7 @@ def test_a_broken_response_is_unknown_and_resets_confirmation(
     assert srv.connections == 3
 
 
+@pytest.mark.reads
 def test_a_gzip_body_sent_unasked_is_decoded(hook: Hook) -> None:
     with Loopback(serve(gzip.compress(IDLE), headers={"Content-Encoding": "gzip"})) as srv:
         run = wait(hook, srv.url)
@@ -305,6 +313,7 @@ def test_a_gzip_body_sent_unasked_is_decoded(hook: Hook) -> None:
         (404, "Not Found"),
     ],
 )
+@pytest.mark.reads
 def test_a_3xx_or_4xx_from_the_start_is_a_wrong_target_held_and_never_followed(
     hook: Hook, status: int, reason: str
 ) -> None:
@@ -330,6 +339,7 @@ def test_a_3xx_or_4xx_from_the_start_is_a_wrong_target_held_and_never_followed(
     ("status", "reason"),
     [(500, "Internal Server Error"), (503, "Service Unavailable"), (429, "Too Many Requests")],
 )
+@pytest.mark.reads
 def test_a_5xx_or_429_from_the_start_holds_to_the_deadline(
     hook: Hook, status: int, reason: str
 ) -> None:
@@ -347,6 +357,7 @@ def test_a_5xx_or_429_from_the_start_holds_to_the_deadline(
     ("status", "reason"),
     [(503, "Service Unavailable"), (429, "Too Many Requests"), (404, "Not Found")],
 )
+@pytest.mark.reads
 def test_a_non_2xx_in_the_middle_of_a_drain_holds_the_hook(
     hook: Hook, status: int, reason: str
 ) -> None:
@@ -376,6 +387,7 @@ def test_connection_refused_is_unreachable_at_once(hook: Hook) -> None:
 # ---- the deadline D and what is clipped to it --------------------------------------
 
 
+@pytest.mark.reads
 def test_max_wait_caps_the_deadline(hook: Hook) -> None:
     with Loopback(serve(BUSY)) as srv:
         run = hook("wait", "--url", srv.url, *TIMELINE, "--grace", "30", "--max-wait", "2")
@@ -384,6 +396,7 @@ def test_max_wait_caps_the_deadline(hook: Hook) -> None:
     assert connections_fit(srv.connections, read_lines(run)), run.stderr
 
 
+@pytest.mark.reads
 def test_linger_holds_after_confirmation(hook: Hook) -> None:
     with Loopback(serve(IDLE)) as srv:
         run = wait(hook, srv.url, "--linger", "0.4")
@@ -392,6 +405,7 @@ def test_linger_holds_after_confirmation(hook: Hook) -> None:
     assert srv.connections == 2
 
 
+@pytest.mark.reads
 def test_linger_is_clipped_to_the_deadline(hook: Hook) -> None:
     with Loopback(serve(IDLE)) as srv:
         run = wait(hook, srv.url, "--linger", "30", deadline=DEADLINE_SHORT)
@@ -425,6 +439,7 @@ def test_no_read_when_the_deadline_comes_before_the_settle_ends(
 # ---- exit codes and log lines ---------------------------------------------------
 
 
+@pytest.mark.reads
 def test_exit_zero_maps_deadline_to_zero(hook: Hook) -> None:
     with Loopback(serve(BUSY)) as srv:
         run = wait(hook, srv.url, "--exit-zero", deadline=DEADLINE_SHORT)
@@ -443,6 +458,7 @@ def test_exit_zero_maps_unreachable_to_zero(hook: Hook) -> None:
     assert (summary["outcome"], summary["exit"], summary["reads"]) == ("unreachable", "0", "1")
 
 
+@pytest.mark.reads
 def test_json_log_format(hook: Hook) -> None:
     with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
         run = wait(hook, srv.url, "--log-format", "json")
@@ -494,6 +510,7 @@ def test_quiet_prints_only_the_summary(hook: Hook) -> None:
     assert srv.connections == 3
 
 
+@pytest.mark.reads
 def test_log_file_gets_the_same_lines(hook: Hook, tmp_path: Path) -> None:
     log = tmp_path / "hook.log"
     with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
@@ -503,6 +520,7 @@ def test_log_file_gets_the_same_lines(hook: Hook, tmp_path: Path) -> None:
     assert log.read_text().splitlines() == run.lines
 
 
+@pytest.mark.reads
 def test_an_unwritable_log_file_is_reported_once_and_the_hook_goes_on(
     hook: Hook, tmp_path: Path
 ) -> None:
@@ -518,6 +536,7 @@ def test_an_unwritable_log_file_is_reported_once_and_the_hook_goes_on(
     assert not log.parent.exists()
 
 
+@pytest.mark.reads
 def test_a_log_file_fifo_nobody_reads_does_not_block(hook: Hook, tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -142,6 +142,7 @@ def test_the_exact_examples_warn_as_plan_does() -> None:
     assert codes_of("--settle", "40", "--grace", "30") == ["settle-past-deadline"]
 
 
+@pytest.mark.reads
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_warnings_come_once_before_any_read_and_into_the_log_file(
     hook: Hook, tmp_path: Path, log_format: str
@@ -183,6 +184,7 @@ def test_quiet_keeps_them_in_the_log_file_only(hook: Hook, tmp_path: Path) -> No
     assert [fields(line).get("code") for line in logged[:-1]] == codes_of("--grace", "5")
 
 
+@pytest.mark.reads
 def test_good_values_give_no_warning_line(hook: Hook) -> None:
     """S = 5 s, G = 15 s, R = 2 s: nothing for `plan` to say, so nothing logged."""
     with Loopback(serve(IDLE)) as srv:

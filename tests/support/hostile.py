@@ -214,10 +214,11 @@ CASES = [
 
 
 def case_argv(case: Case, url: str, cacert: Path) -> list[str]:
-    """wait's arguments for a case against a server at url."""
+    """wait's arguments for a case against a server at url (every read logged: the
+    cases count them)."""
     if case.https:
         url = url.replace("http://", "https://", 1)
-    args = ["wait", "--url", url, *TIMELINE, *case.args]
+    args = ["wait", "--url", url, *TIMELINE, "--log-reads", "all", *case.args]
     if case.cacert:
         args += ["--cacert", str(cacert)]
     return args
