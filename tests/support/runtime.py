@@ -22,6 +22,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -125,7 +126,7 @@ class Injected:
 def inject(manifest: str, *flags: str) -> Injected:
     """`drainhook inject` (the installed package) on one Deployment; its Pod spec."""
     done = subprocess.run(
-        ["python", "-m", "drainhook", "inject", *flags, "-"],
+        [sys.executable, "-m", "drainhook", "inject", *flags, "-"],
         input=manifest, capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
