@@ -84,7 +84,10 @@ def test_wait_drains_on_the_nth_reply_and_env_ports_are_substituted(pod: Pod) ->
     assert run.servers["engine"].paths == ["/metrics"] * 3  # busy, idle, idle
     times = [r.t for r in run.servers["engine"].requests]
     # The confirming read I/4 after the first idle one: the connection signal read 0 too.
-    assert times == sorted(times) and times[2] - times[1] >= 0.1 / 4 - 0.001
+    # These are the server's receipts: the first idle read's own way there may have
+    # taken a few ms more than the next one's (seen: 23.5 ms apart), so half of I/4;
+    # a confirmation at once would come a read's time (ms) after the first.
+    assert times == sorted(times) and times[2] - times[1] >= 0.1 / 8
 
 
 def test_reuseport_sockets_share_one_port(pod_command: Pod) -> None:

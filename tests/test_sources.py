@@ -325,6 +325,7 @@ def test_loads_in_doubt_holds_each_read_and_is_asked_again(hook: Hook) -> None:
     assert seen == ["/metrics", "/v1/loads"] * 4
 
 
+@pytest.mark.reads
 def test_a_hanging_loads_costs_its_read_timeout_holds_and_never_passes_d(hook: Hook) -> None:
     """A /v1/loads that never answers is doubt: each read waits it out within its own
     read timeout (0.3 s) and is unknown; the hook ends at D, not after it."""
@@ -338,7 +339,9 @@ def test_a_hanging_loads_costs_its_read_timeout_holds_and_never_passes_d(hook: H
     assert D - 0.05 <= float(end["elapsed"]) < late(D, HOOK_LATE, run.starved)
     reads = [fields(line) for line in run.lines if " read=" in line]
     assert all(float(r["read_ms"]) <= 0.45 * 1000 for r in reads)
-    assert seen.count("/v1/loads") >= 4 and seen.count("/v1/loads") == seen.count("/metrics")
+    # Each read asks /metrics, then /v1/loads; D may cut the last between the two.
+    loads, metrics = seen.count("/v1/loads"), seen.count("/metrics")
+    assert loads >= 4 and metrics - loads in (0, 1), seen
 
 
 def test_a_vllm_body_never_triggers_a_loads_read(hook: Hook) -> None:
