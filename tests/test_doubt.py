@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from tests.support.loopback import (
     serve,
 )
 from tests.support.process import Hook, base_env
+from tests.support.waits import until
 
 VLLM_IDLE = sample("vllm-single-dp2-idle.txt")
 VLLM_BUSY = sample("vllm-single-dp2.txt")
@@ -141,14 +141,6 @@ def test_a_stderr_nobody_reads_never_holds_the_hook(entry: list[str]) -> None:
     assert D - 0.05 <= took <= late(D, SPAWN_LATE)
 
 
-def until(condition: Callable[[], bool], within: float = 10.0) -> None:
-    """Wait on a condition, not a clock (polled; fails after `within`)."""
-    end = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < end, "the condition never held"
-        time.sleep(0.02)
-
-
 def test_any_grace_is_held_sighup_is_ignored_and_sigterm_ends_it(entry: list[str]) -> None:
     """--grace 9999999999 overflowed a sleep and released a busy engine at 0.14 s; the
     hook now reads on. SIGHUP (a closed terminal) changes nothing; SIGTERM ends it (143)."""
@@ -158,11 +150,11 @@ def test_any_grace_is_held_sighup_is_ignored_and_sigterm_ends_it(entry: list[str
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=base_env(),
     ) as proc:  # fmt: skip
         try:
-            until(lambda: srv.connections >= 3 or proc.poll() is not None)
+            until(lambda: srv.connections >= 3 or proc.poll() is not None, within=10.0)
             assert proc.poll() is None, "a busy engine was let go"
             proc.send_signal(signal.SIGHUP)
             seen = srv.connections
-            until(lambda: srv.connections >= seen + 2 or proc.poll() is not None)
+            until(lambda: srv.connections >= seen + 2 or proc.poll() is not None, within=10.0)
             assert proc.poll() is None, "SIGHUP ended the hook"
             proc.send_signal(signal.SIGTERM)
             err = proc.communicate(timeout=10)[1].decode()

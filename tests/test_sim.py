@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from drainhook.engines.exposition import scan
@@ -35,6 +35,7 @@ from sim import EngineConfig, RequestOutcome, SimEngine, SimServer, complete
 from tests.conftest import WAKE_LATE, late
 from tests.support.loopback import get
 from tests.support.process import ROOT, base_env
+from tests.support.waits import until
 
 TOKEN = 0.02  # s per streamed event
 EXIT = 0.05  # s the process takes to exit once its work is over (SGLang)
@@ -93,15 +94,8 @@ def vllm(**fields: Any) -> Iterator[SimServer]:
         yield server
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    give_up = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < give_up, "timed out"  # exact: a poll's own give-up time
-        time.sleep(0.005)
-
-
 def wait_in_flight(engine: SimEngine, n: int) -> None:
-    wait_for(lambda: engine.in_flight() >= n)
+    until(lambda: engine.in_flight() >= n)
 
 
 def sigterm(engine: SimEngine) -> float:
@@ -140,13 +134,13 @@ def test_default_sigterm_stalls_every_stream_until_the_kill() -> None:
         engine, streams = server.engine, Streams(server.port)
         streams.send(3.0)
         wait_in_flight(engine, 1)
-        wait_for(lambda: sum(s.tokens for s in engine.shown()) > 0)  # the first has tokens
+        until(lambda: sum(s.tokens for s in engine.shown()) > 0)  # the first has tokens
         streams.send(3.0)  # waits for the only slot
         wait_in_flight(engine, 2)
         term = sigterm(engine)
         # Between the engine core's death and the listener's close, /metrics answers
         # with the values it had (1 running, 1 waiting), /health 200.
-        wait_for(engine.killed.is_set)
+        until(engine.killed.is_set)
         assert get(server.port, "/health")[0] == 200
         assert scan(get(server.port, "/metrics")[1]).in_flight == 2
         # The listener closes within 0.25 s (not at once, not with the process).
@@ -257,8 +251,8 @@ def test_shutdown_timeout_stalls_what_is_left_at_n_until_the_kill() -> None:
         term = sigterm(engine)
         # The short one completed; the long one stopped getting tokens at N and stays
         # open with the process, which does not exit by itself.
-        wait_for(lambda: streams.open() == 1)
-        wait_for(engine.killed.is_set)
+        until(lambda: streams.open() == 1)
+        until(engine.killed.is_set)
         assert not engine.exited.wait(VLLM_EXIT + 0.4)
         assert streams.open() == 1
         killed = time.monotonic()
@@ -294,7 +288,7 @@ def test_sglang_loads_is_live_while_metrics_lags() -> None:
         streams = Streams(server.port)
         streams.send(0.2)
         wait_in_flight(server.engine, 1)
-        wait_for(lambda: scan(get(server.port, "/metrics")[1]).in_flight == 1)  # published
+        until(lambda: scan(get(server.port, "/metrics")[1]).in_flight == 1)  # published
         busy = scan_loads(get(server.port, "/v1/loads")[1])
         assert (busy.verdict, busy.in_flight) == (Verdict.BUSY, 1)
         assert [o.outcome for o, _ in streams.join()] == ["completed"]

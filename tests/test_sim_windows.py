@@ -17,7 +17,6 @@ import json
 import re
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from sim import EngineConfig, SimEngine, SimServer, complete
 from sim.client import COMPLETED
 from tests.support.loopback import get
+from tests.support.waits import until
 
 TOKEN = 0.02
 
@@ -80,13 +80,6 @@ class SlowUpload:
             out += chunk
         self.sock.close()
         return out
-
-
-def until(check: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"  # exact: a poll's own give-up time
-        time.sleep(0.005)
 
 
 @contextmanager
@@ -175,9 +168,9 @@ def test_vllm_step_gauges_show_a_request_only_after_a_step() -> None:
 
         rank = e.admit()  # in until a step shows it, out until a step shows that
         assert rank is not None
-        until(lambda: shown() == 1, 1.0)
+        until(lambda: shown() == 1, within=1.0)
         e.finish(rank)
-        until(lambda: shown() == 0, 1.0)  # a step just ran: 0.3 s to the next
+        until(lambda: shown() == 0, within=1.0)  # a step just ran: 0.3 s to the next
         rank = e.admit()  # a request in and out between two steps
         assert rank is not None
         between = shown()
@@ -185,7 +178,7 @@ def test_vllm_step_gauges_show_a_request_only_after_a_step() -> None:
         assert between == 0
         rank = e.admit()
         assert rank is not None
-        until(lambda: shown() == 1, 1.0)
+        until(lambda: shown() == 1, within=1.0)
         e.finish(rank)
 
 
@@ -215,7 +208,7 @@ def test_sglang_prefill_is_in_neither_gauge_nor_loads() -> None:
         until(lambda: e.in_flight() == 1)
         loads = json.loads(get(port, "/v1/loads")[1])["aggregate"]["total_reqs"]
         assert (gauges(port, "sglang"), loads) == (0, 0)
-        until(lambda: gauges(port, "sglang") == 1, 2.0)
+        until(lambda: gauges(port, "sglang") == 1, within=2.0)
         t.join(10)
 
 
@@ -232,7 +225,7 @@ def test_sglang_running_is_refreshed_every_40_decode_steps() -> None:
         assert seen and max(seen) == 0
         t = threading.Thread(target=complete, args=(port, {"max_tokens": 120, "stream": True}))
         t.start()
-        until(lambda: gauges(port, "sglang") == 1, 3.0)
+        until(lambda: gauges(port, "sglang") == 1, within=3.0)
         t.join(10)
 
 
@@ -248,4 +241,4 @@ def test_sglang_sigterm_drains_what_the_server_holds() -> None:
         upload.rest()
         reply = upload.response()
         assert b"data: [DONE]" in reply
-        until(lambda: e.exited.is_set(), 2.0)
+        until(lambda: e.exited.is_set(), within=2.0)

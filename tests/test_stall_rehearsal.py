@@ -15,8 +15,7 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -27,9 +26,9 @@ from rehearsal.timeline import INTERVAL, KSERVE_GRACE, SETTLE
 from sim import EngineConfig, SimEngine, SimServer, complete
 from tests.conftest import POD_LATE, WAKE_LATE, late
 from tests.support.rehearsal import SCALE, rehearse
+from tests.support.waits import until
 
 TOKEN = 0.02
-T = TypeVar("T")
 
 
 def metrics(port: int) -> tuple[float | None, dict[str, float], float]:
@@ -46,15 +45,6 @@ def metrics(port: int) -> tuple[float | None, dict[str, float], float]:
     for c in found.progress.counters:
         totals[c.name] = totals.get(c.name, 0.0) + c.value
     return found.in_flight, totals, found.progress.external
-
-
-def until(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 5.0) -> T:
-    """Read until `done` holds of what was read; that reading."""
-    give_up = time.monotonic() + timeout
-    while not done(got := read()):
-        assert time.monotonic() < give_up, f"timed out at {got}"  # exact: a poll's give-up
-        time.sleep(0.005)
-    return got
 
 
 def stream(server: SimServer, tokens: int) -> threading.Thread:

@@ -80,9 +80,7 @@ class _Candidates:
     searched no further. A progress counter's needle is found inside its name:
     its offset is that of its line's first non-blank byte."""
 
-    def __init__(
-        self, body: bytes | bytearray, engines: Sequence[Engine], progress: bool = True
-    ) -> None:
+    def __init__(self, body: Body, engines: Sequence[Engine], progress: bool = True) -> None:
         self._body = body
         self._needles = [n for e in engines for n in _NEEDLES[e.name]]
         self._next = [body.find(n) for n in self._needles]
@@ -329,9 +327,7 @@ class MetricsScanner:
     source: str = "metrics"
     progress: bool = True  # read the progress counters too (CONTRACT §2b)
 
-    def __call__(
-        self, body: bytes | bytearray, *, until: float, clock: Callable[[], float]
-    ) -> Scan:
+    def __call__(self, body: Body, *, until: float, clock: Callable[[], float]) -> Scan:
         return scan(body, self.engine, until=until, clock=clock, progress=self.progress)
 
 
@@ -342,7 +338,7 @@ NO_GAUGES_WARNING = (
 
 
 def _warnings(
-    body: bytes | bytearray,
+    body: Body,
     pinned: Engine | None,
     series: tuple[Series, ...],
     sampled: set[str],

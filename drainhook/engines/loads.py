@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drainhook.engines.gauges import BY_NAME, LoadsField, external_work
-from drainhook.engines.verdict import Progress, Scan, Series, Verdict, count, value_problem
+from drainhook.engines.verdict import Body, Progress, Scan, Series, Verdict, count, value_problem
 from drainhook.errors import Malformed
 
 ENGINE = BY_NAME["sglang"]
@@ -197,7 +197,5 @@ class LoadsScanner:
     accept: str = "application/json"
     source: str = "loads"
 
-    def __call__(
-        self, body: bytes | bytearray, *, until: float, clock: Callable[[], float]
-    ) -> Scan:
+    def __call__(self, body: Body, *, until: float, clock: Callable[[], float]) -> Scan:
         return scan_loads(body, until=until, clock=clock)

@@ -14,4 +14,5 @@ timing tolerance (`late()`).
     conformance the shutdown episodes, simulated and live
     fuzzing     the scanners' corruptions and their invariants
     docparts    the marked parts of the docs
+    waits       waiting on a condition, not a clock: until
 """
