@@ -78,6 +78,7 @@ def _start_engine(
     argv = [
         *(sys.executable, "-m", "rehearsal.engine", *spec.args()),
         *("--durations", load.spec if load else "uniform:1:1"),
+        *("--teardown-seed", scenario.key),  # one machine a scenario, for every recipe
         *("--scale", f"{scale.factor:g}", "--log", str(log)),
     ]
     return subprocess.Popen(

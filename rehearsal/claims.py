@@ -24,6 +24,7 @@ from rehearsal.timeline import (
     SGLANG_PD_EXIT,
     VLLM_EXIT,
     VLLM_TEARDOWN,
+    span,
 )
 
 IDLE_SLACK = 0.1  # the "+ 100 ms" on an idle replica's hold
@@ -102,10 +103,12 @@ def _lost_before_deadline(run: Run, key: str) -> Claim | None:
 
 
 def _flag_exit(shutdown_timeout: float) -> str:
-    """vLLM's exit after SIGTERM with nothing in flight, with `--shutdown-timeout N`."""
+    """vLLM's exit after SIGTERM with nothing in flight, with `--shutdown-timeout N`:
+    the engine core's teardown (a range: the machine's) or N, whichever is shorter."""
     if not shutdown_timeout:
         return f"{VLLM_EXIT:g} s"
-    return f"{min(shutdown_timeout, VLLM_TEARDOWN):g} + {VLLM_EXIT:g} s"
+    low, high = (min(shutdown_timeout, end) for end in VLLM_TEARDOWN)
+    return f"{span(low, high) if low < high else f'{low:g}'} + {VLLM_EXIT:g} s"
 
 
 def idle_half(run: Run, key: str) -> Claim | None:
@@ -121,7 +124,7 @@ def idle_half(run: Run, key: str) -> Claim | None:
         f"held {run.real(mine.held_s):.2f} s against {run.real(base.held_s):.2f} s "
         f"(ratio {ratio:.2f}).",
         f"An idle replica is held S + I/4 = {s + i / 4:g} s plus the engine's exit "
-        f"({VLLM_EXIT:g} s; with vLLM's `--shutdown-timeout N`, {VLLM_TEARDOWN:g} s more of "
+        f"({VLLM_EXIT:g} s; with vLLM's `--shutdown-timeout N`, {span(*VLLM_TEARDOWN)} s more of "
         f"its engine core's teardown, or N if shorter); "
         f"{_label(BASELINE)}'s sleep lasts {strategy_table.BY_KEY[BASELINE].sleep:g} s, and "
         f"its own `--shutdown-timeout` exit follows.",
@@ -370,7 +373,7 @@ _PHASE = (
 _VLLM_DRAIN = (
     "kserve and llm-d send SIGTERM at 15 s while streams still run, and vLLM with "
     "`--shutdown-timeout 45` drains them itself, then tears its engine core down: it exits "
-    "about {drained_exit:g} s after its last request ends. {me} sends SIGTERM only once two "
+    "{drained_exit} s after its last request ends. {me} sends SIGTERM only once two "
     "reads 1 s apart found the engine idle, and vLLM then takes {my_exit} to exit. Where "
     "they win, it is on what their drain answers: new requests get HTTP 500 meanwhile "
     "(`router-lag-20`), and with several API servers the streams are cut instead "
@@ -378,8 +381,8 @@ _VLLM_DRAIN = (
 )
 _HANG = (
     "/metrics never answers: {me} cannot tell idle from busy and holds until D = {d:g} s. "
-    "kserve's and llm-d's sleep reads nothing (their vLLM then drains and exits about "
-    "{drained_exit:g} s after SIGTERM); the loops hold until their G (30 s) or G - 5."
+    "kserve's and llm-d's sleep reads nothing (their vLLM then drains and exits "
+    "{drained_exit} s after SIGTERM); the loops hold until their G (30 s) or G - 5."
 )
 _HUNG_HELD = (
     "The wedged engine's streams never end, and vLLM waits for their connections until the "
@@ -524,7 +527,7 @@ def better(run: Run) -> list[str]:
                         me=_label(key),
                         exit=VLLM_EXIT,
                         my_exit=_flag_exit(mine.shutdown_timeout),
-                        drained_exit=VLLM_TEARDOWN + VLLM_EXIT,
+                        drained_exit=span(*(end + VLLM_EXIT for end in VLLM_TEARDOWN)),
                         lag=mine.router_lag,
                         notice=SGLANG_NOTICE,
                         pd=SGLANG_PD_EXIT,

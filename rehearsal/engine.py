@@ -109,7 +109,8 @@ def config(args: argparse.Namespace) -> EngineConfig:
         core_seconds=f(VLLM_CORE_KILL),
         listener_seconds=f(VLLM_LISTENER_CLOSE),
         exit_seconds=f(VLLM_EXIT if args.kind == "vllm" else SGLANG_EXIT),
-        teardown_seconds=f(VLLM_TEARDOWN),
+        teardown_seconds=(f(VLLM_TEARDOWN[0]), f(VLLM_TEARDOWN[1])),
+        teardown_seed=args.teardown_seed,
         notice_seconds=f(SGLANG_NOTICE),
         stream_tail=f(SGLANG_STREAM_TAIL) if args.kind == "sglang" else 0.0,
         notice_origin=args.watchdog_origin,
@@ -141,6 +142,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="uniform:LOW:HIGH (real seconds), or tokens",
     )
     p.add_argument("--seed", default="1", help="request durations are drawn from this and the id")
+    p.add_argument(
+        "--teardown-seed",
+        default="1",
+        help="vLLM --shutdown-timeout: the core's teardown is drawn in its range from this",
+    )
     p.add_argument("--scale", type=float, default=1.0, help="multiply every duration by this")
     p.add_argument("--shutdown-timeout", type=float, default=0.0, help="vLLM, real seconds")
     p.add_argument("--idle-lag", type=float, default=0.0, help="SGLang gauge lag, real seconds")

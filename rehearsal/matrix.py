@@ -86,7 +86,7 @@ def expected(job: Job, router_lag: float) -> float:
     work = sc.lag(router_lag) + load.high if load else 0.0
     hold = st.grace if sc.engine.metrics_hang or st.key == "curl-loop" else max(st.sleep, work)
     if st.shutdown_timeout and sc.engine.kind == "vllm":
-        hold = max(hold, st.sleep + min(st.shutdown_timeout, VLLM_TEARDOWN))  # its drain
+        hold = max(hold, st.sleep + min(st.shutdown_timeout, VLLM_TEARDOWN[1]))  # its drain
     return (WARMUP if load else 0.0) + min(st.grace, hold) + 1.0
 
 

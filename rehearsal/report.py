@@ -30,6 +30,7 @@ from rehearsal.timeline import (
     VLLM_LISTENER_CLOSE,
     VLLM_TEARDOWN,
     WARMUP,
+    span,
 )
 
 PICTURE_SCENARIO = "long"
@@ -357,7 +358,9 @@ def write(path: Path, run: Run, picture: str) -> None:
         f"{VLLM_EXIT:g} s after SIGTERM. With `--shutdown-timeout N` it answers each new "
         "request with HTTP 500 (`cannot schedule new futures after shutdown`), lets running "
         "and waiting requests finish, keeps /health and /metrics answering, and once none is "
-        f"left its engine core tears itself down and exits {VLLM_TEARDOWN:g} s later; the "
+        f"left its engine core tears itself down and exits {span(*VLLM_TEARDOWN)} s later "
+        "(the machine's time: each scenario draws one value in that range, the same for "
+        "every recipe); the "
         f"process follows {VLLM_EXIT:g} s after that. A request still running at N stalls as "
         "without the flag (the engine core is killed then). With several API "
         "servers each drops "
@@ -470,8 +473,9 @@ def write(path: Path, run: Run, picture: str) -> None:
         "closed within 0.25 s, the process kept by any open connection until SIGKILL, an exit "
         "0.4 s after SIGTERM with none; with `--shutdown-timeout N`, HTTP 500 for new "
         "requests; drained, the engine core tears itself down and the process exits "
-        f"{VLLM_TEARDOWN + VLLM_EXIT:g} s after the last request ended (live, idle at SIGTERM: "
-        "3.94-4.45 s at N = 4, 10 and 45; after a stream that ended 1.65 s into the drain, "
+        f"{span(*(end + VLLM_EXIT for end in VLLM_TEARDOWN))} s after the last request ended "
+        "(live, idle at SIGTERM: 3.94-4.45 s at N = 4, 10 and 45 on one machine, 5.67 and "
+        "6.26 s on another; after a stream that ended 1.65 s into the drain, "
         "3.98 s after its end: kserve's and llm-d's N = 45 does not hold an idle replica "
         "45 s), or the core is killed at N if a request is still running. Every delay is "
         "scaled with the rest. The "

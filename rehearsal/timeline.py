@@ -28,7 +28,18 @@ TOKEN_TICK = 0.1  # one streamed event per tick
 VLLM_CORE_KILL = 0.02
 VLLM_LISTENER_CLOSE = 0.25
 VLLM_EXIT = 0.4  # SIGTERM (or that origin) to exit with nothing in flight
-VLLM_TEARDOWN = 3.45  # --shutdown-timeout: drained to the engine core's own exit
+# --shutdown-timeout: drained to the engine core's own exit. The machine's, not a
+# constant: the listener closed 3.64-5.81 s after an idle SIGTERM on three machines
+# (benchmarks/live.md), less VLLM_LISTENER_CLOSE. Each scenario's engine draws one
+# value in it by the scenario's name (sim.model.teardown), the same for every recipe.
+VLLM_TEARDOWN = (3.39, 5.56)
+
+
+def span(low: float, high: float) -> str:
+    """A range as the report writes it: `3.39-5.56`."""
+    return f"{low:g}-{high:g}"
+
+
 SGLANG_EXIT = 1.5  # SGLang's exit once its watchdog finds nothing left (1-2 s, live)
 SGLANG_STREAM_TAIL = 2.0  # a stream stays in http_requests_active 2 s after its end (live)
 SGLANG_NOTICE = 5.0  # SGLang's SIGTERM watchdog sleeps 5 s between looks at the flag

@@ -21,7 +21,8 @@ server is calibrated to the live vLLM 0.32 (CPU build, measured; CONTRACT
   completion gets HTTP 500 at once (`cannot schedule new futures after
   shutdown`); `/health` and `/metrics` keep answering until the listener
   closes. Once no request is left the engine core tears itself down and
-  exits `teardown_seconds` later (its worker process first); if one is left
+  exits a time drawn in `teardown_seconds` later (its worker process first:
+  the machine's time, a range, not a constant); if one is left
   at N, vLLM's process manager kills the core then. The stop above follows
   from whichever comes first: a request still running at N stalls, the
   listener closes `listener_seconds` later, the process exits
@@ -87,6 +88,7 @@ import contextlib
 import dataclasses
 import enum
 import math
+import random
 import select
 import socket
 import threading
@@ -152,7 +154,10 @@ class EngineConfig:
     core_seconds: float = 0.02  # the engine core is killed (no abort sent)
     listener_seconds: float = 0.25  # the listener is closed
     exit_seconds: float = 0.4  # the process exits, once no request is in progress
-    teardown_seconds: float = 3.45  # --shutdown-timeout: drained to the core's own exit
+    # --shutdown-timeout: drained to the core's own exit, the machine's: each engine
+    # draws one value in this range (low, high) from `teardown_seed` (`teardown`)
+    teardown_seconds: tuple[float, float] = (3.39, 5.56)
+    teardown_seed: str = "1"
     notice_seconds: float = 5.0  # SGLang: its SIGTERM watchdog's period
     notice_origin: float | None = None  # SGLang: when that grid starts (default: the start)
     exit_after_sigterm: float = 0.0  # SGLang prefill/decode: no exit sooner than this
@@ -170,6 +175,12 @@ class EngineConfig:
     refresh_iterations: int = 0  # SGLang: gauges set at each prefill and every N decode steps
     http_active: bool = True  # SGLang: sglang:http_requests_active on /metrics (0.5.23)
     stream_tail: float = 0.0  # SGLang: a stream stays in that count this long after its end
+
+
+def teardown(config: EngineConfig) -> float:
+    """The engine core's teardown after a `--shutdown-timeout` drain: one value in
+    `teardown_seconds`, the same for every engine with the same `teardown_seed`."""
+    return random.Random(f"{config.teardown_seed}:teardown").uniform(*config.teardown_seconds)
 
 
 def tokens_duration(token_seconds: float, default_tokens: int = 16) -> Duration:
@@ -525,7 +536,7 @@ class SimEngine:
             drained = self._wait_idle(c.shutdown_timeout)  # those ending within N complete
             stop += c.shutdown_timeout  # the engine core is killed at N ...
             if drained:  # ... unless its own teardown ends first
-                stop = min(stop, time.monotonic() + c.teardown_seconds)
+                stop = min(stop, time.monotonic() + teardown(c))
         self._api_server_stop(stop)
 
     def _api_server_stop(self, origin: float) -> None:

@@ -234,7 +234,7 @@ def test_vllm_shutdown_timeout_only_where_a_request_can_slip_in_after_the_releas
     settle: float, observed: bool, advised: bool
 ) -> None:
     """--shutdown-timeout N adds the engine core's teardown to every drained exit (vLLM
-    0.32: about 3.9 s against 0.4 s); for a request left at D a larger G does more (the
+    0.32: 4 to 6.3 s against 0.4 s); for a request left at D a larger G does more (the
     engine still serves it), so it pays only for one a slow router sends after the
     release (docs/design.md §7)."""
     p = dataclasses.replace(make(engine="vllm", settle=settle), grace_observed=observed)

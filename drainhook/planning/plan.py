@@ -264,7 +264,7 @@ def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
         f"`vllm serve --shutdown-timeout N` lets it end within N; {advice}",
         "on SIGTERM vLLM kills its engine core at once: running requests stall and the "
         "process waits for their connections until SIGKILL. The flag adds its engine "
-        "core's teardown to every drained exit (about 3.9 s against 0.4 s, vLLM 0.32); "
+        "core's teardown to every drained exit (4 to 6.3 s against 0.4 s, vLLM 0.32); "
         "with S >= 5 s nothing slips in after the release and it is not advised",
     )
 
@@ -474,7 +474,7 @@ def engine_flags(plan: Plan) -> tuple[EngineFlag, ...]:
             EngineFlag("--shutdown-timeout", str(n), why, VLLM_SHUTDOWN_TIMEOUT_SINCE, ceiling=True)
         )
     else:
-        # One already given (llm-d's 45) adds the engine core's teardown (about 3.5 s)
+        # One already given (llm-d's 45) adds the engine core's teardown (3.4 to 5.6 s)
         # to every drained exit: brought down to vLLM's default, never added.
         why = "with S >= 5 s the hook leaves it nothing to save; it lengthens every exit"
         flags.append(

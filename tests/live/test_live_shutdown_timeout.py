@@ -6,7 +6,7 @@ Two engines, each ended by its case's SIGTERM:
   one gets HTTP 500, /health and /metrics answer 200, the long one stalls at N;
 - N = 45 s (KServe's and llm-d's), `wait` returns `drained` after a stream,
   SIGTERM at once (conformance `timeout-idle-sigterm`): the drained engine
-  exits once its engine core has torn itself down, about 3.9 s, not at N.
+  exits once its engine core has torn itself down (4 to 6.3 s, by machine), not at N.
 """
 
 from __future__ import annotations
