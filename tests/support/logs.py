@@ -49,9 +49,11 @@ def fields(line: str) -> dict[str, str]:
 
 
 def timed_out(read: Mapping[str, object]) -> bool:
-    """A read that ran out of time: `unknown`, with `timed out` in its reason (a text
-    log line's fields, or a JSON line's object, where the reason may be null)."""
-    return read.get("verdict") == "unknown" and "timed out" in str(read.get("reason") or "")
+    """A read that ran out of time: `unknown`, with `timed out` or (a leg D left no
+    time to start) `no time left` in its reason (a text log line's fields, or a JSON
+    line's object, where the reason may be null)."""
+    reason = str(read.get("reason") or "")
+    return read.get("verdict") == "unknown" and ("timed out" in reason or "no time left" in reason)
 
 
 def connections_fit(connections: int, reads: Sequence[Mapping[str, object]]) -> bool:
