@@ -21,7 +21,7 @@ from tests.support.process import ROOT, base_env
 # load: the advisory package and the simulator, whole (tests/test_layout.py keeps
 # every module of hook/, reading/ and engines/ from importing them), and inject's
 # YAML libraries.
-NOT_THE_HOOK = ("drainhook.planning", "sim", "ruamel", "yaml")
+NOT_THE_HOOK = ("drainhook.planning", "sim", "yaml")
 
 _MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
@@ -86,7 +86,7 @@ def test_the_check_sees_a_planning_tool_when_one_is_loaded() -> None:
 
 
 def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
-    """`inject` loads its modules and ruamel.yaml: the closure test would see them
+    """`inject` loads its modules and PyYAML: the closure test would see them
     on the hook's path."""
     loaded = modules_after(
         "from drainhook.cli.main import run\n"
@@ -95,7 +95,7 @@ def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
         "    run(['inject', '/nonexistent'])\n"
     )
     found = outside_the_hook(loaded)
-    assert {"drainhook.planning.inject", "drainhook.planning.manifests", "ruamel.yaml"} <= found
+    assert {"drainhook.planning.inject", "drainhook.planning.manifests", "yaml"} <= found
 
 
 # The house's budget (issue 34): what `wait` loads of drainhook, at its start and

@@ -170,9 +170,15 @@ def test_leader_worker_set_leader_drains_worker_waits_on_it() -> None:
     assert prestop(containers(leader)["vllm-leader"]) == [
         "/usr/local/bin/drainhook", "wait", "--grace", "60", "--engine", "vllm", *LOG,
     ]  # fmt: skip
-    # The shell script's last command is vLLM's: the flags go at its end.
-    script = containers(leader)["vllm-leader"]["command"][2]
-    assert script.endswith("--pipeline-parallel-size 2 --enable-server-load-tracking")
+    # The engine starts in a shell script: inject never edits one; it names the flag.
+    original = yaml.safe_load((MANIFESTS / "lws-vllm.yaml").read_text())
+    leader_spec = original["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    assert (
+        containers(leader)["vllm-leader"]["command"]
+        == containers(leader_spec)["vllm-leader"]["command"]
+    )
+    (named,) = [ln for ln in result.lines if "--enable-server-load-tracking" in ln]
+    assert ": warning: " in named and "`--enable-server-load-tracking`" in named
     # The worker: G = the leader's 60 + 5 + its R 5, so its D (65) is after the
     # leader's kill (60).
     assert worker["terminationGracePeriodSeconds"] == 70
@@ -623,6 +629,47 @@ def test_another_indentation_is_kept() -> None:
     assert "        args:\n        - m\n        - --enable-server-load-tracking\n" in result.stdout
 
 
+ODD = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: d
+  labels: &l {app: d}   # an anchor no alias uses
+spec:
+  selector: {matchLabels: {app: d}}
+  template:
+    metadata: {labels: {app: d}}
+    spec:
+       containers:
+         -   name: vllm
+             image: vllm/vllm-openai:v0.18.0
+             args: ['m', "--port", "8001"]  # the engine
+             volumeMounts: []
+"""
+
+
+def test_an_odd_layout_keeps_every_line_the_wiring_does_not_touch() -> None:
+    """Three spaces here, five there, an anchor, flow collections: only the wiring
+    is written, at its siblings' indentation; the words of a flow list keep their
+    quotes and the added one joins them; an empty `[]` becomes the list it needs."""
+    docs, result = run(("d.yaml", ODD), options=VIA_IMAGE)
+    out = result.stdout.splitlines(keepends=True)
+    kept = [ln for ln in ODD.splitlines(keepends=True) if ln in out]
+    assert kept == [
+        ln for ln in ODD.splitlines(keepends=True) if "args" not in ln and "[]" not in ln
+    ]
+    assert "       terminationGracePeriodSeconds: 30\n       containers:\n" in result.stdout
+    args = """args: ['m', "--port", "8001", --enable-server-load-tracking]  # the engine\n"""
+    assert " " * 13 + args in out
+    assert "             volumeMounts:\n               - name: drainhook\n" in result.stdout
+    assert "             lifecycle:\n               preStop:\n" in result.stdout
+    assert containers(docs[0]["spec"]["template"]["spec"])["vllm"]["args"][-1] == (
+        "--enable-server-load-tracking"
+    )
+    again = inject_texts([("d.yaml", result.stdout)], VIA_IMAGE)
+    assert (again.stdout, again.code) == (result.stdout, 0)
+
+
 def test_the_directory_of_them_all() -> None:
     """A directory: every YAML file under it, sorted, each document once, in order."""
     files = sorted(MANIFESTS.glob("*.yaml"))
@@ -763,7 +810,9 @@ def test_a_comment_after_the_replaced_sleep_stays_after_the_new_command() -> Non
     )
     _, result = run(("d.yaml", text))
     lines = result.stdout.splitlines()
-    assert lines[-2].endswith("- /proc/1/fd/1               # blind")
+    # A command written on one line stays on one line, its comment after it.
+    assert lines[-2].startswith('                command: ["/usr/local/bin/drainhook", "wait"')
+    assert lines[-2].endswith('"/proc/1/fd/1"]  # blind')
     assert lines[-1] == "# the end"
 
 
@@ -991,31 +1040,40 @@ def test_an_https_engine_is_read_over_https(extra: str) -> None:
     ],
     ids=["continued-lines", "bash-lc", "bash-ec-continued", "sh-exc"],
 )
-def test_shell_scripts_as_upstream_writes_them_get_the_flags(command: str) -> None:
+def test_a_shell_script_is_never_edited_the_flag_is_named(command: str) -> None:
     """Before: vLLM got no flags and a false "it has no command or args here"
-    (issue 35, item 3). The flags go at the end of the engine's command."""
-    (doc,), result = run(("d.yaml", _deployment(VLLM + f"          command: {command}\n")))
+    (issue 35, item 3); then the flags were appended to the script, which a
+    reviewer trusts least (issue 44). Now the hook is written, the script is left
+    as it is, and the exact flag to add is named."""
+    text = _deployment(VLLM + f"          command: {command}\n")
+    (doc,), result = run(("d.yaml", text))
     assert result.code == 0, result.lines
     c = doc["spec"]["template"]["spec"]["containers"][0]
-    script = c["command"][2]
-    assert script.rstrip().endswith("--enable-server-load-tracking"), script
+    assert c["command"] == yaml.safe_load(f"c: {command}")["c"]
+    assert prestop(c)[:2] == ["/usr/local/bin/drainhook", "wait"]
+    (named,) = [ln for ln in result.lines if "--enable-server-load-tracking" in ln]
+    assert ": warning: " in named and "shell script" in named
+    assert "write `--enable-server-load-tracking` on the engine's command" in named
     assert not [ln for ln in result.lines if "no command or args" in ln]
-    # The script's own lines are kept: only the flag is added at its end.
-    original = yaml.safe_load(f"c: {command}")["c"][2]
-    assert script.startswith(original.rstrip())
 
 
-def test_an_sglang_script_with_continued_lines_gets_enable_metrics() -> None:
-    """Before: refused (exit 1), --enable-metrics could not be added."""
+def test_an_sglang_script_without_metrics_is_refused_with_the_flag() -> None:
+    """SGLang serves no /metrics without --enable-metrics: a hook that cannot read
+    it is not written; the script is never edited; the line names the flag."""
     sglang = (
         "        - name: sglang\n          image: lmsysorg/sglang:v0.5.3\n"
         '          command: [bash, -c, "python3 -m sglang.launch_server \\\\\\n'
         '  --model-path m \\\\\\n  --port 30000"]\n'
     )
-    (doc,), result = run(("d.yaml", _deployment(sglang)))
-    assert result.code == 0, result.lines
-    script = doc["spec"]["template"]["spec"]["containers"][0]["command"][2]
-    assert script.endswith("--port 30000 --enable-metrics"), script
+    text = _deployment(sglang)
+    result = said(("d.yaml", text))
+    assert (result.code, levels(result), result.stdout) == (1, ["refused"], text)
+    assert "write `--enable-metrics` on the engine's command there" in result.lines[0]
+    with_it = text.replace("--port 30000", "--port 30000 --enable-metrics")
+    (doc,), done = run(("d.yaml", with_it))
+    assert done.code == 0, done.lines
+    c = doc["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][2].endswith("--port 30000 --enable-metrics")
 
 
 # -- restricted Pods, and a change of --via ------------------------------------------
@@ -1400,15 +1458,15 @@ SCRIPTED = """\
 """
 
 
-def test_a_script_is_extended_exactly_past_its_comments_and_quoted_lines() -> None:
+def test_a_script_past_its_comments_and_quoted_lines_is_named_not_edited() -> None:
     """A comment line after the engine's command (with an apostrophe), and a quoted
     argument spread over lines: before, the flag was not added (and the apostrophe
-    crashed the run, exit 70). Now appended to the engine's command, exactly."""
-    (doc,), result = run(("s.yaml", _deployment(SCRIPTED)))
-    assert result.code == 0, result.lines
-    script = containers(doc["spec"]["template"]["spec"])["sglang"]["command"][2]
-    assert script.splitlines()[-2].endswith('"factor": 4.0}}\' --enable-metrics')
-    assert script.splitlines()[-1] == "# the port is the Service's targetPort"
+    crashed the run, exit 70). Now the document is refused as it is, the flag named;
+    a script no shell can split is refused as such."""
+    text = _deployment(SCRIPTED)
+    result = said(("s.yaml", text))
+    assert (result.code, levels(result), result.stdout) == (1, ["refused"], text)
+    assert "`--enable-metrics`" in result.lines[0]
     unclosed = _deployment(SCRIPTED.replace("pip list", 'echo "unclosed'))
     refused = said(("u.yaml", unclosed))
     assert (refused.code, levels(refused)) == (1, ["refused"]), refused.lines

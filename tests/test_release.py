@@ -93,4 +93,4 @@ def test_the_bill_of_materials_names_each_builds_libraries(tmp_path: Path) -> No
     assert "pkg:deb/debian/libssl3@3.0.20-1~deb12u2?arch=amd64" in refs
     assert f"pkg:generic/drainhook@{VERSION}" in refs
     pypi = {r.split("@")[0] for r in refs if r.startswith("pkg:pypi/")}
-    assert {"pkg:pypi/click", "pkg:pypi/httpcore", "pkg:pypi/h11", "pkg:pypi/ruamel.yaml"} <= pypi
+    assert {"pkg:pypi/click", "pkg:pypi/httpcore", "pkg:pypi/h11", "pkg:pypi/pyyaml"} <= pypi

@@ -10,8 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import click
-from ruamel.yaml.comments import CommentedMap
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString, FoldedScalarString
 
 from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.planning.manifests import Node
@@ -20,23 +18,19 @@ from drainhook.planning.pods import SHELLS, SLEEP, Refused, Site, recognise, wor
 
 
 class Argv:
-    """The engine's command line as `inject` can edit it: a list of arguments (the
-    container's args, or an exec-form command), or the last command of a shell
-    script (`sh -c`), which must be the engine's own."""
+    """The engine's command line as `inject` reads it: a list of arguments (the
+    container's args, or an exec-form command), or a shell script (`sh -c`), which
+    inject reads and never edits (CONTRACT §4: it names the flag to add)."""
 
     def __init__(self, seq: list[Node], index: int | None = None) -> None:
         self.seq = seq
         self.index = index  # the script's place in seq, for a shell script
 
     @property
-    def script(self) -> str:
-        assert self.index is not None
-        return str(self.seq[self.index])
-
-    @property
     def joined(self) -> str:
         """The script with its lines continued by `\\` joined, as the shell reads it."""
-        return re.sub(r"\\\r?\n", " ", self.script)
+        assert self.index is not None
+        return re.sub(r"\\\r?\n", " ", str(self.seq[self.index]))
 
     def words(self) -> list[str]:
         """The words as the shell splits them (comments dropped); a script no shell
@@ -65,74 +59,12 @@ class Argv:
         return found
 
     def set(self, flag: str, value: str) -> None:
-        """Give every occurrence of flag this value."""
-        if self.index is None:
-            for i, w in enumerate(list(self.seq)):
-                if str(w) == flag and i + 1 < len(self.seq):
-                    self.seq[i + 1] = self._word(value)
-                elif str(w).startswith(flag + "="):
-                    self.seq[i] = f"{flag}={value}"
-            return
-        pattern = re.compile(rf"(?<!\S){re.escape(flag)}(=|\s+)[^\s;&|]+")
-        self._rewrite(pattern.sub(lambda m: f"{flag}{m.group(1)}{value}", self.script))
-
-    @property
-    def _end(self) -> int:
-        """Where the script's last command ends: its trailing comment lines aside."""
-        end = len(self.script)
-        for line in reversed(self.script.splitlines(keepends=True)):
-            if line.strip() and not line.strip().startswith("#"):
-                break
-            end -= len(line)
-        return end
-
-    def can_append(self) -> bool:
-        if self.index is None:
-            return True
-        # The last command as the shell reads it: a quoted word may span lines.
-        script = re.sub(r"\\\r?\n", " ", self.script[: self._end])
-        lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|\n<>")
-        lexer.whitespace = " \t\r"
-        try:
-            tokens = list(lexer)
-        except ValueError:
-            return False
-        while tokens and tokens[-1].strip() == "":
-            tokens.pop()
-        words: list[str] = []
-        for token in tokens:
-            words = [] if token.strip() in ("", ";", "&&", "||") else [*words, token]
-        if words[:1] == ["exec"]:
-            words = words[1:]
-        if any(w.strip(";&|<>") == "" for w in words):  # a pipe, a redirect, `&`
-            return False
-        return recognise({"command": words}) is not None
-
-    def append(self, args: Sequence[str]) -> None:
-        if self.index is None:
-            self.seq.extend(self._word(a) for a in args)
-            return
-        text = self.script
-        body = text[: self._end].rstrip()
-        self._rewrite(body + " " + " ".join(shlex.quote(a) for a in args) + text[len(body) :])
-        folds = getattr(self.seq[self.index], "fold_pos", None)
-        if isinstance(folds, list):  # a folded script: the added flags on a line of their own
-            folds.append(len(body))
-
-    def _word(self, word: str) -> Node:
-        """A word for the list, quoted as its words are (and a number always)."""
-        quoted = all(isinstance(w, DoubleQuotedScalarString) for w in self.seq)
-        return DoubleQuotedScalarString(word) if quoted or numeric(word) else word
-
-    def _rewrite(self, text: str) -> None:
-        assert self.index is not None
-        old = self.seq[self.index]
-        if isinstance(old, FoldedScalarString):  # the folds stay where they were
-            new = FoldedScalarString(text)
-            new.fold_pos = list(getattr(old, "fold_pos", []))
-            self.seq[self.index] = new
-        else:
-            self.seq[self.index] = type(old)(text) if isinstance(old, str) else text
+        """Give every occurrence of flag this value (a list's)."""
+        for i, w in enumerate(list(self.seq)):
+            if str(w) == flag and i + 1 < len(self.seq):
+                self.seq[i + 1] = value
+            elif str(w).startswith(flag + "="):
+                self.seq[i] = f"{flag}={value}"
 
 
 def script_option(seq: Node) -> int | None:
@@ -150,14 +82,14 @@ def numeric(value: str) -> bool:
     return re.fullmatch(r"-?\d+(\.\d+)?", value) is not None
 
 
-def argv_of(container: CommentedMap) -> Argv | None:
+def argv_of(container: Mapping[str, Node]) -> Argv | None:
     """Where the engine's flags go, or None where they cannot be written: no
     command and no args (the image's own, which args would replace)."""
     command, args = container.get("command"), container.get("args")
     if isinstance(command, list) and command and str(command[0]).rsplit("/", 1)[-1] in SHELLS:
         for seq in (command, args):
             at = script_option(seq)
-            if at is not None and at + 1 < len(seq):
+            if isinstance(seq, list) and at is not None and at + 1 < len(seq):
                 return Argv(seq, at + 1)
         if isinstance(args, list) and args and script_option(command) is not None:
             return Argv(args, 0)
@@ -312,7 +244,7 @@ def serves_tls(container: Mapping[str, Node], argv: Argv | None) -> bool:
     return False
 
 
-def prestop_of(container: CommentedMap) -> tuple[str, Node]:
+def prestop_of(container: Mapping[str, Node]) -> tuple[str, Node]:
     """What the container's preStop is: none, drainhook, sleep, or other; and its
     command (drainhook's), seconds (a sleep's) or a description (other's)."""
     lifecycle = container.get("lifecycle")
@@ -368,7 +300,8 @@ def caveats(
             + (f" (the container declares {', '.join(map(str, ports))})" if ports else "")
             + "; if the engine listens elsewhere, add --port N to the hook"
         )
-    for command in re.split(r"&&|\|\||;|\n|&", argv.joined if argv and argv.index else ""):
+    script = argv.joined if argv is not None and argv.index is not None else ""
+    for command in re.split(r"&&|\|\||;|\n|&", script):
         try:
             started = shlex.split(command, comments=True)
         except ValueError:  # a quote that spans lines: not the engine's start

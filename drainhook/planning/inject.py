@@ -14,17 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import click
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import CommentMark
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString
-from ruamel.yaml.tokens import CommentToken
 
 from drainhook import exits
 from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.errors import DrainhookError
 from drainhook.hook.config import DEFAULT_SETTLE
 from drainhook.numfmt import number
-from drainhook.planning import manifests
+from drainhook.planning import manifests, splice
 from drainhook.planning.argv import (
     Argv,
     Hook,
@@ -38,14 +34,7 @@ from drainhook.planning.argv import (
     role_of,
     serves_tls,
 )
-from drainhook.planning.manifests import (
-    Document,
-    Node,
-    insert_before,
-    mapping,
-    plain_data,
-    sequence,
-)
+from drainhook.planning.manifests import Document, Node, insert_before
 from drainhook.planning.plan import (
     TIMELINE,
     Applied,
@@ -86,7 +75,7 @@ Say = typing.Callable[[Level, str], None]  # one line on stderr about the docume
 class Wiring:
     """What inject does to one engine container, decided before anything is written."""
 
-    container: CommentedMap
+    container: dict[str, Node]
     engine: EngineChoice
     hook: Hook
     argv: Argv | None
@@ -100,7 +89,7 @@ class Wiring:
 
 
 def _decide(
-    site: Site, container: CommentedMap, engine: EngineChoice, params: Sequence[click.Parameter]
+    site: Site, container: dict[str, Node], engine: EngineChoice, params: Sequence[click.Parameter]
 ) -> Wiring:
     name = container.get("name")
     kind, what = prestop_of(container)
@@ -175,58 +164,20 @@ def _command(w: Wiring, applied: Applied, binary: str, worker: bool) -> list[str
     return args
 
 
-def _set_prestop(container: CommentedMap, command: Sequence[str]) -> None:
-    seq = sequence([DoubleQuotedScalarString(a) if numeric(a) else a for a in command])
+def _set_prestop(container: dict[str, Node], command: Sequence[str]) -> None:
+    """The preStop set to the command: an exec hook's command replaced in place (its
+    other keys go), anything else (the kubelet's sleep) replaced whole."""
     lifecycle = container.get("lifecycle")
-    if not isinstance(lifecycle, CommentedMap):
-        lifecycle = mapping()
+    if not isinstance(lifecycle, dict):
+        lifecycle = {}
         insert_before(container, "lifecycle", lifecycle, ("resources", "volumeMounts"))
     prestop = lifecycle.get("preStop")
-    if isinstance(prestop, CommentedMap) and isinstance(prestop.get("exec"), CommentedMap):
+    if isinstance(prestop, dict) and isinstance(prestop.get("exec"), dict):
         for key in [k for k in prestop if k != "exec"]:
             del prestop[key]
-        exe = prestop["exec"]
-        if plain_data(exe.get("command")) == plain_data(seq):
-            return  # as it is, in its own style
-        # A comment after the old command (its last line's, and any comment lines
-        # below it) is kept after the new one's last word, and so are the comments
-        # among the old command's words (the words they spoke of are gone).
-        inner = _comment_lines(exe.get("command"))
-        after = exe.ca.items.pop("command", None)
-        eol = after[2] if after and len(after) > 2 else None
-        if eol is not None or inner:
-            text = str(eol.value) if eol is not None else "\n"
-            text += "" if text.endswith("\n") else "\n"
-            text += "".join(" " * column + line + "\n" for column, line in inner)
-            column = eol.column if eol is not None else inner[0][0]
-            seq.ca.items[len(seq) - 1] = [CommentToken(text, CommentMark(column), None), None]
-        exe["command"] = seq
-    else:  # the kubelet's sleep action: its comments are kept after the new command
-        kept = _comment_lines(prestop.get("sleep") if isinstance(prestop, CommentedMap) else None)
-        if kept:
-            text = "\n" + "".join(" " * column + line + "\n" for column, line in kept)
-            seq.ca.items[len(seq) - 1] = [CommentToken(text, CommentMark(kept[0][0]), None), None]
-        lifecycle["preStop"] = mapping(("exec", mapping(("command", seq))))
-
-
-def _comment_lines(old: Node) -> list[tuple[int, str]]:
-    """The comment lines in an old command's words or a replaced sleep's mapping
-    (before, among and after them), in order, each with the column it stood at."""
-    if not isinstance(old, (CommentedSeq, CommentedMap)):
-        return []
-    tokens = list(old.ca.comment[1] or []) if old.ca.comment and len(old.ca.comment) > 1 else []
-    for key in old.ca.items:
-        slots = old.ca.items[key] if isinstance(old, CommentedMap) else old.ca.items[key][:1]
-        tokens += [t for t in slots if isinstance(t, CommentToken)]
-    lines: list[tuple[int, str]] = []
-    for token in tokens:
-        first = getattr(token, "column", 0) or 0
-        for n, ln in enumerate(str(token.value).splitlines()):
-            if ln.strip().startswith("#"):
-                lines.append((first if n == 0 else len(ln) - len(ln.lstrip()), ln.strip()))
-    for inner in old.values() if isinstance(old, CommentedMap) else ():
-        lines += _comment_lines(inner)
-    return lines
+        prestop["exec"]["command"] = list(command)
+    else:
+        lifecycle["preStop"] = {"exec": {"command": list(command)}}
 
 
 def _engine_flag_edits(w: Wiring, flag: EngineFlag) -> tuple[str, list[str] | str] | None:
@@ -276,24 +227,25 @@ def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None
                     f"{w.engine} {version[0]}.{version[1]} is older than {flag.since}",
                 )
                 continue
-        if w.argv is None or (edit[0] == "add" and not w.argv.can_append()):
+        wanted = " ".join(flag.args if edit[0] == "add" else [flag.flag, str(edit[1])])
+        if w.argv is None or w.argv.index is not None:
             where = (
-                "its command is not one inject can extend"
+                f"its engine starts in a shell script, which inject does not edit: write "
+                f"`{wanted}` on the engine's command there"
                 if w.argv
-                else "it has no command or args here"
+                else f"it has no command or args here: give the engine `{wanted}`"
             )
-            needed = flag.needed or edit[0] == "set"
-            message = f"container {name}: needs {' '.join(flag.args)} ({flag.why}); {where}"
-            if needed:
+            message = f"container {name}: needs {wanted} ({flag.why}); {where}"
+            if flag.needed or edit[0] == "set":
                 raise Refused(message)
-            say("warning", f"{message}: add it yourself")
+            say("warning", message)
             continue
         if edit[0] == "set":
             old = w.argv.value(flag.flag)
             w.argv.set(flag.flag, str(edit[1]))
             say("changed", f"container {name}: {flag.flag} {old} -> {edit[1]} ({flag.why})")
         else:
-            w.argv.append(list(edit[1]))
+            w.argv.seq.extend(edit[1])
             say("changed", f"container {name}: added {' '.join(flag.args)} ({flag.why})")
 
 
@@ -327,22 +279,22 @@ def inject_document(doc: Document, options: Options) -> Outcome:
         return Outcome(doc.text, False, ours, [line])
     kind = (data.get("apiVersion"), data.get("kind")) if isinstance(data, Mapping) else None
     items = data.get("items") if kind == ("v1", "List") and isinstance(data, Mapping) else None
-    units = list(enumerate(items)) if isinstance(items, CommentedSeq) else [(-1, data)]
+    units = list(enumerate(items)) if isinstance(items, list) else [(-1, data)]
     messages: list[Message] = []
-    refused, before = False, None
+    refused = changed = False
     for i, unit in units:  # a List's items (what kubectl get -o yaml prints) one by one
         where = _described(f"{doc.where}[{i}]" if i >= 0 else doc.where, unit)
         wired, said, no = _wired(where, unit, options)
         messages, refused = messages + said, refused or no
         if wired is not None:
-            before = before or manifests.serialised(doc)  # before the first change
-            if i >= 0 and isinstance(items, CommentedSeq):
+            changed = True
+            if i >= 0 and isinstance(items, list):
                 items[i] = wired
             else:
                 doc = dataclasses.replace(doc, data=wired)
-    if before is None:
+    if not changed:
         return Outcome(doc.text, False, refused, messages)
-    return Outcome(manifests.dump(doc, before), True, refused, messages)
+    return Outcome(splice.render(doc), True, refused, messages)
 
 
 def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message], bool]:
@@ -375,7 +327,7 @@ def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message
             "know this kind (wire the workload it renders, or add the hook by hand)"
         )
         return None, [Message(where, "skipped", text)], False
-    if not injected or plain_data(work) == plain_data(data):
+    if not injected or work == data:
         return None, messages if injected else [], False
     return work, [Message(where, "injected", "; ".join(injected)), *messages], False
 
@@ -437,13 +389,8 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
             _apply_engine_flags(w, applied, say, options.engine_version)
         else:
             env = named_list(w.container, "env", ("lifecycle", "resources"))
-            upsert(env, mapping(("name", "DRAINHOOK_HOST"), ("value", "$(LWS_LEADER_ADDRESS)")))
-            upsert(
-                env,
-                mapping(
-                    ("name", "DRAINHOOK_ALLOW_REMOTE"), ("value", DoubleQuotedScalarString("1"))
-                ),
-            )
+            upsert(env, {"name": "DRAINHOOK_HOST", "value": "$(LWS_LEADER_ADDRESS)"})
+            upsert(env, {"name": "DRAINHOOK_ALLOW_REMOTE", "value": "1"})
         _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
         bring_binary(site.spec, w.container, options)
         names.append(str(name))
@@ -462,10 +409,7 @@ def _write_grace(site: Site, grace: float, given: float, why: str, say: Say) -> 
         )
     elif grace != given:
         say("changed", f"terminationGracePeriodSeconds {number(given)} -> {number(grace)} ({why})")
-    if "terminationGracePeriodSeconds" in site.spec:
-        site.spec["terminationGracePeriodSeconds"] = int(grace)
-    else:
-        site.spec.insert(0, "terminationGracePeriodSeconds", int(grace))
+    insert_before(site.spec, "terminationGracePeriodSeconds", int(grace), list(site.spec)[:1])
 
 
 def _worker_grace(

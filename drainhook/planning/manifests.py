@@ -1,22 +1,19 @@
-"""YAML manifests for `drainhook inject`, parsed one document at a time with
-ruamel.yaml's round trip (comments, key order, quoting and block styles kept): a
-document left as it is is written back byte for byte. Loaded only by `inject`.
+"""YAML manifests for `drainhook inject`, read one document at a time by libyaml
+(PyYAML's C parser): each document's value, and the node tree it came from with
+every node's place in the text, which drainhook.planning.splice edits in place (a
+document left as it is is written back byte for byte). Loaded only by `inject`.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from difflib import SequenceMatcher
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
+import yaml
 
 from drainhook.errors import UsageError
 
@@ -26,14 +23,15 @@ SUFFIXES = (".yaml", ".yml")
 # top-level key, whose lines are indented.
 _MARKER = re.compile(r"^(---|\.\.\.)(?:[ \t].*)?$")
 
-# A parsed YAML value: ruamel's round-trip maps, sequences and scalars carry no
-# element types, so a manifest's values are objects until checked (isinstance).
+# A parsed YAML value: plain dicts, lists and scalars whose element types no
+# annotation carries, so a manifest's values are objects until checked (isinstance).
 Node = object
 
 
 @dataclass(frozen=True)
 class Indent:
-    """A file's block indentation, as ruamel.yaml's `indent()` takes it."""
+    """A file's block indentation: a nested mapping's, a block sequence's items'
+    (where their content starts) and its dashes' (offset), from the parent key."""
 
     mapping: int = 2
     sequence: int = 4
@@ -51,6 +49,9 @@ class Document:
     marker: str  # that line ('' for a first document without one)
     data: Node
     indent: Indent
+    node: yaml.Node | None = None  # what libyaml composed, with each node's marks
+    # Each node's value as read (never changed): what an edit is measured against.
+    values: dict[yaml.Node, Node] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
@@ -128,12 +129,40 @@ def guess_indent(text: str) -> Indent:
     return Indent(m, offset + 2, offset)
 
 
-def _yaml(indent: Indent) -> YAML:
-    y = YAML(typ="rt")
-    y.preserve_quotes = True
-    y.width = 4096  # never fold a long line the input did not fold
-    y.indent(mapping=indent.mapping, sequence=indent.sequence, offset=indent.offset)
-    return y
+# The scalars read as what they say; any other tag (a timestamp, `!!binary`, an
+# application's own) is kept as its text, as Kubernetes' own decoding does.
+_TYPED = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
+_SAFE = yaml.constructor.SafeConstructor()
+# libyaml's parser (PyYAML's wheels carry it); PyYAML's own where a build lacks it.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def construct(node: yaml.Node, memo: dict[yaml.Node, Node]) -> Node:
+    """A node's value as plain dicts, lists and scalars; memo maps each node to its
+    value (an alias is the same value twice, never a copy)."""
+    if node in memo:
+        return memo[node]
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag in _TYPED:
+            memo[node] = _SAFE.yaml_constructors[node.tag](_SAFE, node)
+        else:
+            memo[node] = None if node.tag == "tag:yaml.org,2002:null" else node.value
+    elif isinstance(node, yaml.SequenceNode):
+        items: list[Node] = []
+        memo[node] = items
+        items.extend(construct(item, memo) for item in node.value)
+    else:
+        pairs: dict[Node, Node] = {}
+        memo[node] = pairs
+        for k, v in node.value:
+            key = construct(k, memo)
+            if isinstance(key, (dict, list)):  # Helm's `{{ x }}` read as a flow map
+                key = (str(key),)
+            if key in pairs:  # named, never its values (a Secret's)
+                problem = f'duplicate key "{str(key)[:40]}"'
+                raise yaml.constructor.ConstructorError(None, None, problem, k.start_mark)
+            pairs[key] = construct(v, memo)
+    return memo[node]
 
 
 def parse(source: str, text: str) -> list[Document]:
@@ -144,143 +173,23 @@ def parse(source: str, text: str) -> list[Document]:
     for n, (marker, body) in enumerate(split(text)):
         line += marker.count("\n")
         try:
-            data = _yaml(indent).load(body)
-        except YAMLError as exc:
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            # ruamel names a duplicate key's two values: a Secret's are never echoed.
-            problem = problem.split(" with value ")[0]
-            mark = getattr(exc, "problem_mark", None)
+            node = yaml.compose(body.replace("\r\n", "\n"), Loader=_LOADER)
+            values: dict[yaml.Node, Node] = {}
+            data = construct(node, values) if node is not None else None
+        except yaml.MarkedYAMLError as exc:
+            problem = str(exc.problem or exc.context)
+            if "maximum nesting depth" in problem:
+                problem = "nested too deep to read"
+            mark = exc.problem_mark
             at = f" at line {line + mark.line + 1}" if mark is not None else ""
             raise UsageError(f"{source}#{n}: not YAML{at}: {problem}") from None
         except RecursionError:
             raise UsageError(f"{source}#{n}: nested too deep to read") from None
-        docs.append(Document(source, n, marker + body, marker, data, indent))
+        if node is not None:  # the value to change: built again, apart from the one read
+            data = construct(node, {})
+        docs.append(Document(source, n, marker + body, marker, data, indent, node, values))
         line += body.count("\n")
     return docs
-
-
-def serialised(doc: Document) -> list[str]:
-    """The document's value as ruamel.yaml writes it, line by line (taken before a
-    change, `dump` applies what the change does to it)."""
-    out = io.StringIO()
-    _yaml(doc.indent).dump(doc.data, out)
-    return out.getvalue().splitlines(keepends=True)
-
-
-def dump(doc: Document, before: list[str]) -> str:
-    """A changed document's text: its own lines, only those the change touches
-    rewritten (CRLF stays CRLF). The round trip re-flows lines nobody changed, so
-    only the difference between `before` and the document serialised now is applied
-    to the original (`_patched`), a List item by item: linear in the input."""
-    body = doc.text[len(doc.marker) :].replace("\r\n", "\n")
-    after = serialised(doc)
-    lines = body.splitlines(keepends=True)
-    pieces = zip(*(itertools.pairwise(c) for c in _item_cuts(doc, before, after)), strict=True)
-    text = doc.marker + "".join(
-        _patched("".join(lines[o1:o2]), before[b1:b2], after[a1:a2])
-        for (o1, o2), (b1, b2), (a1, a2) in pieces
-    )
-    return text.replace("\r\n", "\n").replace("\n", "\r\n") if "\r\n" in doc.text else text
-
-
-def _item_cuts(doc: Document, before: list[str], after: list[str]) -> list[list[int]]:
-    """Where each item of a List starts in the original, `before` and `after` (the
-    ends added); the whole document, one piece, when the three do not show the same
-    items (or it is no List)."""
-    whole = [[0, sys.maxsize], [0, len(before)], [0, len(after)]]
-    data = doc.data
-    if not isinstance(data, CommentedMap) or data.get("kind") != "List":
-        return whole
-    items = data.get("items")
-    if not isinstance(items, CommentedSeq) or not items:
-        return whole
-    original = [items.lc.item(i)[0] for i in range(len(items))]
-    dash = " " * doc.indent.offset + "- "
-    cuts = [[0, *original, sys.maxsize]]
-    for lines in (before, after):
-        cuts.append([0, *(n for n, ln in enumerate(lines) if ln.startswith(dash)), len(lines)])
-    ok = all(len(c) == len(items) + 2 for c in cuts) and original == sorted(set(original))
-    return cuts if ok else whole
-
-
-def _patched(original: str, before: list[str], after: list[str]) -> str:
-    """`original` with the changes from `before` to `after` (two serialisations)
-    applied at the original's lines that `before` stands for; a change among lines
-    the round trip joins or splits takes the fewest of them, as serialised."""
-    lines = original.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"  # as serialised: the last line ends
-    # A line of `before` -> its line in the original (the same, or re-padded in place).
-    at: dict[int, int] = {}
-    for tag, i1, i2, j1, j2 in SequenceMatcher(None, before, lines, autojunk=False).get_opcodes():
-        if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
-            at.update((i1 + k, j1 + k) for k in range(i2 - i1))
-    ops = SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
-    raw = [op[1:] for op in ops if op[0] != "equal"]
-    hunks: list[list[int]] = []  # [i1, i2, j1, j2]: before[i1:i2] becomes after[j1:j2]
-    for n, (i1, i2, j1, j2) in enumerate(raw):
-        # Widened over unchanged lines the original does not have; two that meet: one.
-        floor = hunks[-1][1] if hunks else 0
-        while i1 > floor and i1 - 1 not in at:
-            i1, j1 = i1 - 1, j1 - 1
-        ceiling = raw[n + 1][0] if n + 1 < len(raw) else len(before)
-        while i2 < ceiling and i2 not in at:
-            i2, j2 = i2 + 1, j2 + 1
-        if hunks and i1 <= hunks[-1][1]:
-            hunks[-1][1], hunks[-1][3] = i2, j2
-        else:
-            hunks.append([i1, i2, j1, j2])
-    out, done = [], 0
-    for i1, i2, j1, j2 in hunks:
-        start = at[i1 - 1] + 1 if i1 > 0 else 0
-        end = at[i2] if i2 < len(before) else len(lines)
-        # What is written is indented as its siblings are in the original.
-        moved = [
-            (k, _indent(before[k]), _indent(lines[at[k]]) - _indent(before[k]))
-            for k in sorted(at)
-            if before[k].strip()
-        ]
-        above = [(i, d) for k, i, d in moved if k < i1]
-        below = [(i, d) for k, i, d in moved if k >= i2]
-        out += lines[done:start] + _shifted(after[j1:j2], above, below)
-        done = end
-    return "".join(out + lines[done:])
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
-def _shifted(
-    new: list[str], above: list[tuple[int, int]], below: list[tuple[int, int]]
-) -> list[str]:
-    """New lines moved as the original moved their siblings: the nearest before them
-    in their parent, else the first after them, else as their parent moved."""
-    out = []
-    for line in new:
-        indent = _indent(line)
-        shift = 0
-        if line.strip():
-            shift = _sibling_shift(indent, reversed(above), below)
-            above.append((indent, shift))
-        out.append(" " * (indent + shift) + line[indent:] if shift else line)
-    return out
-
-
-def _sibling_shift(
-    indent: int, above: Iterable[tuple[int, int]], below: Iterable[tuple[int, int]]
-) -> int:
-    parent = 0
-    for i, shift in above:
-        if i <= indent:
-            if i == indent:
-                return shift
-            parent = shift
-            break
-    for i, shift in below:
-        if i <= indent:
-            return shift if i == indent else parent
-    return parent
 
 
 def join(texts: Sequence[str]) -> str:
@@ -297,34 +206,19 @@ def join(texts: Sequence[str]) -> str:
     return "".join(out)
 
 
-# -- building values that serialise as the rest of a manifest ----------------------
-
-
-def mapping(*pairs: tuple[str, Node]) -> CommentedMap:
-    m = CommentedMap()
-    for k, v in pairs:
-        m[k] = v
-    return m
-
-
-def sequence(items: Sequence[Node]) -> CommentedSeq:
-    s = CommentedSeq()
-    s.extend(items)
-    return s
-
-
-def insert_before(m: CommentedMap, key: str, value: Node, before: Sequence[str]) -> None:
+def insert_before(m: dict[str, Node], key: str, value: Node, before: Sequence[str]) -> None:
     """Set m[key]: in place when it is there, else before the first of `before`
     that m holds, else at the end."""
-    if key in m:
+    at = next((b for b in before if b in m), None)
+    if key in m or at is None:
         m[key] = value
         return
-    keys = list(m)
-    for b in before:
-        if b in keys:
-            m.insert(keys.index(b), key, value)
-            return
-    m[key] = value
+    pairs = list(m.items())
+    m.clear()
+    for k, v in pairs:
+        if k == at:
+            m[key] = value
+        m[k] = v
 
 
 def aliased(value: Node) -> bool:
@@ -340,14 +234,3 @@ def aliased(value: Node) -> bool:
             seen.add(id(node))
             todo.extend(node.values() if isinstance(node, Mapping) else node)
     return False
-
-
-def plain_data(value: Node) -> Node:
-    """A parsed value as plain dicts, lists and scalars (order-blind mappings)."""
-    if isinstance(value, Mapping):
-        return {str(k): plain_data(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain_data(v) for v in value]
-    if isinstance(value, str):
-        return str(value)
-    return value

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 import click
-from ruamel.yaml.comments import CommentedMap
 
 from drainhook import exits
 from drainhook.engines.gauges import BY_NAME, EngineChoice, EngineName
 from drainhook.errors import DrainhookError, UsageError
 from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
-from drainhook.planning.manifests import Node, mapping, plain_data, sequence
+from drainhook.planning.manifests import Node
 from drainhook.planning.plan import DEFAULT_BINARY, Role, Via, wait_config
 
 # The kubelet throws a hook's output away (its event says only "PreStopHook
@@ -134,7 +133,7 @@ class Site:
     """One pod spec of a workload, and what the platform says of it."""
 
     path: str  # where it sits in the document, dotted
-    spec: CommentedMap
+    spec: dict[str, Node]
     labels: Mapping[str, Node]
     role: Role | None = None  # the platform's word (KServe's prefill template)
     leader: Site | None = None  # a worker's: it waits on this leader's engine
@@ -151,11 +150,11 @@ KNATIVE_WORDS = "Knative rejects `lifecycle` on its containers (no preStop hook 
 def sites(doc: Node, options: Options) -> list[Site]:
     """The pod specs of a workload inject knows, leaders before their workers; none
     for anything else. Raises Refused for a kind it knows and must not touch."""
-    if not isinstance(doc, CommentedMap):
+    if not isinstance(doc, dict):
         return []
     api, kind, spec = str(doc.get("apiVersion", "")), doc.get("kind"), doc.get("spec")
     group = api.split("/")[0]
-    if not isinstance(spec, CommentedMap):
+    if not isinstance(spec, dict):
         return []
     if api == "v1" and kind == "Pod":
         meta = doc.get("metadata")
@@ -165,7 +164,7 @@ def sites(doc: Node, options: Options) -> list[Site]:
         return _templates([("spec.template", spec.get("template"))])
     if group == "leaderworkerset.x-k8s.io" and kind == "LeaderWorkerSet":
         lwt = spec.get("leaderWorkerTemplate")
-        if not isinstance(lwt, CommentedMap):
+        if not isinstance(lwt, dict):
             return []
         base = "spec.leaderWorkerTemplate"
         leader = _templates([(f"{base}.leaderTemplate", lwt.get("leaderTemplate"))])
@@ -231,7 +230,7 @@ def templated(value: Node, path: str = "") -> Iterator[str]:
 
 
 def _short(value: Node) -> str:
-    text = " ".join(str(plain_data(value)).split())
+    text = " ".join(str(value).split())
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -259,40 +258,40 @@ def pod_specs(value: Node, path: str = "") -> Iterator[str]:
 def _templates(pairs: Sequence[tuple[str, Node]]) -> list[Site]:
     out = []
     for path, template in pairs:
-        if isinstance(template, CommentedMap) and isinstance(template.get("spec"), CommentedMap):
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
             meta = template.get("metadata")
             labels = meta.get("labels") if isinstance(meta, Mapping) else None
             out.append(Site(f"{path}.spec", template["spec"], labels or {}))
     return out
 
 
-def _llm_inference_service(spec: CommentedMap) -> list[Site]:
+def _llm_inference_service(spec: dict[str, Node]) -> list[Site]:
     """KServe's LLMInferenceService (serving.kserve.io/v1alpha1): `template` and
     `worker` are PodSpecs merged over the preset's, whose engine container is
     `main`; `prefill` holds its own pair. Where the CR has no template, one holding
     only `main` is written: the preset's image, command and args stay the preset's."""
     out: list[Site] = []
     prefill = spec.get("prefill")
-    pairs: list[tuple[str, CommentedMap, Role | None]] = [
+    pairs: list[tuple[str, dict[str, Node], Role | None]] = [
         ("spec", spec, "decode" if prefill else None)
     ]
-    if isinstance(prefill, CommentedMap):
+    if isinstance(prefill, dict):
         pairs.append(("spec.prefill", prefill, "prefill"))
     for path, part, role in pairs:
         template = part.get("template")
         if template is None:
-            template = part["template"] = mapping(("containers", sequence([])))
-        if not isinstance(template, CommentedMap):
+            template = part["template"] = {"containers": []}
+        if not isinstance(template, dict):
             continue
-        containers = template.setdefault("containers", sequence([]))
+        containers = template.setdefault("containers", [])
         if isinstance(containers, list) and not any(
             isinstance(c, Mapping) and c.get("name") == KSERVE_MAIN for c in containers
         ):
-            containers.append(mapping(("name", KSERVE_MAIN)))
+            containers.append({"name": KSERVE_MAIN})
         lead = Site(f"{path}.template", template, {}, role, None, KSERVE_PRESET_GRACE, KSERVE_MAIN)
         out.append(lead)
         worker = part.get("worker")
-        if isinstance(worker, CommentedMap):
+        if isinstance(worker, dict):
             out.append(
                 Site(
                     f"{path}.worker",
@@ -310,12 +309,12 @@ def _llm_inference_service(spec: CommentedMap) -> list[Site]:
 RAW_MODES = ("RawDeployment", "Standard")
 
 
-def _inference_service(doc: CommentedMap, spec: CommentedMap, options: Options) -> list[Site]:
+def _inference_service(doc: dict[str, Node], spec: dict[str, Node], options: Options) -> list[Site]:
     """KServe's InferenceService: its predictor is a PodSpec. In raw deployment mode
     KServe makes a Deployment of it; otherwise a Knative Service, which a hook
     cannot run in."""
     predictor = spec.get("predictor")
-    if not isinstance(predictor, CommentedMap):
+    if not isinstance(predictor, dict):
         return []
     site = Site("spec.predictor", predictor, {})
     if not engine_containers(site, options):
@@ -390,12 +389,13 @@ def image_version(container: Mapping[str, Node], engine: str) -> tuple[int, int]
     return (int(m.group(1)), int(m.group(2))) if m and engine in name else None
 
 
-def engine_containers(site: Site, options: Options) -> list[tuple[CommentedMap, EngineName]]:
+def engine_containers(site: Site, options: Options) -> list[tuple[dict[str, Node], EngineName]]:
     """The engine containers of a pod spec and the engine of each. Init containers
     (native sidecars: routing proxies) are never one."""
     found = []
-    for c in site.spec.get("containers") or []:
-        if not isinstance(c, CommentedMap):
+    listed = site.spec.get("containers")
+    for c in listed if isinstance(listed, list) else []:
+        if not isinstance(c, dict):
             continue
         name = c.get("name")
         if options.container is not None and name != options.container:

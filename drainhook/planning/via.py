@@ -7,9 +7,7 @@ from __future__ import annotations
 import typing
 from collections.abc import Mapping, Sequence
 
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
-from drainhook.planning.manifests import Node, insert_before, mapping, plain_data, sequence
+from drainhook.planning.manifests import Node, insert_before
 from drainhook.planning.pods import (
     IMAGE_BUILD_DIR,
     IMAGE_LAUNCHER,
@@ -24,26 +22,26 @@ from drainhook.planning.pods import (
 )
 
 
-def upsert(items: CommentedSeq, value: CommentedMap) -> None:
+def upsert(items: list[Node], value: Mapping[str, Node]) -> None:
     """Put value in a list of named entries: replacing the one of its name."""
     for i, item in enumerate(items):
         if isinstance(item, Mapping) and item.get("name") == value["name"]:
-            if plain_data(item) != plain_data(value):
+            if item != value:
                 items[i] = value
             return
     items.append(value)
 
 
-def named_list(m: CommentedMap, key: str, before: Sequence[str] = ()) -> CommentedSeq:
+def named_list(m: dict[str, Node], key: str, before: Sequence[str] = ()) -> list[Node]:
     """m[key] as a list, made (before the keys `before`) when it is missing."""
     items = m.get(key)
-    if not isinstance(items, CommentedSeq):
-        items = sequence([])
+    if not isinstance(items, list):
+        items = []
         insert_before(m, key, items, before)
     return items
 
 
-def bring_binary(spec: CommentedMap, container: CommentedMap, options: Options) -> None:
+def bring_binary(spec: dict[str, Node], container: dict[str, Node], options: Options) -> None:
     """Make the hook's binary reach the container, by --via; what another --via put
     there before (an image volume, the installer) is taken away."""
     if options.via != "image-volume":
@@ -53,61 +51,41 @@ def bring_binary(spec: CommentedMap, container: CommentedMap, options: Options) 
         _drop(spec, "volumes", INIT_VOLUME, lambda v: "emptyDir" in v)
         _drop(container, "volumeMounts", INIT_VOLUME, lambda m: m.get("mountPath") == INIT_MOUNT)
     if options.via == "image-volume":
-        upsert(
-            named_list(spec, "volumes"),
-            mapping(
-                ("name", VOLUME_NAME),
-                ("image", mapping(("reference", options.image), ("pullPolicy", "IfNotPresent"))),
-            ),
-        )
-        upsert(
-            named_list(container, "volumeMounts"),
-            mapping(
-                ("name", VOLUME_NAME),
-                ("mountPath", VOLUME_MOUNT),
-                ("subPath", IMAGE_BUILD_DIR),
-                ("readOnly", True),
-            ),
-        )
+        image = {"reference": options.image, "pullPolicy": "IfNotPresent"}
+        upsert(named_list(spec, "volumes"), {"name": VOLUME_NAME, "image": image})
+        mount = {"name": VOLUME_NAME, "mountPath": VOLUME_MOUNT, "subPath": IMAGE_BUILD_DIR}
+        upsert(named_list(container, "volumeMounts"), {**mount, "readOnly": True})
     elif options.via == "init":
-        upsert(
-            named_list(spec, "initContainers", ("containers",)),
-            mapping(
-                ("name", INIT_NAME),
-                ("image", options.image),
-                ("command", sequence([IMAGE_LAUNCHER, "install", INIT_MOUNT])),
-                ("securityContext", _restricted()),
-                (
-                    "volumeMounts",
-                    sequence([mapping(("name", INIT_VOLUME), ("mountPath", INIT_MOUNT))]),
-                ),
-            ),
-        )
-        upsert(
-            named_list(spec, "volumes"),
-            mapping(("name", INIT_VOLUME), ("emptyDir", mapping(("sizeLimit", INIT_SIZE)))),
-        )
+        installer = {
+            "name": INIT_NAME,
+            "image": options.image,
+            "command": [IMAGE_LAUNCHER, "install", INIT_MOUNT],
+            "securityContext": RESTRICTED,
+            "volumeMounts": [{"name": INIT_VOLUME, "mountPath": INIT_MOUNT}],
+        }
+        upsert(named_list(spec, "initContainers", ("containers",)), installer)
+        empty = {"name": INIT_VOLUME, "emptyDir": {"sizeLimit": INIT_SIZE}}
+        upsert(named_list(spec, "volumes"), empty)
         upsert(
             named_list(container, "volumeMounts"),
-            mapping(("name", INIT_VOLUME), ("mountPath", INIT_MOUNT), ("readOnly", True)),
+            {"name": INIT_VOLUME, "mountPath": INIT_MOUNT, "readOnly": True},
         )
 
 
-def _restricted() -> CommentedMap:
-    """The installer's securityContext: what Pod Security's `restricted` level asks
-    (and `runAsNonRoot` with it: drainhook's image names no user, so one is given).
-    `install` writes into the emptyDir, which the kubelet makes world-writable."""
-    return mapping(
-        ("runAsNonRoot", True),
-        ("runAsUser", INSTALL_UID),
-        ("allowPrivilegeEscalation", False),
-        ("capabilities", mapping(("drop", sequence(["ALL"])))),
-        ("seccompProfile", mapping(("type", "RuntimeDefault"))),
-    )
+# The installer's securityContext: what Pod Security's `restricted` level asks (and
+# `runAsNonRoot` with it: drainhook's image names no user, so one is given).
+# `install` writes into the emptyDir, which the kubelet makes world-writable.
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "runAsUser": INSTALL_UID,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 def _drop(
-    m: CommentedMap, key: str, name: str, ours: typing.Callable[[Mapping[str, Node]], bool]
+    m: dict[str, Node], key: str, name: str, ours: typing.Callable[[Mapping[str, Node]], bool]
 ) -> bool:
     """Take the entry `name` out of m[key] when it is ours (a user's entry of that
     name stays); the list goes when it is left empty. Whether one was taken."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from ruamel.yaml import YAML
+import yaml
 
 from tests.support.process import ROOT as REPO
 
@@ -130,7 +130,7 @@ def inject(manifest: str, *flags: str) -> Injected:
         input=manifest, capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    doc = YAML(typ="safe").load(done.stdout)
+    doc = yaml.safe_load(done.stdout)
     return Injected(doc["spec"]["template"]["spec"])
 
 
