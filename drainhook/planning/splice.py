@@ -187,9 +187,8 @@ class Splice:
         if run:
             last = kept[-1]
             col = last.start_mark.column
-            at = self._line_end(self._end(pairs[self.values[last]][1], last))
             text = lines({r: new[r] for r in run}, col, self.indent)
-            self.edits.append((at, at, "\n" + "\n".join(text)))
+            self._after(self._end(pairs[self.values[last]][1], last), text)
         return True
 
     def _sequence(self, node: yaml.SequenceNode, new: list[Node]) -> bool:
@@ -219,8 +218,7 @@ class Splice:
                 at = self._dash(items[i2])
                 self.edits.append((at, at, self._at(text, col)))
             else:
-                at = self._line_end(self._end(items[i1 - 1]))
-                self.edits.append((at, at, "\n" + "\n".join(text)))
+                self._after(self._end(items[i1 - 1]), text)
         return True
 
     def _flow_words(self, node: yaml.SequenceNode, new: list[Node]) -> bool:
@@ -241,6 +239,15 @@ class Splice:
         self.edits.append((end, end, added))
         return True
 
+    def _after(self, end: int, text: list[str]) -> None:
+        """Lines written after the line `end` is on (at the next line's start: what
+        is taken away before it ends there)."""
+        at = self._line_end(end)
+        if at == len(self.body):
+            self.edits.append((at, at, "\n" + "\n".join(text)))
+        else:
+            self.edits.append((at + 1, at + 1, "\n".join(text) + "\n"))
+
     def _at(self, text: list[str], col: int) -> str:
         """Lines written where a sibling at col starts: the first at the sibling's
         place, the sibling on a line of its own after them."""
@@ -248,25 +255,25 @@ class Splice:
 
     def _replace(self, node: yaml.Node, new: Node, key: yaml.Node | None, dash: int | None) -> None:
         """A node written anew: in flow style where it was (a list of words stays
-        one line), else in block style with the comment lines it held after it."""
+        one line) or where it is a scalar or empty, else in block style; the
+        comment lines it held follow it."""
         start, end = node.start_mark.index, self._end(node, key)
         flow = isinstance(node, yaml.ScalarNode) or getattr(node, "flow_style", False)
-        if not _block(new) or (flow and not any(_block(v) for v in _inner(new))):
-            if isinstance(node, yaml.ScalarNode) and node.style == "'" and isinstance(new, str):
-                text = "'" + new.replace("'", "''") + "'"
-            else:
-                items = node.value if isinstance(node, yaml.SequenceNode) else [node]
-                quoted = all(getattr(i, "style", None) == '"' for i in items)
-                text = _flow(new, quoted and bool(items))
-            self.edits.append((start, end, text))
-            return
-        if key is not None:  # after the key's colon, the block below it
+        inline = not _block(new) or (flow and not any(_block(v) for v in _inner(new)))
+        if inline and isinstance(node, yaml.ScalarNode) and node.style == "'":
+            text = "'" + str(new).replace("'", "''") + "'" if isinstance(new, str) else _flow(new)
+        elif inline:
+            items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+            quoted = bool(items) and all(getattr(i, "style", None) == '"' for i in items)
+            text = _flow(new, quoted)
+        if key is not None and (not inline or not flow or not str(node.value)):
+            # After the key's colon: on its line, or the block below it.
             col = key.start_mark.column
             col += self.indent.mapping if isinstance(new, dict) else self.indent.offset
             start = self.body.index(":", key.end_mark.index) + 1
             end = max(start, end)
-            text = "\n" + "\n".join(lines(new, col, self.indent))
-        else:  # an item's, after its dash; or the document's own
+            text = " " + text if inline else "\n" + "\n".join(lines(new, col, self.indent))
+        elif not inline:  # an item's, after its dash; or the document's own
             col = 0 if dash is None else dash + 2
             text = "\n".join(lines(new, col, self.indent))[col:]
         kept = "".join("\n" + ln for ln in self._comments(start, end))
