@@ -115,3 +115,20 @@ def test_the_property_sees_a_wrong_splice(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(splice.Splice, "_mapping", lambda self, node, new: True)
     (back,) = manifests.parse("out", rendered(doc, value))
     assert back.data != value
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # libyaml's marks start after a byte-order mark: it is kept, and not counted
+        ("\ufeffa: 1\nb: é😀\nc: x\n", "\ufeffa: 1\nb: B\nc: new\nz:\n  k: ü\n"),
+        ("a: 'é😀'\nb: [x]  # why\n", "a: 'é😀'\nb: B  # why\nc: new\nz:\n  k: ü\n"),
+        ("a: !!str 1\nb: |\n  x\n  y\nc: 3\n", "a: !!str 1\nb: B\nc: new\nz:\n  k: ü\n"),
+        ("a: 1 # c\nb:\n  - x\n\n# tail\n", "a: 1 # c\nb: B\nc: new\nz:\n  k: ü\n\n# tail\n"),
+    ],
+    ids=["bom-and-astral", "flow-to-scalar", "block-scalar", "blank-and-comment-after"],
+)
+def test_marks_are_characters_and_what_follows_stays(text: str, expected: str) -> None:
+    (doc,) = manifests.parse("t", text)
+    value = {**typing.cast(dict[str, object], doc.data), "b": "B", "c": "new", "z": {"k": "ü"}}
+    assert rendered(doc, value) == expected

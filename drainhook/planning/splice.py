@@ -290,8 +290,9 @@ def render(doc: Document) -> str:
     """A changed document's text: its own, with only what changed rewritten (CRLF
     stays CRLF)."""
     body = doc.text[len(doc.marker) :].replace("\r\n", "\n")
-    splice = Splice(body, doc)
+    bom = "\ufeff" if body.startswith("\ufeff") else ""  # libyaml's marks start after it
+    splice = Splice(body[len(bom) :], doc)
     if doc.node is not None:
         splice.node(doc.node, doc.data, None, None)
-    text = doc.marker + splice.text()
+    text = doc.marker + bom + splice.text()
     return text.replace("\r\n", "\n").replace("\n", "\r\n") if "\r\n" in doc.text else text
