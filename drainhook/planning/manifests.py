@@ -30,11 +30,10 @@ Node = object
 
 @dataclass(frozen=True)
 class Indent:
-    """A file's block indentation: a nested mapping's, a block sequence's items'
-    (where their content starts) and its dashes' (offset), from the parent key."""
+    """A file's block indentation, from the parent key: a nested mapping's, and a
+    block sequence's dashes' (offset)."""
 
     mapping: int = 2
-    sequence: int = 4
     offset: int = 2
 
 
@@ -126,7 +125,7 @@ def guess_indent(text: str) -> Indent:
             break
     m = mapping or 2
     offset = 2 if sequence_offset is None else sequence_offset
-    return Indent(m, offset + 2, offset)
+    return Indent(m, offset)
 
 
 # The scalars read as what they say; any other tag (a timestamp, `!!binary`, an
