@@ -1262,6 +1262,10 @@ def test_yaml_aliases_are_walked_once_never_expanded() -> None:
     refused = said(("w.yaml", workload))
     assert (refused.code, levels(refused)) == (1, ["refused"])
     assert refused.stdout == workload
+    # The bomb as a key (a flow list where a key goes): never written out as text.
+    keyed = ALIASES + "? *i\n: v\napiVersion: apps/v1\nkind: Deployment\n"
+    named = said(("k.yaml", keyed))
+    assert (named.code, levels(named), named.stdout) == (1, ["refused"], keyed)
 
 
 def test_input_too_deep_is_a_usage_error_and_a_duplicate_key_keeps_its_values(

@@ -156,7 +156,7 @@ def construct(node: yaml.Node, memo: dict[yaml.Node, Node]) -> Node:
         for k, v in node.value:
             key = construct(k, memo)
             if isinstance(key, (dict, list)):  # Helm's `{{ x }}` read as a flow map
-                key = (str(key),)
+                key = ("a mapping or list", k.start_mark.line + 1)  # never expanded
             if key in pairs:  # named, never its values (a Secret's)
                 problem = f'duplicate key "{str(key)[:40]}"'
                 raise yaml.constructor.ConstructorError(None, None, problem, k.start_mark)
