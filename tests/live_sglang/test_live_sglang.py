@@ -81,11 +81,13 @@ def test_probe_counts_what_the_engine_runs(hook: Hook, engine: LiveSglang, recor
 
 
 def test_a_lone_short_request_is_held(spawn_hook: Any, engine: LiveSglang, record: Any) -> None:
-    """A request of 20 tokens (under --decode-log-interval 40): the hook holds it to
+    """A request of 35 tokens (under --decode-log-interval 40): the hook holds it to
     its last byte, every read from its first token on busy, whatever
     sglang:num_running_reqs shows (recorded: the share of its life the gauge showed it).
     A read before the server's handler took it (the hook's start and the request's
-    send race on a loaded machine) may rightly read idle: it is not counted."""
+    send race on a loaded machine) may rightly read idle: it is not counted; the
+    confirming read comes one I (0.5 s) after it, inside the request's life (0.7 to
+    0.9 s here; 20 tokens, 0.4 s, could fall between the two)."""
     settle = 2.0
     proc = spawn_hook(
         "wait", "--url", engine.url(), "--settle", str(settle), "--interval", "0.5", *WAIT
@@ -96,7 +98,7 @@ def test_a_lone_short_request_is_held(spawn_hook: Any, engine: LiveSglang, recor
     started = time.monotonic()
     seen: list[float] = []
     time.sleep(max(0.0, started + settle - 0.2 - time.monotonic()))  # in flight at the first read
-    request = Request(engine, COMPLETIONS, 20, "a lone short request")
+    request = Request(engine, COMPLETIONS, 35, "a lone short request")
     while request.out.ended is None:
         seen.append(gauges(engine)[0])
         time.sleep(0.02)
@@ -109,7 +111,8 @@ def test_a_lone_short_request_is_held(spawn_hook: Any, engine: LiveSglang, recor
     assert request.headers is not None  # /v1/completions: with the first token
     started_at = [(r, r["at"] - r["read_ms"] / 1000) for r in reads(stderr, spawned)]
     held = [r for r, at in started_at if request.headers <= at and r["at"] < request.out.last_byte]
-    assert held and {r["verdict"] for r in held} == {"busy"}, held
+    timeline = [(round(at - request.headers, 3), r["verdict"]) for r, at in started_at]
+    assert held and {r["verdict"] for r in held} == {"busy"}, (held, timeline)
     shown = sum(1 for v in seen if v > 0)
     record("sglang lone short request", gauge_samples=len(seen), gauge_showed=shown,
            release_s=round(returned - request.out.last_byte, 3))  # fmt: skip
