@@ -13,6 +13,7 @@ by drainhook's own CLI, and its numbers are the ones `plan` gives.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
 import sys
@@ -798,6 +799,26 @@ def test_every_document_comes_back_in_order_markers_and_comments_too() -> None:
     assert "metadata: {name: c}\n...\n---\n" in out
     assert out.endswith("---\n---\n# the last\n")
     assert [LINE.match(ln).group(2) for ln in result.lines] == ["2"] * len(result.lines)  # type: ignore[union-attr]
+
+
+def test_directives_and_content_on_the_marker_line_belong_to_their_document() -> None:
+    """`%YAML 1.2` opens the document after it (the first, or one after `...`); a
+    document whose content starts on its `---` line is read whole. Each is wired and
+    keeps its directive; a second input opening with a directive is joined after an
+    end marker, which YAML asks for."""
+    engine = _deployment(VLLM + "          args: [m]\n")
+    flow = "--- " + json.dumps(yaml.safe_load(engine)) + "  # JSON\n"
+    text = "# a stream\n%YAML 1.2\n---\n" + engine + "...\n%YAML 1.2\n---\n" + engine + flow
+    docs, result = run(("s.yaml", text), ("t.yaml", "%YAML 1.1\n---\n" + engine))
+    assert [d["kind"] for d in docs] == ["Deployment"] * 4
+    assert all(d["spec"]["template"]["spec"]["containers"][0]["lifecycle"] for d in docs)
+    out = result.stdout
+    assert out.startswith("# a stream\n%YAML 1.2\n---\napiVersion: apps/v1\n")
+    assert "\n...\n%YAML 1.2\n---\napiVersion: apps/v1\n" in out
+    assert "\n---\napiVersion: apps/v1\n" in out.split("...\n")[1]  # the JSON's, in block style
+    assert "/fd/1  # JSON\n...\n%YAML 1.1\n---\napiVersion: apps/v1\n" in out
+    assert [ln for ln in result.lines if ": injected: " in ln] and result.code == 0
+    assert inject_texts([("o.yaml", out)], Options(wait_params=WAIT)).stdout == out
 
 
 def test_a_comment_after_the_replaced_sleep_stays_after_the_new_command() -> None:

@@ -19,9 +19,10 @@ from drainhook.errors import UsageError
 
 SUFFIXES = (".yaml", ".yml")
 # A document starts at a line `---` (optionally followed by a comment or content)
-# at column 0; `...` ends one. Neither can sit inside a block scalar of a
-# top-level key, whose lines are indented.
+# at column 0, its directives (`%YAML 1.2`) before it; `...` ends one. None can
+# sit inside a block scalar of a top-level key, whose lines are indented.
 _MARKER = re.compile(r"^(---|\.\.\.)(?:[ \t].*)?$")
+_DIRECTIVE = re.compile(r"^%[A-Z]")
 
 # A parsed YAML value: plain dicts, lists and scalars whose element types no
 # annotation carries, so a manifest's values are objects until checked (isinstance).
@@ -44,8 +45,7 @@ class Document:
 
     source: str  # the path as given, or "-" for stdin
     index: int  # its place in the source, from 0
-    text: str  # exactly as read: the `---` line that opens it, when there is one
-    marker: str  # that line ('' for a first document without one)
+    text: str  # exactly as read: its directives and `---` line, when it has them
     data: Node
     indent: Indent
     node: yaml.Node | None = None  # what libyaml composed, with each node's marks
@@ -88,22 +88,32 @@ def _decoded(data: bytes, name: str) -> str:
         raise UsageError(f"cannot read {name}: {exc}") from None
 
 
-def split(text: str) -> list[tuple[str, str]]:
-    """The documents of a YAML stream as (marker line, body), in order; a document
-    holding only comments or nothing is kept (it is written back as it was)."""
-    docs: list[tuple[str, list[str]]] = [("", [])]
+def split(text: str) -> list[str]:
+    """The documents of a YAML stream, in order, each opening with its directives
+    and `---` line when it has them; a document holding only comments or nothing
+    is kept (it is written back as it was)."""
+    docs: list[list[str]] = [[]]
+    directives: list[str] = []  # between documents: the next one's
     for line in text.splitlines(keepends=True):
-        if _MARKER.match(line.rstrip("\r\n")):
-            if line.startswith("..."):
-                docs[-1][1].append(line)
-                docs.append(("", []))
-            else:
-                docs.append((line, []))
+        bare = line.rstrip("\r\n")
+        if _DIRECTIVE.match(bare) and (directives or not docs[-1] or _ended(docs[-1])):
+            directives.append(line)
+        elif _MARKER.match(bare) and not line.startswith("..."):
+            docs.append([*directives, line])
+            directives = []
         else:
-            docs[-1][1].append(line)
-    out = [(marker, "".join(body)) for marker, body in docs]
+            docs[-1] += [*directives, line]
+            directives = []
+            if line.startswith("..."):
+                docs.append([])
+    docs[-1] += directives
     # The empty remainder before the first `---` or after a closing `...` is none.
-    return [d for d in out if d[0] or d[1]] or [("", "")]
+    return ["".join(d) for d in docs if d] or [""]
+
+
+def _ended(lines: list[str]) -> bool:
+    """Whether a document's lines so far hold no content: comments and blanks only."""
+    return all(not ln.strip() or ln.lstrip().startswith("#") for ln in lines)
 
 
 def guess_indent(text: str) -> Indent:
@@ -168,11 +178,10 @@ def parse(source: str, text: str) -> list[Document]:
     """Every document of one input, parsed; a YAML error is a usage error naming it."""
     indent = guess_indent(text)
     docs = []
-    line = 0  # the line each document's body starts on, from 0
-    for n, (marker, body) in enumerate(split(text)):
-        line += marker.count("\n")
+    line = 0  # the line each document starts on, from 0
+    for n, part in enumerate(split(text)):
         try:
-            node = yaml.compose(body.replace("\r\n", "\n"), Loader=_LOADER)
+            node = yaml.compose(part.replace("\r\n", "\n"), Loader=_LOADER)
             values: dict[yaml.Node, Node] = {}
             data = construct(node, values) if node is not None else None
         except yaml.MarkedYAMLError as exc:
@@ -186,22 +195,28 @@ def parse(source: str, text: str) -> list[Document]:
             raise UsageError(f"{source}#{n}: nested too deep to read") from None
         if node is not None:  # the value to change: built again, apart from the one read
             data = construct(node, {})
-        docs.append(Document(source, n, marker + body, marker, data, indent, node, values))
-        line += body.count("\n")
+        docs.append(Document(source, n, part, data, indent, node, values))
+        line += part.count("\n")
     return docs
 
 
 def join(texts: Sequence[str]) -> str:
     """Documents of several inputs as one stream: a `---` between two where the
-    second does not open with one already."""
+    second does not open with one already; before directives, a `...` where a
+    document is open (YAML's rule)."""
     out: list[str] = []
+    open_ = False  # whether a document is open: content, or a `---`, since the last `...`
     for text in texts:
-        if out:
-            if not out[-1].endswith("\n"):
-                out.append("\n")
-            if not text.startswith("---"):
-                out.append("---\n")
+        if out and not out[-1].endswith("\n"):
+            out.append("\n")
+        if _DIRECTIVE.match(text) and open_:
+            out.append("...\n")
+        elif out and not _DIRECTIVE.match(text) and not text.startswith("---"):
+            out.append("---\n")
+            open_ = True
         out.append(text)
+        content = [ln for ln in text.splitlines() if not _ended([ln])]
+        open_ = not content[-1].startswith("...") if content else open_
     return "".join(out)
 
 

@@ -276,6 +276,8 @@ class Splice:
         elif not inline:  # an item's, after its dash; or the document's own
             col = 0 if dash is None else dash + 2
             text = "\n".join(lines(new, col, self.indent))[col:]
+            if dash is None and not self._alone(node):  # the document's, on its `---` line
+                start, text = len(self.body[:start].rstrip(" \t")), "\n" + text
         kept = "".join("\n" + ln for ln in self._comments(start, end))
         self.edits.append((start, end, text + kept))
 
@@ -289,10 +291,10 @@ def _inner(value: Node) -> list[Node]:
 def render(doc: Document) -> str:
     """A changed document's text: its own, with only what changed rewritten (CRLF
     stays CRLF)."""
-    body = doc.text[len(doc.marker) :].replace("\r\n", "\n")
+    body = doc.text.replace("\r\n", "\n")
     bom = "\ufeff" if body.startswith("\ufeff") else ""  # libyaml's marks start after it
     splice = Splice(body[len(bom) :], doc)
     if doc.node is not None:
         splice.node(doc.node, doc.data, None, None)
-    text = doc.marker + bom + splice.text()
+    text = bom + splice.text()
     return text.replace("\r\n", "\n").replace("\n", "\r\n") if "\r\n" in doc.text else text
