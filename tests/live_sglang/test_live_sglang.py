@@ -115,8 +115,8 @@ def test_a_lone_short_request_is_held(spawn_hook: Any, engine: LiveSglang, recor
     span = [(lo, lo + started - spawned, v) for lo, v in starts]
     timeline = (last - headers, [(round(lo - headers, 3), v) for lo, _, v in span])
     assert any(v == "busy" and lo < last for lo, _, v in span), ("never busy", timeline)
-    first_idle = span[max(i for i, (_, _, v) in enumerate(span) if v == "busy") + 1]
-    assert first_idle[2] == "idle" and first_idle[0] > last, ("idle too soon", timeline)
+    idle_at, _, verdict = span[max(i for i, (_, _, v) in enumerate(span) if v == "busy") + 1]
+    assert verdict == "idle" and idle_at > last, ("idle too soon", timeline)
     inside = {v for lo, hi, v in span if headers <= lo and hi < last}
     assert inside <= {"busy"}, ("idle while it streamed", timeline)
     shown = sum(1 for v in seen if v > 0)
