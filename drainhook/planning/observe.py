@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, EngineName, spellings
+from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, EngineName
 from drainhook.engines.verdict import Body, Reading, Verdict
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
 from drainhook.hook.config import WaitConfig
@@ -38,32 +38,6 @@ SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little
 QUANTILES = (0.5, 0.99, 0.999)  # shown as evidence whatever --quantile is
 
 
-# vLLM's other request histograms, for the bound a request cannot pass unless
-# max_tokens grows: TTFT + max_tokens x time per output token. The per-request
-# mean (vLLM >= 0.11) is preferred to the per-token intervals.
-VLLM_MAX_TOKENS = "vllm:request_params_max_tokens"
-VLLM_TTFT = "vllm:time_to_first_token_seconds"
-VLLM_TPOT = (
-    "vllm:request_time_per_output_token_seconds",
-    "vllm:inter_token_latency_seconds",
-    "vllm:time_per_output_token_seconds",
-)
-
-
-@dataclass(frozen=True)
-class MaxTokensBound:
-    """TTFT + max_tokens x time per output token, each at its bucket bound."""
-
-    max_tokens: float
-    ttft_s: float
-    tpot_s: float
-    tpot_family: str
-
-    @property
-    def latency_s(self) -> float:
-        return self.ttft_s + self.max_tokens * self.tpot_s
-
-
 @dataclass(frozen=True)
 class Observation:
     """What the engine's histogram says: the summed histogram and where it came from."""
@@ -73,7 +47,6 @@ class Observation:
     source: str
     window: float | None = None  # seconds between the two reads, or None: one read
     resets: int = 0  # series reset (engine restarted) between the two reads
-    bound: MaxTokensBound | None = None
 
     @property
     def requests(self) -> float:
@@ -127,17 +100,9 @@ def from_bodies(bodies: Sequence[tuple[str, Body]], engine: str = "auto") -> Obs
 
 
 def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, Family]:
-    """The latency families of one body, and vLLM's max_tokens-bound families: of the
-    time-per-output-token ones, only the first the body has (each costs a scan)."""
+    """The latency families of one body: the engine's, or both engines' for auto."""
     engines = [BY_NAME[engine]] if engine in BY_NAME else list(ENGINES)
-    names = [e.latency.name for e in engines]
-    if engine in ("auto", "vllm"):
-        names += [VLLM_MAX_TOKENS, VLLM_TTFT]
-        for name in VLLM_TPOT:
-            if any(body.find(f"{n}_bucket".encode(), 0) >= 0 for n in spellings(name)):
-                names.append(name)
-                break
-    return scan_families(body, names, until=until)
+    return scan_families(body, [e.latency.name for e in engines], until=until)
 
 
 def _read_histograms(reach: ReadConfig) -> list[tuple[str, dict[str, Family]]]:
@@ -205,12 +170,7 @@ def _observation(parts: list[tuple[str, dict[str, Family]]], pin: str, source: s
     engine = _family(parts, pin)
     name = engine.latency.name
     series = [s for where, fams in parts for s in _series(where, fams, name).values()]
-    return Observation(
-        engine.name,
-        sum_series(name, series),
-        source,
-        bound=_max_tokens_bound([fams for _, fams in parts]),
-    )
+    return Observation(engine.name, sum_series(name, series), source)
 
 
 def _window_observation(
@@ -229,31 +189,6 @@ def _window_observation(
         series += got
         resets += reset
     return Observation(engine.name, sum_series(name, series), source, window=took, resets=resets)
-
-
-def _max_tokens_bound(parts: list[dict[str, Family]]) -> MaxTokensBound | None:
-    """vLLM's TTFT + max_tokens x time per output token, where every family is there
-    and usable; None otherwise (it is evidence beside the quantile, never a reason
-    to fail)."""
-
-    def usable(name: str) -> Histogram | None:
-        if any(name not in fams or fams[name].problem or not fams[name].seen for fams in parts):
-            return None
-        h = sum_series(name, [s for fams in parts for s in fams[name].series.values()])
-        return h if h.total > 0 else None
-
-    max_tokens = usable(VLLM_MAX_TOKENS)
-    ttft = usable(VLLM_TTFT)
-    tpot = next((h for h in map(usable, VLLM_TPOT) if h is not None), None)
-    if max_tokens is None or ttft is None or tpot is None:
-        return None
-    largest = max_tokens.quantile(1.0)
-    ttft_q = ttft.quantile(DEFAULT_QUANTILE)
-    tpot_q = tpot.quantile(DEFAULT_QUANTILE)
-    if None in (largest, ttft_q, tpot_q) or INF in (largest, ttft_q, tpot_q):
-        return None
-    assert largest is not None and ttft_q is not None and tpot_q is not None
-    return MaxTokensBound(largest, ttft_q, tpot_q, tpot.name)
 
 
 def ceil_sum(*values: float) -> int:

@@ -241,7 +241,6 @@ def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = Non
 
 def observed_json(observed: Observation, rec: Recommendation) -> dict[str, object]:
     """The `observed` object of `plan --observe --output json`."""
-    bound = observed.bound
     return {
         "requests": json_number(observed.requests),
         "quantile": rec.quantile,
@@ -254,15 +253,6 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
         "series": observed.histogram.series,
         "largest_bound_s": finite(observed.histogram.largest_bound),
         "window_s": None if observed.window is None else round(observed.window, 3),
-        "max_tokens_bound": None
-        if bound is None
-        else {
-            "latency_s": json_number(bound.latency_s),
-            "max_tokens": json_number(bound.max_tokens),
-            "ttft_s": json_number(bound.ttft_s),
-            "tpot_s": json_number(bound.tpot_s),
-            "tpot_histogram": bound.tpot_family,
-        },
     }
 
 
@@ -294,14 +284,6 @@ def observe_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
     lines += draw(h, rec)
     shown = "  ".join(f"{quantile_label(q)} <= {bound_text(v)}" for q, v in rec.quantiles.items())
     lines += ["", f"{shown}  (bucket upper bounds)"]
-    if observed.bound is not None:
-        b = observed.bound
-        lines.append(
-            f"max_tokens bound: TTFT p99.9 {seconds(b.ttft_s)} + "
-            f"max_tokens {number(b.max_tokens)} x "
-            f"time per output token p99.9 {seconds(b.tpot_s)} = {seconds(b.latency_s)} "
-            f"(an estimate, beside the observed {label})"
-        )
     lines.append("")
     if rec.grace is not None and rec.latency is not None:
         raised = f", raised to the {seconds(GRACE_MIN)} floor" if rec.raw_grace != rec.grace else ""
