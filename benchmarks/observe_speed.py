@@ -9,15 +9,13 @@ request TPOT, prompt/generation/max tokens, n, iteration tokens) with a few
 observations, and the running/waiting gauges; engines are added until the
 body is just under 16 MiB (--max-body). The e2e family, the one the
 recommendation needs, is then about a fifteenth of the body, as in a real
-scrape; the families of the max_tokens bound are read too.
+scrape.
 
 Timed on the same bytes, alternating, each the median of its calls:
 
 - verdict: `exposition.scan(body)`, what `wait` does with each read;
-- recommendation: `observe.from_bodies` (every wanted family scanned, checked
-  and summed) then `observe.recommend`, what `plan --observe` does with a read;
-- the same without the max_tokens bound: the e2e family alone scanned, summed
-  and recommended from, to show what the bound's three families cost.
+- recommendation: `observe.from_bodies` (the e2e family scanned, checked and
+  summed) then `observe.recommend`, what `plan --observe` does with a read.
 
 Then both through a real read of the same body over loopback (`Reader.read` and
 `Reader.read_with`, body gathered, scanned), median of --reads each.
@@ -41,8 +39,8 @@ from drainhook.engines.exposition import scan
 from drainhook.engines.gauges import BY_NAME
 from drainhook.engines.verdict import Reading
 from drainhook.planning import plan as planning
-from drainhook.planning.histogram import scan_families, sum_series
-from drainhook.planning.observe import Observation, from_bodies, recommend
+from drainhook.planning.histogram import scan_families
+from drainhook.planning.observe import from_bodies, recommend
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url
 from scripts.latency_samples import VLLM_ITL, VLLM_TTFT
@@ -133,27 +131,16 @@ def main() -> None:
         assert rec.grace == expected_g, rec
         return rec
 
-    def e2e_only() -> object:
-        family = scan_families(body, [e2e])[e2e]
-        observed = Observation("vllm", sum_series(e2e, family.series.values()), "bench")
-        rec = recommend(config, observed, 0.999)
-        assert rec.grace == expected_g, rec
-        return rec
-
     observed = from_bodies([("bench", body)])
     assert observed.requests == expected_requests, observed.requests
-    assert observed.bound is not None  # the max_tokens families were read too
     e2e_lines = scan_families(body, [e2e])[e2e].read_bytes
 
     verdict_t: list[float] = []
     observe_t: list[float] = []
-    alone_t: list[float] = []
     for _ in range(args.calls):  # alternating, so that all see the same machine
         verdict_t += timed(verdict, 1)
         observe_t += timed(recommendation, 1)
-        alone_t += timed(e2e_only, 1)
     v_med, o_med = statistics.median(verdict_t) * 1000, statistics.median(observe_t) * 1000
-    a_med = statistics.median(alone_t) * 1000
 
     read_v: list[float] = []
     read_o: list[float] = []
@@ -178,8 +165,6 @@ def main() -> None:
     rows = [
         ["verdict (scan)", f"{min(verdict_t) * 1000:.1f}", f"{v_med:.1f}", "1.00"],
         ["recommendation", f"{min(observe_t) * 1000:.1f}", f"{o_med:.1f}", f"{o_med / v_med:.2f}"],
-        ["  e2e family alone", f"{min(alone_t) * 1000:.1f}", f"{a_med:.1f}",
-         f"{a_med / v_med:.2f}"],
         ["read + verdict", f"{min(read_v) * 1000:.1f}", f"{rv_med:.1f}", "1.00"],
         ["read + recommendation", f"{min(read_o) * 1000:.1f}", f"{ro_med:.1f}",
          f"{ro_med / rv_med:.2f}"],
@@ -201,8 +186,6 @@ def main() -> None:
             "verdict_ms": {"median": v_med, "best": min(verdict_t) * 1000},
             "recommendation_ms": {"median": o_med, "best": min(observe_t) * 1000},
             "ratio": o_med / v_med,
-            "e2e_alone_ms": {"median": a_med, "best": min(alone_t) * 1000},
-            "e2e_alone_ratio": a_med / v_med,
             "read_verdict_ms": {"median": rv_med, "best": min(read_v) * 1000},
             "read_recommendation_ms": {"median": ro_med, "best": min(read_o) * 1000},
             "read_ratio": ro_med / rv_med,
