@@ -85,13 +85,17 @@ def test_a_lone_short_request_is_held(spawn_hook: Any, engine: LiveSglang, recor
     whatever sglang:num_running_reqs shows (recorded: the share of its life the gauge
     showed it), and its first idle read after that begins after the request's last byte.
     A read's start is known within [spawned, started] + t - read_ms: the hook's clock
-    starts between its spawn and its first line. A read before the server's handler took
-    the request may rightly read idle; every read surely inside the request's life from
-    its first token on is busy. A hook that read the scheduler's gauges only would
-    read idle throughout; one that released early would go idle before the last byte."""
+    starts between its spawn and its first line (0.1 s apart here). The request is sent
+    0.1 to 0.2 s before the first read, which may rightly read idle: on a fresh engine
+    SGLang's server count missed its first request 0.2 s after it was sent (1 of 3
+    runs; with I = 0.5 the confirming read, I/4 later, then released). With I = 2 it
+    comes 0.5 s later. Every read surely inside the request's life from its first token
+    on is busy.
+    A hook that read the scheduler's gauges only would read idle throughout; one that
+    released early would go idle before the last byte."""
     settle = 2.0
     proc = spawn_hook(
-        "wait", "--url", engine.url(), "--settle", str(settle), "--interval", "0.5",
+        "wait", "--url", engine.url(), "--settle", str(settle), "--interval", "2",
         "--log-reads", "all", *WAIT,
     )  # fmt: skip
     spawned = time.monotonic()
@@ -113,7 +117,11 @@ def test_a_lone_short_request_is_held(spawn_hook: Any, engine: LiveSglang, recor
     # Each read: its earliest and latest possible start (monotonic), and its verdict.
     starts = [(r["at"] - r["read_ms"] / 1000, r["verdict"]) for r in reads(stderr, spawned)]
     span = [(lo, lo + started - spawned, v) for lo, v in starts]
-    timeline = (last - headers, [(round(lo - headers, 3), v) for lo, _, v in span])
+    timeline = (
+        last - headers,
+        started - spawned,
+        [(round(lo - headers, 3), v) for lo, _, v in span],
+    )
     assert any(v == "busy" and lo < last for lo, _, v in span), ("never busy", timeline)
     idle_at, _, verdict = span[max(i for i, (_, _, v) in enumerate(span) if v == "busy") + 1]
     assert verdict == "idle" and idle_at > last, ("idle too soon", timeline)
