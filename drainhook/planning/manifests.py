@@ -96,7 +96,7 @@ def split(text: str) -> list[str]:
     directives: list[str] = []  # between documents: the next one's
     for line in text.splitlines(keepends=True):
         bare = line.rstrip("\r\n")
-        if _DIRECTIVE.match(bare) and (directives or not docs[-1] or _ended(docs[-1])):
+        if _DIRECTIVE.match(bare) and (directives or _contentless(docs[-1])):
             directives.append(line)
         elif _MARKER.match(bare) and not line.startswith("..."):
             docs.append([*directives, line])
@@ -111,7 +111,7 @@ def split(text: str) -> list[str]:
     return ["".join(d) for d in docs if d] or [""]
 
 
-def _ended(lines: list[str]) -> bool:
+def _contentless(lines: list[str]) -> bool:
     """Whether a document's lines so far hold no content: comments and blanks only."""
     return all(not ln.strip() or ln.lstrip().startswith("#") for ln in lines)
 
@@ -215,7 +215,7 @@ def join(texts: Sequence[str]) -> str:
             out.append("---\n")
             open_ = True
         out.append(text)
-        content = [ln for ln in text.splitlines() if not _ended([ln])]
+        content = [ln for ln in text.splitlines() if not _contentless([ln])]
         open_ = not content[-1].startswith("...") if content else open_
     return "".join(out)
 
