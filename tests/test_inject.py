@@ -26,7 +26,7 @@ import yaml
 from drainhook.cli.main import wait
 from drainhook.errors import UsageError
 from drainhook.planning import inject as injecting
-from drainhook.planning import manifests, render
+from drainhook.planning import manifests, pods, render
 from drainhook.planning import plan as planning
 from drainhook.planning.inject import inject_texts
 from drainhook.planning.pods import Options
@@ -436,15 +436,15 @@ def inputs() -> list[Path]:
 def test_injecting_twice_is_injecting_once(path: Path, options: Options) -> None:
     """The second run changes nothing: the same text, byte for byte (a document it
     leaves alone is written as read), no message but the refusals and the warnings
-    (advice it cannot follow stands)."""
+    (advice it cannot follow stands), and what it leaves, refused or skipped, named as
+    it was the first time."""
     docs, once = run(file(path), options=options)
     docs2, twice = run((file(path)[0], once.stdout), options=options)
     assert docs2 == docs
     assert twice.stdout == once.stdout
-    assert {LINE.match(ln).group(5) for ln in twice.lines} <= {"refused", "warning"}  # type: ignore[union-attr]
-    assert [ln for ln in twice.lines if ": refused: " in ln] == [
-        ln for ln in once.lines if ": refused: " in ln
-    ]
+    assert set(levels(twice)) <= {"refused", "warning", "skipped"}
+    for level in (": refused: ", ": skipped: "):
+        assert [ln for ln in twice.lines if level in ln] == [ln for ln in once.lines if level in ln]
     assert twice.code == once.code
 
 
@@ -755,8 +755,10 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
     ]  # fmt: skip
     refused = cli("tests/manifests")
     assert refused.returncode == 1
-    (line,) = [ln for ln in refused.stderr.splitlines() if ": refused: " in ln]
-    assert LINE.match(line).group(1) == "tests/manifests/knative-service.yaml"  # type: ignore[union-attr]
+    lines = [ln for ln in refused.stderr.splitlines() if ": refused: " in ln]
+    assert [LINE.match(ln).group(1) for ln in lines] == [  # type: ignore[union-attr]
+        "tests/manifests/knative-service.yaml", "tests/manifests/named/demo-server.yaml",
+    ]  # fmt: skip
     assert (
         refused.stdout.count("\n---\n")
         == len([d for p in MANIFESTS.rglob("*.yaml") for d in yaml.safe_load_all(p.read_bytes())])
@@ -1377,16 +1379,20 @@ def test_an_engine_container_under_any_key_is_named_never_passed_in_silence() ->
         ("        - name: vllm\n          image: vllm/vllm-openai:v0.18.0\n"
          "          command: [python3, -m, vllm.entrypoints.grpc_server, --model, m]\n",
          "gRPC server"),
+        ("        - name: vllm\n          image: vllm/vllm-openai:v0.10.2\n"
+         "          command: [python3, -m, vllm.entrypoints.api_server, --model, m]\n",
+         "demo server (vllm.entrypoints.api_server) serves /health and /generate only"),
     ],
-    ids=["no-gauges", "grpc"],
+    ids=["no-gauges", "grpc", "demo"],
 )  # fmt: skip
 def test_an_engine_no_hook_can_read_is_refused_with_the_fix(container: str, why: str) -> None:
     text = _deployment(container)
     result = said(("e.yaml", text))
     assert (result.code, levels(result)) == (1, ["refused"]), result.lines
     assert why in result.lines[0] and result.stdout == text
-    if why == "gRPC server":  # before: wired as HTTP, with an HTTP flag appended
+    if why != "--disable-log-stats":  # before: wired as HTTP, with an HTTP flag appended
         assert "--enable-server-load-tracking" not in result.stdout
+        assert "run `vllm serve`, then inject" in result.lines[0]
 
 
 def test_what_the_manifest_hides_is_said_with_the_fix() -> None:
@@ -1496,3 +1502,174 @@ def test_a_script_past_its_comments_and_quoted_lines_is_named_not_edited() -> No
     refused = said(("u.yaml", unclosed))
     assert (refused.code, levels(refused)) == (1, ["refused"]), refused.lines
     assert "cannot be split as a shell would" in refused.lines[0]
+
+
+# -- the engine is what the command runs; what inject cannot see, it names ---------------
+
+NAMED = MANIFESTS / "named"
+
+
+def test_a_program_that_is_not_an_engine_is_left_byte_for_byte_and_named() -> None:
+    """SGLang's router (by its command, and by args in SGLang's image, which has no
+    entrypoint), a benchmark client from NGC's vLLM image, a toolbox that sleeps:
+    before, each was wired as an engine (the router given --enable-metrics, a flag it
+    would crash-loop on). Now each is written as it came, with one `skipped` line."""
+    text = (NAMED / "not-engines.yaml").read_text()
+    result = said(("n.yaml", text))
+    assert (result.code, result.stdout) == (0, text)
+    assert levels(result) == ["skipped"] * 4, result.lines
+    ran = [re.search(r"runs (.+), not an engine", ln).group(1) for ln in result.lines]  # type: ignore[union-attr]
+    assert ran == [
+        "python3 -m sglang_router.launch_router", "python3 -m sglang_router.launch_router",
+        "pip, genai-perf", "sleep",
+    ]  # fmt: skip
+    assert all("--container NAME --engine E" in ln for ln in result.lines)
+    # The user who knows better names it, and it is wired as told.
+    told = Options(container="tools", engine="vllm", wait_params=WAIT)
+    docs, forced = run(("n.yaml", text), options=told)
+    assert forced.code == 0 and "injected" in levels(forced)
+    assert prestop(containers(docs[3]["spec"])["tools"])[:2] == ["/usr/local/bin/drainhook", "wait"]
+
+
+@pytest.mark.parametrize(
+    ("container", "ran"),
+    [
+        ({"command": ["tini", "--", "vllm", "serve", "m"]}, ("vllm", ())),
+        ({"command": ["python3", "-m", "vllm.entrypoints.openai.api_server"]}, ("vllm", ())),
+        ({"command": ["sh", "-c", "pip install x && exec vllm serve m"]}, ("vllm", ())),
+        ({"args": ["bash", "-lc", "exec python3 -m sglang.launch_server"]}, ("sglang", ())),
+        ({"image": "vllm/vllm-openai:v0.18.0", "args": ["m", "--port", "8000"]}, (None, ())),
+        ({"image": "vllm/vllm-openai:v0.18.0", "args": ["sleep", "60"]}, (None, ())),
+        ({"image": "nvcr.io/nvidia/vllm:26.02-py3", "args": ["m"]}, (None, ())),
+        ({"image": "lmsysorg/sglang:v0.5.23",
+          "args": ["python3", "-m", "sglang_router.launch_router"]},
+         (None, ("python3 -m sglang_router.launch_router",))),
+        ({"command": ["/opt/serve.sh"]}, (None, ())),
+        ({"command": ["/bin/bash", "/start.sh"]}, (None, ())),
+        ({"command": ["sh", "-c", "cd /app && python3 serve.py"]}, (None, ())),
+        ({"command": ["sh", "-c", "echo 'unclosed"]}, (None, ())),
+        ({"command": ["/bin/sleep", "infinity"]}, (None, ("sleep",))),
+        ({"command": ["vllm", "bench", "serve", "--model", "m"]}, (None, ("vllm bench",))),
+        ({"command": ["sh", "-c", "while true; do sync-adapters >/tmp/log 2>&1; sleep 30; done"]},
+         (None, ("sync-adapters", "sleep"))),
+        ({"command": ["sh", "-c", ". /venv/bin/activate; A=1 genai-perf profile | tee out"]},
+         (None, ("genai-perf", "tee"))),
+    ],
+    ids=["wrapped", "module", "script", "args-script", "entrypoint", "entrypoint-args", "ngc",
+         "router-args", "entry-script", "shell-file", "python-file", "unsplittable", "sleep",
+         "bench", "loop", "pipeline"],
+)  # fmt: skip
+def test_what_a_container_runs_is_read_from_its_command(
+    container: dict[str, typing.Any], ran: tuple[str | None, tuple[str, ...]]
+) -> None:
+    """The engine a command starts; else the programs it shows instead; neither where
+    it shows nothing (the image's entrypoint given a model or flags, an entry script a
+    program of the user's, a script no shell can split): those stay the image's call."""
+    assert pods.runs(container) == ran
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "made"),
+    [(0, "servingEngineSpec.modelSpec[0].repository", "the chart's values"),
+     (1, "spec.engine", "controller's own Pod template"),
+     (2, "inference", "controller's own Pod template")],
+    ids=["helm-values", "kubeai-model", "kaito-workspace"],
+)  # fmt: skip
+def test_an_engine_described_without_a_pod_spec_is_named(text: int, where: str, made: str) -> None:
+    """A chart's values (production-stack's shape: no kind), a KubeAI Model (`engine:
+    VLLM`), a KAITO Workspace (a preset): before, exit 0 and nothing on stderr."""
+    docs = (NAMED / "engines-without-pods.yaml").read_text().split("\n---\n")
+    source = docs[text] + ("" if text == len(docs) - 1 else "\n")
+    result = said(("e.yaml", source))
+    assert (result.code, result.stdout, levels(result)) == (0, source, ["skipped"]), result.lines
+    line = result.lines[0]
+    assert f"names an engine at {where} but" in line and made in line, line
+    assert "lmstack-router" not in line and "routerSpec" not in line  # a router is no engine
+
+
+def test_a_document_that_names_no_engine_says_nothing() -> None:
+    values = "routerSpec:\n  repository: lmcache/lmstack-router\nreplicaCount: 2\n"
+    model = "apiVersion: kubeai.org/v1\nkind: Model\nmetadata: {name: m}\nspec: {engine: OLlama}\n"
+    result = said(("v.yaml", values), ("m.yaml", model))
+    assert (result.code, result.lines) == (0, ())
+
+
+def test_a_port_the_command_takes_from_the_env_is_read_or_named() -> None:
+    """The shell's `${PORT}` and Kubernetes' `$(PORT)` with PORT in the container's env
+    are read (8100 and 31000: before, 8000 and 30000, the engines' defaults, silently);
+    a PORT with no literal value is named with what the hook reads and the fix."""
+    docs, result = run(file(NAMED / "ports.yaml"))
+    hooks = [prestop(d["spec"]["template"]["spec"]["containers"][0]) for d in docs]
+    assert [h[h.index("--port") + 1] if "--port" in h else None for h in hooks] == [
+        "8100", "31000", None,
+    ]  # fmt: skip
+    (named,) = [ln for ln in result.lines if "--port" in ln and ": warning: " in ln]
+    assert "Deployment/port-unread" in named and "its --port is $PORT" in named
+    assert "the hook reads 8000, vllm's default (the container declares 8100)" in named
+    assert "add --port N to the hook" in named
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "port"),
+    [
+        ("[sh, -c, 'exec vllm serve m --port ${PORT:-8200}']", "", (8200, "")),
+        ("[sh, -c, 'exec vllm serve m --port ${PORT:-8200}']",
+         "envFrom: [{configMapRef: {name: e}}]", (None, "${PORT:-8200}")),
+        ("[sh, -c, 'exec vllm serve m --port=$PORT']", "env: [{name: PORT, value: '9001'}]",
+         (9001, "")),
+        ("[vllm, serve, m, --port, $PORT]", "env: [{name: PORT, value: '9001'}]",
+         (None, "$PORT")),  # a list: only Kubernetes' $(PORT) is expanded there
+        ("[sh, -c, 'P=9002; exec vllm serve m --port $P']", "", (None, "$P")),
+    ],
+    ids=["default", "env-from", "equals", "list", "shell-variable"],
+)  # fmt: skip
+def test_the_engines_port_is_read_as_the_shell_and_kubernetes_expand_it(
+    args: str, env: str, port: tuple[int | None, str]
+) -> None:
+    container = yaml.safe_load(f"command: {args}\n{env}")
+    assert injecting.engine_port(injecting.argv_of(container), container) == port
+
+
+def test_vllm_data_parallel_over_a_leader_worker_set_is_named_for_the_drain() -> None:
+    """vLLM DP/EP over a LeaderWorkerSet: with internal balancing the leader's Pod
+    serves every rank and the headless workers wait on it, which the line says (before,
+    it advised wiring what inject had just wired); with hybrid balancing every Pod
+    serves its own ranks, which no hook waiting on the leader reads: named."""
+    docs, result = run(file(NAMED / "lws-data-parallel.yaml"), options=Options(
+        engine_version="0.32", wait_params=WAIT))  # fmt: skip
+    assert result.code == 0
+    internal, hybrid = (
+        [
+            ln
+            for ln in result.lines
+            if f"/{name}: warning: " in ln and "a vLLM data-parallel engine" in ln
+        ]
+        for name in ("vllm-dp-ep", "vllm-dp-hybrid")
+    )
+    (leader,) = internal  # the headless worker has nothing of its own to say
+    assert "leaderTemplate.spec: container vllm-leader: a vLLM data-parallel" in leader
+    assert "8 of 16 ranks here" in leader and "only rank 0's Pod serves HTTP" in leader
+    assert "each worker's hook waits on it (DRAINHOOK_HOST=$(LWS_LEADER_ADDRESS))" in leader
+    assert "point the other Pods' hooks" not in leader
+    (lead,) = hybrid  # named once, where the group's hooks are decided
+    assert "leaderTemplate" in lead and "each Pod's API server serves its own ranks" in lead
+    assert "the workers' hooks wait on the leader, reading none of their own Pods'" in lead
+    for doc in docs:  # either way the workers' hooks wait on the leader
+        spec = doc["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+        env = containers(spec)["vllm-worker"]["env"]
+        assert {"name": "DRAINHOOK_HOST", "value": "$(LWS_LEADER_ADDRESS)"} in env
+    assert not [ln for ln in result.lines if "workerTemplate" in ln and "vllm-api-servers" in ln]
+
+
+def test_a_script_in_the_args_of_an_image_without_an_entrypoint_is_read_as_one() -> None:
+    """SGLang's image has no entrypoint: `args: [sh, -c, SCRIPT]` is the shell's. Before,
+    --enable-metrics was appended to the list, after the script: the shell's $0, never
+    the engine's. Now it is the script it is: never edited, the flag named (refused:
+    the hook cannot read SGLang without it)."""
+    text = _deployment(
+        "        - name: sglang\n          image: lmsysorg/sglang:v0.5.23\n"
+        "          args: [sh, -c, 'exec python3 -m sglang.launch_server --model-path m']\n"
+    )
+    result = said(("a.yaml", text))
+    assert (result.code, levels(result), result.stdout) == (1, ["refused"], text), result.lines
+    assert "shell script" in result.lines[0] and "`--enable-metrics`" in result.lines[0]

@@ -190,11 +190,12 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 
 
 # The house's budgets: lines of one function or method (docstring included), of
-# one module, of the package (9,489 when it was set to the lean-house budget: a line
-# added must earn its place, or another go); uses of `typing.Any`.
+# one module, of the package (9,489 when it was set to the lean-house budget, 9,500;
+# raised to 9,650 for inject's exactness, issue 53: a line added must earn its place,
+# or another go); uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
-PACKAGE_LINES = 9500
+PACKAGE_LINES = 9650
 MOST_ANY = 10
 
 

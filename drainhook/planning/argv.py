@@ -14,7 +14,18 @@ import click
 from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.planning.manifests import Node
 from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Parsed, Role
-from drainhook.planning.pods import SHELLS, SLEEP, Refused, Site, recognise, words
+from drainhook.planning.pods import (
+    SHELLS,
+    SLEEP,
+    Refused,
+    Site,
+    commands,
+    listed,
+    runs,
+    script_of,
+    script_option,
+    starts,
+)
 
 
 class Argv:
@@ -67,17 +78,6 @@ class Argv:
                 self.seq[i] = f"{flag}={value}"
 
 
-def script_option(seq: Node) -> int | None:
-    """Where a shell's `-c` is in seq, alone or among other short options (`bash -lc`,
-    `sh -ec`, `-exc`): the script is the next word."""
-    if not isinstance(seq, list):
-        return None
-    for i, w in enumerate(seq):
-        if re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", str(w)):
-            return i
-    return None
-
-
 def numeric(value: str) -> bool:
     return re.fullmatch(r"-?\d+(\.\d+)?", value) is not None
 
@@ -86,14 +86,8 @@ def argv_of(container: Mapping[str, Node]) -> Argv | None:
     """Where the engine's flags go, or None where they cannot be written: no
     command and no args (the image's own, which args would replace)."""
     command, args = container.get("command"), container.get("args")
-    if isinstance(command, list) and command and str(command[0]).rsplit("/", 1)[-1] in SHELLS:
-        for seq in (command, args):
-            at = script_option(seq)
-            if isinstance(seq, list) and at is not None and at + 1 < len(seq):
-                return Argv(seq, at + 1)
-        if isinstance(args, list) and args and script_option(command) is not None:
-            return Argv(args, 0)
-        return None
+    if (script := script_of(container)) is not None:
+        return Argv(*script) if script[1] is not None else None
     if isinstance(args, list):
         return Argv(args)
     if isinstance(command, list) and command:
@@ -101,23 +95,25 @@ def argv_of(container: Mapping[str, Node]) -> Argv | None:
     return None
 
 
-def engine_port(argv: Argv | None, container: Mapping[str, Node]) -> int | None:
-    """The engine's --port; `$(NAME)` is Kubernetes' expansion of the container's
-    own env, read where NAME has a literal value there."""
-    value = argv.value("--port") if argv is not None else None
-    if isinstance(value, str) and (m := re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", value)):
-        env = container.get("env")
-        found = (
-            [
-                e.get("value")
-                for e in env or []
-                if isinstance(e, Mapping) and e.get("name") == m.group(1)
-            ]
-            if isinstance(env, list)
-            else []
-        )
-        value = str(found[-1]) if found and found[-1] is not None else None
-    return int(value) if isinstance(value, str) and value.isdigit() else None
+# A port as a command may give it from the container's env: Kubernetes' `$(NAME)`,
+# and in a shell script the shell's `$NAME`, `${NAME}`, `${NAME:-N}`.
+_EXPANSION = re.compile(r"\$\((\w+)\)|\$(\w+)|\$\{(\w+)(?::?-(\d+))?\}")
+
+
+def engine_port(argv: Argv | None, container: Mapping[str, Node]) -> tuple[int | None, str]:
+    """The engine's --port (None: not given, or not read), and what was given where
+    it cannot be read: a variable with no literal value in the container's env."""
+    given = argv.value("--port") if argv is not None else None
+    if not isinstance(given, str):
+        return None, ""
+    value, m = given, _EXPANSION.fullmatch(given)
+    if argv is not None and m and (m.group(1) or argv.index is not None):
+        name = m.group(1) or m.group(2) or m.group(3)
+        env = [e for e in listed(container.get("env")) if isinstance(e, Mapping)]
+        env = [e for e in env if e.get("name") == name]
+        default = None if container.get("envFrom") else m.group(4)
+        value = str(env[-1].get("value")) if env else default or given
+    return (int(value), "") if value.isdigit() else (None, given)
 
 
 def role_of(site: Site, argv: Argv | None) -> Role:
@@ -154,6 +150,23 @@ def _switch(argv: Argv, *flags: str) -> bool:
     return any(argv.value(flag) not in (None, "false", "False") for flag in flags)
 
 
+DP, DP_LOCAL = ("--data-parallel-size", "-dp"), ("--data-parallel-size-local", "-dpl")
+
+
+def balancer(argv: Argv) -> str:
+    """vLLM's data-parallel balancing, as vLLM 0.32's serve.py tells it from the flags:
+    `external` (an outside or multi-port balancer: an API server a rank), `hybrid` (each
+    node's API servers take its own ranks' requests), else `internal` (rank 0's, all)."""
+    external = _switch(argv, "--data-parallel-external-lb", "-dpe")
+    if external or argv.value("--data-parallel-rank") is not None or argv.value("-dpn") is not None:
+        return "external"
+    if _switch(argv, "--data-parallel-multi-port-external-lb"):
+        return "external"
+    hybrid = _switch(argv, "--data-parallel-hybrid-lb", "-dph")
+    starts_at = argv.value("--data-parallel-start-rank"), argv.value("-dpr")
+    return "hybrid" if hybrid or starts_at != (None, None) else "internal"
+
+
 def api_servers(engine: str, argv: Argv | None) -> int | None:
     """vLLM's API-server processes from its flags, by vLLM 0.32's own defaulting
     (vllm/entrypoints/cli/serve.py): --api-server-count when given; else 1 with
@@ -165,17 +178,8 @@ def api_servers(engine: str, argv: Argv | None) -> int | None:
     given = count_of(argv, "--api-server-count", "-asc")
     if given is not None:
         return given
-    external = _switch(argv, "--data-parallel-external-lb", "-dpe") or (
-        argv.value("--data-parallel-rank") is not None or argv.value("-dpn") is not None
-    )
-    if external or _switch(argv, "--data-parallel-multi-port-external-lb"):
-        return 1
-    hybrid = _switch(argv, "--data-parallel-hybrid-lb", "-dph") or (
-        argv.value("--data-parallel-start-rank") is not None or argv.value("-dpr") is not None
-    )
-    if hybrid:
-        return count_of(argv, "--data-parallel-size-local", "-dpl") or 1
-    return count_of(argv, "--data-parallel-size", "-dp") or 1
+    mode = balancer(argv)
+    return 1 if mode == "external" else count_of(argv, *(DP_LOCAL if mode == "hybrid" else DP)) or 1
 
 
 def _wait_options(params: Sequence[click.Parameter]) -> dict[str, click.Option]:
@@ -266,47 +270,62 @@ def prestop_of(container: Mapping[str, Node]) -> tuple[str, Node]:
     return "other", shown
 
 
-def caveats(
-    container: Mapping[str, Node], engine: EngineChoice, argv: Argv | None, port: int | None
-) -> list[str]:
-    """What the manifest leaves the hook to assume, each with the fix: one engine over
-    several Pods, a port an entry script hides, a shell that stays PID 1."""
-    said, out = words(container), []
-    nodes = count_of(argv, "--nnodes") if argv is not None and engine == "sglang" else None
-    ranks = count_of(argv, "--data-parallel-size", "-dp") if argv is not None else None
-    here = count_of(argv, "--data-parallel-size-local", "-dpl") if argv is not None else None
-    if nodes is not None and nodes > 1:
-        what = f"an SGLang over {nodes} nodes (--nnodes): only rank 0 serves HTTP"
-    elif engine == "vllm" and argv is not None and argv.value("--headless"):
-        what = "a headless vLLM (--headless): its ranks serve no HTTP, the leader's do"
+def _spread(engine: EngineChoice, argv: Argv | None, leads: bool) -> str:
+    """What one engine over several Pods means to the drain (empty: it is not one):
+    which Pods serve, which wait on the leader (`leads`: its workers' hooks do)."""
+    if argv is None:
+        return ""
+    nodes, ranks, here = count_of(argv, "--nnodes"), count_of(argv, *DP), count_of(argv, *DP_LOCAL)
+    own = engine == "vllm" and balancer(argv) != "internal"  # each Pod serves its own ranks
+    if engine == "sglang" and nodes is not None and nodes > 1:
+        what, served = f"an SGLang over {nodes} nodes (--nnodes)", "only rank 0 serves HTTP"
+    elif engine == "vllm" and _switch(argv, "--headless"):
+        what, served = "a headless vLLM (--headless)", "its ranks serve no HTTP, the leader's do"
     elif engine == "vllm" and ranks is not None and here is not None and ranks > here:
         what = f"a vLLM data-parallel engine over Pods ({here} of {ranks} ranks here)"
+        served = (
+            "each Pod's API server serves its own ranks (a hybrid or external balancer)"
+            if own
+            else "only rank 0's Pod serves HTTP, and its /metrics counts every rank"
+        )
     else:
-        what = ""
-    if what:
-        out.append(
-            f"{what}, and one Pod's SIGTERM can stop the others' work; drain them together: "
-            "point the other Pods' hooks at the one that serves (DRAINHOOK_HOST, "
+        return ""
+    if not leads:
+        return (
+            f"{what}: {served}, and one Pod's SIGTERM can stop the others' work; drain them "
+            "together: point the other Pods' hooks at the one that serves (DRAINHOOK_HOST, "
             "--allow-remote, --exit-zero) as a LeaderWorkerSet's workers are"
         )
-    opaque = bool(container.get("command")) and recognise({"command": said}) is None
-    if opaque and "--port" not in said and not port:  # an entry script of its own
-        declared = container.get("ports")
-        listed = declared if isinstance(declared, list) else []
-        ports = [p.get("containerPort") for p in listed if isinstance(p, Mapping)]
-        out.append(
-            f"its command ({said[0]}) does not show the engine's port: the hook reads "
-            f"{default_port(engine)}, {engine}'s default"
-            + (f" (the container declares {', '.join(map(str, ports))})" if ports else "")
-            + "; if the engine listens elsewhere, add --port N to the hook"
-        )
-    script = argv.joined if argv is not None and argv.index is not None else ""
-    for command in re.split(r"&&|\|\||;|\n|&", script):
-        try:
-            started = shlex.split(command, comments=True)
-        except ValueError:  # a quote that spans lines: not the engine's start
-            continue
-        if started[:1] != ["exec"] and recognise({"command": started}) is not None:
+    return f"{what}: {served}; " + (
+        "the workers' hooks wait on the leader, reading none of their own Pods' requests: "
+        "drain such a group by hand"
+        if own
+        else "the leader's hook drains the group, and each worker's hook waits on it "
+        "(DRAINHOOK_HOST=$(LWS_LEADER_ADDRESS)): no rank stops while the leader holds work"
+    )
+
+
+def caveats(
+    container: Mapping[str, Node], engine: EngineChoice, argv: Argv | None, leads: bool
+) -> list[str]:
+    """What the manifest leaves the hook to assume, each with the fix: one engine over
+    several Pods, a port it does not say, a shell that stays PID 1."""
+    out = [text] if (text := _spread(engine, argv, leads)) else []
+    port, unread = engine_port(argv, container)
+    ports = listed(container.get("ports"))
+    declared = [p.get("containerPort") for p in ports if isinstance(p, Mapping)]
+    reads = (
+        f"the hook reads {default_port(engine)}, {engine}'s default"
+        + (f" (the container declares {', '.join(map(str, declared))})" if declared else "")
+        + "; if the engine listens elsewhere, add --port N to the hook"
+    )
+    if unread:
+        out.append(f"its --port is {unread}, which inject cannot read from the container: {reads}")
+    elif port is None and container.get("command") and runs(container) == (None, ()):
+        shown = next(iter(commands(container)), ["?"])[0]  # the entry script
+        out.append(f"its command ({shown}) does not show the engine's port: {reads}")
+    for started in commands(container) if script_of(container) else []:
+        if started[:1] != ["exec"] and starts(started) is not None:
             out.append(
                 "its shell starts the engine without `exec`: the shell stays PID 1 and SIGTERM "
                 "stops there; write `exec` before the engine's command"

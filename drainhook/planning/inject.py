@@ -57,14 +57,18 @@ from drainhook.planning.pods import (
     Refused,
     Site,
     Wired,
+    commands,
     engine_containers,
+    engine_image,
     image_version,
     known_kind,
+    listed,
+    names_engine,
     pod_specs,
+    runs,
     sites,
     templated,
     version_in,
-    words,
 )
 from drainhook.planning.via import bring_binary, named_list, upsert
 
@@ -88,6 +92,15 @@ class Wiring:
     https: bool = False  # the engine serves TLS: the hook reads it as its clients do
 
 
+# vLLM's entry points that serve no /metrics: a hook could never read them.
+UNREADABLE = {
+    "vllm.entrypoints.grpc_server": "gRPC server (vllm.entrypoints.grpc_server) serves no HTTP "
+    "/metrics: no hook can read it",
+    "vllm.entrypoints.api_server": "demo server (vllm.entrypoints.api_server) serves /health and "
+    "/generate only, no /metrics: the hook would hold every drain to its deadline",
+}
+
+
 def _decide(
     site: Site, container: dict[str, Node], engine: EngineChoice, params: Sequence[click.Parameter]
 ) -> Wiring:
@@ -105,19 +118,17 @@ def _decide(
         # A sleep longer than the default settle is a measured propagation time (a
         # load balancer's): it stays, as the settle (CONTRACT §4).
         hook.timeline["settle"] = float(str(what))
-    said = words(container)
-    if "vllm.entrypoints.grpc_server" in said:
-        raise Refused(
-            f"container {name}: vLLM's gRPC server (vllm.entrypoints.grpc_server) serves no "
-            "HTTP /metrics: no hook can read it; wire an OpenAI-compatible HTTP server"
-        )
+    said = [w for c in commands(container) for w in c]
+    for module, why in UNREADABLE.items():
+        if module in said:
+            raise Refused(f"container {name}: vLLM's {why}; run `vllm serve`, then inject")
     if engine == "vllm" and "--disable-log-stats" in said:
         raise Refused(
             f"container {name}: vLLM started with --disable-log-stats serves no scheduler "
             "gauges: the hook would hold every Pod to its deadline; remove the flag, then inject"
         )
     argv = argv_of(container)
-    port = engine_port(argv, container)
+    port, _ = engine_port(argv, container)
     port = port if port is not None and port != default_port(engine) else None
     return Wiring(
         container,
@@ -320,23 +331,47 @@ def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message
             injected += [f"{site.path}: {n}" for n in _wire_site(site, options, say)]
     except Refused as exc:
         return None, [Message(where, "refused", str(exc))], True
-    unknown = not found and isinstance(data, Mapping) and not known_kind(data)
-    if unknown and isinstance(data, Mapping) and (held := list(pod_specs(data))):
-        text = (
-            f"{data.get('kind', '?')}: containers at {', '.join(held)} not wired: inject does not "
-            "know this kind (wire the workload it renders, or add the hook by hand)"
+    if not found and isinstance(data, Mapping) and not known_kind(data):
+        made = (
+            "its controller's own Pod template, or the workload that runs it"
+            if "kind" in data
+            else "the chart's values or templates (or inject what `helm template` renders)"
         )
-        return None, [Message(where, "skipped", text)], False
+        text = ""
+        if held := list(pod_specs(data)):
+            text = f"containers at {', '.join(held)} not wired: inject does not know this kind "
+            text += "(wire the workload it renders, or add the hook by hand)"
+        elif named := list(names_engine(data)):
+            text = f"names an engine at {', '.join(named[:3])} but holds no pod spec inject can "
+            text += f"wire: wire the hook in {made}"
+        if text:
+            return (
+                None,
+                [Message(where, "skipped", f"{data.get('kind', 'no kind')}: {text}")],
+                False,
+            )
     if not injected or work == data:
-        return None, messages if injected else [], False
+        return None, messages, False
     return work, [Message(where, "injected", "; ".join(injected)), *messages], False
 
 
 def _wire_site(site: Site, options: Options, say: Say) -> list[str]:
     """Wire every engine container of one pod spec; the names of those wired. Every
-    message names the pod spec; a refusal too."""
+    message names the pod spec, a refusal too, and a container of an engine's image
+    that runs something else."""
+
+    def here(level: Level, text: str) -> None:
+        say(level, f"{site.path}: {text}")
+
+    for c in listed(site.spec.get("containers")) if options.container is None else []:
+        if isinstance(c, Mapping) and (instead := runs(c)[1]) and engine_image(c):
+            here(
+                "skipped",
+                f"container {c.get('name')} runs {', '.join(instead)}, not an engine: left as "
+                "it is (if it starts one, name it: --container NAME --engine E)",
+            )
     try:
-        return _wire(site, options, lambda level, text: say(level, f"{site.path}: {text}"))
+        return _wire(site, options, here)
     except Refused as exc:
         text = str(exc)
         raise Refused(text if text.startswith(site.path) else f"{site.path}: {text}") from None
@@ -384,7 +419,7 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
         name = w.container.get("name")
         _say_changes(w, early, applied, say)
         if not worker:
-            for text in caveats(w.container, w.engine, w.argv, w.port):
+            for text in caveats(w.container, w.engine, w.argv, site.leads):
                 say("warning", f"container {name}: {text}")
             _apply_engine_flags(w, applied, say, options.engine_version)
         else:
@@ -418,6 +453,7 @@ def _worker_grace(
     """A LeaderWorkerSet worker's grace: its deadline after its leader's kill."""
     for w in wirings:
         w.engine, w.port, w.https, w.worker = lead.engine, lead.port, lead.https, True
+        w.api_servers = None  # its hook reads the leader's, not its own API servers
         reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
         floor = lead.grace + WORKER_MARGIN + reserve
         if grace < floor:

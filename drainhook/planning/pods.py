@@ -141,6 +141,7 @@ class Site:
     main: str | None = None  # the engine container's name by the platform's convention
     # What wiring its engine left (for a worker of it): grace, port, engine.
     wired: Wired | None = None  # once its hook is wired: what a worker waits on
+    leads: bool = False  # a leader's: its workers wait on it
 
 
 APPS = ("Deployment", "StatefulSet", "DaemonSet")
@@ -171,6 +172,8 @@ def sites(doc: Node, options: Options) -> list[Site]:
         workers = _templates([(f"{base}.workerTemplate", lwt.get("workerTemplate"))])
         for w in workers:  # without a leaderTemplate, the worker's is every Pod's
             w.leader = leader[0] if leader else None
+        if leader and workers:
+            leader[0].leads = True
         return leader + workers
     if group == "serving.kserve.io" and kind == "LLMInferenceService":
         return _llm_inference_service(spec)
@@ -245,7 +248,7 @@ def pod_specs(value: Node, path: str = "") -> Iterator[str]:
         ):
             yield path or "."
             return
-        if ("image" in value or "command" in value) and recognise(value) is not None:
+        if ("image" in value or "command" in value) and (recognise(value) or engine_image(value)):
             yield path or "."
             return
         for key, inner in value.items():
@@ -253,6 +256,34 @@ def pod_specs(value: Node, path: str = "") -> Iterator[str]:
     elif isinstance(value, list):
         for i, inner in enumerate(value):
             yield from pod_specs(inner, f"{path}[{i}]")
+
+
+# Kinds whose controller makes an engine's Pods from a spec that names none: KAITO's
+# `inference` preset runs vLLM.
+CONTROLLERS = {("kaito.sh", "Workspace"): "inference"}
+
+
+def names_engine(value: Node, path: str = "") -> Iterator[str]:
+    """Where a document names an engine outside any pod spec, dotted: an engine's image
+    under `image` or `repository` (a chart's values), its start in a string, an `engine:`
+    naming one (KubeAI's Model), a preset a controller runs on one (KAITO's)."""
+    if isinstance(value, Mapping):
+        api = str(value.get("apiVersion", "")).split("/")[0]
+        if not path and (preset := CONTROLLERS.get((api, str(value.get("kind"))))) in value:
+            yield str(preset)
+        for key, inner in value.items():
+            where, text = f"{path}.{key}" if path else str(key), str(inner)
+            if isinstance(inner, str) and (
+                (key in ("image", "repository") and engine_image({"image": text}))
+                or (key == "engine" and text.lower() in BY_NAME)
+                or starts(text.split())
+            ):
+                yield where
+            else:
+                yield from names_engine(inner, where)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from names_engine(inner, f"{path}[{i}]")
 
 
 def _templates(pairs: Sequence[tuple[str, Node]]) -> list[Site]:
@@ -291,6 +322,7 @@ def _llm_inference_service(spec: dict[str, Node]) -> list[Site]:
         lead = Site(f"{path}.template", template, {}, role, None, KSERVE_PRESET_GRACE, KSERVE_MAIN)
         out.append(lead)
         worker = part.get("worker")
+        lead.leads = isinstance(worker, dict)
         if isinstance(worker, dict):
             out.append(
                 Site(
@@ -330,37 +362,63 @@ def _inference_service(doc: dict[str, Node], spec: dict[str, Node], options: Opt
     return [site]
 
 
-def words(container: Mapping[str, Node]) -> list[str]:
-    """The container's command and args as words, a shell script's split as the
-    shell would (roughly: a script shlex cannot split is split on blanks)."""
-    words: list[str] = []
-    for part in ("command", "args"):
-        given = container.get(part)
-        for w in given if isinstance(given, list) else []:
-            text = str(w)
-            if any(ch.isspace() for ch in text):
-                try:
-                    words += shlex.split(text, comments=True)
-                except ValueError:
-                    words += text.split()
+def script_option(seq: Sequence[Node]) -> int | None:
+    """Where a shell's `-c` is in seq, alone or among other short options (`bash -lc`,
+    `sh -ec`, `-exc`): the script is the next word."""
+    return next(
+        (i for i, w in enumerate(seq) if re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", str(w))), None
+    )
+
+
+def script_of(container: Mapping[str, Node]) -> tuple[list[Node], int | None] | None:
+    """Where a shell's script is: (the list holding it, its place), (the list, None) for
+    a shell given no script; None when no shell runs first (the command, else the args:
+    an image without an entrypoint runs its args)."""
+    seqs = [listed(s) for s in (container.get("command"), container.get("args")) if listed(s)]
+    if not seqs or str(seqs[0][0]).rsplit("/", 1)[-1] not in SHELLS:
+        return None
+    for seq in seqs:
+        if (at := script_option(seq)) is not None and at + 1 < len(seq):
+            return seq, at + 1
+    if len(seqs) == 2 and script_option(seqs[0]) is not None:
+        return seqs[1], 0
+    return seqs[0], None
+
+
+def commands(container: Mapping[str, Node]) -> list[list[str]]:
+    """The simple commands the container runs: its command and args as one, or a shell
+    script's, split as the shell splits them (`;`, `&&`, `|`, `&`, lines; a
+    redirection's file dropped); [] for a script no shell can split."""
+    found = script_of(container)
+    if found is None or found[1] is None:
+        return [[str(w) for p in ("command", "args") for w in listed(container.get(p))]]
+    script = re.sub(r"\\\r?\n", " ", str(found[0][found[1]]))
+    lex = shlex.shlex(script, posix=True, punctuation_chars="();<>|&\n")
+    lex.whitespace, lex.whitespace_split, lex.commenters = " \t\r", True, "#"
+    out: list[list[str]] = [[]]
+    redirect = False
+    try:
+        for token in lex:
+            if token and not token.strip("();<>|&\n"):
+                redirect = "<" in token or ">" in token
+                out += [] if redirect else [[]]
+            elif redirect:
+                redirect = False
             else:
-                words.append(text)
-    return words
+                out[-1].append(token)
+    except ValueError:
+        return []
+    return [c for c in out if c]
 
 
-def _image_name(image: str) -> tuple[str, str]:
-    """The repository's last component and the tag of an image reference."""
-    ref = image.split("@", 1)[0]
-    last = ref.rsplit("/", 1)[-1]
-    name, _, tag = last.partition(":")
-    return name.lower(), tag
+def listed(value: Node) -> list[Node]:
+    return value if isinstance(value, list) else []
 
 
-def recognise(container: Mapping[str, Node]) -> EngineName | None:
-    """vllm or sglang, from the container's command and args (`vllm serve`,
-    `python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`,
-    `sglang serve`), else from its image's name; None for anything else."""
-    for w, after in itertools.pairwise([*words(container), ""]):
+def starts(command: Sequence[str]) -> EngineName | None:
+    """The engine these words start: `vllm serve`, `python -m vllm.entrypoints...`,
+    `python -m sglang.launch_server`, `sglang serve`."""
+    for w, after in itertools.pairwise([*command, ""]):
         base = w.rsplit("/", 1)[-1]
         if base in BY_NAME and after == "serve":
             return BY_NAME[base].name
@@ -368,10 +426,74 @@ def recognise(container: Mapping[str, Node]) -> EngineName | None:
             return "vllm"
         if w == "-m" and after.startswith("sglang.launch_server"):
             return "sglang"
-    name, _ = _image_name(str(container.get("image", "")))
+    return None
+
+
+# Words before a command's program (a prefix, an assignment, a compound's keyword), and
+# the directories of the image's own programs: a program elsewhere, or a `.sh`, is an
+# entry script of the user's, which may start the engine where inject cannot see it.
+PREFIX = re.compile(r"exec|env|nohup|time|do|done|then|else|if|fi|while|until|[!{}]|\w+=.*")
+SYSTEM = ("/bin/", "/sbin/", "/usr/bin/", "/usr/sbin/", "/usr/local/bin/")
+BUILTIN = re.compile(r"[.:]|source|cd|export|set|echo|true")
+PYTHON = re.compile(r"python[\d.]*")
+# Images whose entrypoint starts the engine (vLLM's: `vllm serve`): args are its flags.
+ENTRYPOINTS = ("vllm-openai",)
+
+
+def _program(command: Sequence[str]) -> str | None:
+    """What one command runs, in words (`python3 -m MODULE`, `vllm bench`, a program's
+    name), "" for what inject cannot read (an entry script, a Python file), None for
+    no program (a compound's `done`)."""
+    rest = list(itertools.dropwhile(PREFIX.fullmatch, command))
+    if not rest:
+        return None
+    base, after = rest[0].rsplit("/", 1)[-1], [*rest[1:3], "", ""]
+    if PYTHON.fullmatch(base):
+        return f"{base} -m {after[1]}" if after[0] == "-m" else ""
+    own = "/" in rest[0] and not rest[0].startswith(SYSTEM)
+    if own or base in SHELLS or re.search(r"\.(sh|bash|py)$", base):
+        return ""
+    return f"{base} {after[0]}" if base in BY_NAME else base
+
+
+def runs(container: Mapping[str, Node]) -> tuple[EngineName | None, tuple[str, ...]]:
+    """What the container runs (CONTRACT §4: the command decides, not the image): the
+    engine its command starts, else the programs it runs instead; neither where it shows
+    nothing: no command (the image's entrypoint, given no program), an entry script."""
+    found = commands(container)
+    if engine := next((e for c in found if (e := starts(c))), None):
+        return engine, ()
+    first = str(next(iter(listed(container.get("args"))), ""))
+    base = first.rsplit("/", 1)[-1]
+    program = first.startswith("/") or base in (*SHELLS, *BY_NAME) or PYTHON.fullmatch(base)
+    if not container.get("command") and (not program or image_name(container)[0] in ENTRYPOINTS):
+        return None, ()  # args for the image's entrypoint (flags, a model), not a program
+    programs = [p for c in found if (p := _program(c)) is not None]
+    if not programs or "" in programs:
+        return None, ()
+    return None, tuple(dict.fromkeys([p for p in programs if not BUILTIN.fullmatch(p)] or programs))
+
+
+def image_name(container: Mapping[str, Node]) -> tuple[str, str]:
+    """The repository's last component and the tag of the container's image."""
+    ref = str(container.get("image", "")).split("@", 1)[0]
+    name, _, tag = ref.rsplit("/", 1)[-1].partition(":")
+    return name.lower(), tag
+
+
+def engine_image(container: Mapping[str, Node]) -> EngineName | None:
+    """The engine an image is named after (not a router's, a proxy's...)."""
+    name, _ = image_name(container)
     if any(x in name for x in NOT_AN_ENGINE):
         return None
     return next((e for e in ("sglang", "vllm") if e in name), None)
+
+
+def recognise(container: Mapping[str, Node]) -> EngineName | None:
+    """vllm or sglang: what its command starts, else, where the command shows no
+    other program, the engine its image is named after; None for anything else."""
+    engine, instead = runs(container)
+    return engine or (None if instead else engine_image(container))
 
 
 def version_in(text: str) -> tuple[int, int] | None:
@@ -384,7 +506,7 @@ def image_version(container: Mapping[str, Node], engine: str) -> tuple[int, int]
     tag their releases (vllm-openai:v0.18.0, lmsysorg/sglang:v0.5.23-cu126); None when
     the image says nothing of it: another project's tag (llm-d's carry llm-d's
     version, NGC's `26.02-py3` a year and month), `latest`, a digest."""
-    name, tag = _image_name(str(container.get("image", "")))
+    name, tag = image_name(container)
     m = re.match(r"v(\d+)\.(\d+)\.\d+", tag)
     return (int(m.group(1)), int(m.group(2))) if m and engine in name else None
 
@@ -393,8 +515,7 @@ def engine_containers(site: Site, options: Options) -> list[tuple[dict[str, Node
     """The engine containers of a pod spec and the engine of each. Init containers
     (native sidecars: routing proxies) are never one."""
     found = []
-    listed = site.spec.get("containers")
-    for c in listed if isinstance(listed, list) else []:
+    for c in listed(site.spec.get("containers")):
         if not isinstance(c, dict):
             continue
         name = c.get("name")

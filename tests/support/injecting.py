@@ -25,11 +25,13 @@ def validate(doc: dict[str, typing.Any]) -> None:
 
 
 # Kinds with pod templates that inject does not wire: it names them on stderr.
-SKIPPED_KINDS = ("LLMInferenceServiceConfig", "StormService", "ModelServing")
+SKIPPED_KINDS = ("LLMInferenceServiceConfig", "StormService", "ModelServing", "Model", "Workspace")
 
 
 def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
     api, kind = doc.get("apiVersion", ""), doc.get("kind")
+    if kind is None:
+        return []  # a chart's values, no object: inject names them and leaves them
     group = api.split("/")[0]
     if api == "v1" and kind == "List":  # kubectl's List: each item against its own
         return [o for item in doc.get("items", []) for o in schema_objects(item)]
