@@ -106,18 +106,19 @@ def sigterm(engine: SimEngine) -> float:
     return engine.sigterm_at
 
 
-def refused_at(port: int, until: float) -> float:
-    """Poll until a connection to port is refused; when it first was."""
-    while time.monotonic() < until:
+def refused_at(port: int, by: float) -> float:
+    """When a connection to port was first refused (polled; fails at `by`)."""
+
+    def refused() -> float | None:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
-                pass
-        except ConnectionRefusedError:
+                return None
+        except (ConnectionRefusedError, ConnectionResetError):  # reset: in the backlog at close
             return time.monotonic()
-        except ConnectionResetError:  # accepted into the backlog as the listener closed
-            return time.monotonic()
-        time.sleep(0.005)
-    raise AssertionError("the listener never closed")
+
+    at = until(refused, lambda at: at is not None, by - time.monotonic())
+    assert at is not None
+    return at
 
 
 def post(port: int, body: dict[str, Any]) -> tuple[int, bytes]:
@@ -300,11 +301,11 @@ def test_sglang_loads_is_live_while_metrics_lags() -> None:
         assert [o.outcome for o, _ in streams.join()] == ["completed"]
         # The publisher shows the end within its period (0.02 s); a loaded machine
         # may run it late, never 5 s (the gauges' lag) late.
-        give_up = time.monotonic() + 1.0
-        loads = scan_loads(get(server.port, "/v1/loads")[1])
-        while loads.verdict is not Verdict.IDLE and time.monotonic() < give_up:  # exact: a poll
-            time.sleep(0.01)
-            loads = scan_loads(get(server.port, "/v1/loads")[1])
+        loads = until(
+            lambda: scan_loads(get(server.port, "/v1/loads")[1]),
+            lambda read: read.verdict is Verdict.IDLE,
+            within=1.0,
+        )
         metrics = scan(get(server.port, "/metrics")[1])
         assert (loads.verdict, loads.in_flight) == (Verdict.IDLE, 0)
         assert (metrics.verdict, metrics.engine, metrics.in_flight) == (Verdict.BUSY, "sglang", 1)
