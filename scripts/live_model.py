@@ -6,14 +6,18 @@ Hugging Face model directory that `vllm` serves: config.json, the weights as
 safetensors, tokenizer.json and its config. Nothing is fetched from any hub:
 the tokenizer is a byte-level BPE trained here on generated text, the weights
 are drawn from a fixed seed. About 31M parameters; the head size is 64 (vLLM's
-CPU attention refuses 16). Idempotent: a DIR that already holds a finished
-model (its `READY` file) is left as it is.
+CPU attention refuses 16). A cache by scripts/_cache's rule: a DIR whose `READY`
+stamp (written last) names this script's hash and that holds every file of the
+model is left as it is; any other DIR (a run cut short, an older script's, a
+file missing or empty) is made again, saying why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,6 +28,7 @@ HEADS = 8  # head size HIDDEN / HEADS = 64
 INTERMEDIATE = 1408
 CONTEXT = 2048
 SEED = 21
+FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
 def corpus(lines: int = 4000) -> list[str]:
@@ -88,12 +93,19 @@ def main(argv: list[str]) -> None:
     if len(argv) != 1:
         raise SystemExit("usage: live_model.py DIR")
     out = Path(argv[0])
-    if (out / "READY").exists():
+    key = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    stamp = (out / "READY").read_text().split() if (out / "READY").is_file() else []
+    missing = [f for f in FILES if not (out / f).is_file() or not (out / f).stat().st_size]
+    if stamp[:1] == [key] and not missing:
         return
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        why = "no stamp" if not stamp else "another script's" if stamp[0] != key else "missing"
+        print(f"model: {out}: {why} ({', '.join(missing) or 'all files there'}): making it again")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
     tokenizer(out)
     params = model(out)
-    (out / "READY").write_text(f"{params}\n")
+    (out / "READY").write_text(f"{key} {params}\n")
     print(f"model: {params / 1e6:.1f}M parameters in {out}")
 
 

@@ -10,14 +10,16 @@ initContainer), and the kubelet's sequence is played through the runtime:
 exec the hook in the engine container, SIGTERM to its PID 1 when the hook
 returns (or at G), SIGKILL at G.
 
-Images live in the runtime's local storage: the Python base is made once from
-scripts/build-image's Debian base (apt) and kept; the engine images are made
-again by each session from this checkout.
+Images live in the runtime's local storage: the Python base is made from
+scripts/base-image's Debian base (apt) and kept, checked at each use by
+scripts/_cache's rule; the engine images are made again by each session from
+this checkout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import platform
 import shutil
@@ -70,16 +72,47 @@ def exists(image: str) -> bool:
     return subprocess.run(["podman", "image", "exists", image], check=False).returncode == 0
 
 
+def runs(image: str, *command: str) -> bool:
+    """Whether a container of the image runs the command (exits 0)."""
+    ctr = buildah("from", "--pull=never", image)
+    try:
+        done = subprocess.run(
+            ["buildah", "run", "--isolation", "chroot", ctr, "--", *command],
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        buildah("rm", ctr)
+    return done.returncode == 0
+
+
+APT = "apt-get update -q && apt-get install -y -q --no-install-recommends python3"
+LABEL = '{{index .OCIv1.Config.Labels "io.drainhook.inputs"}}'
+
+
 def python_image() -> str:
-    """Debian bookworm with Python, made once from build-image's base and kept."""
-    if not exists(PYTHON):
-        ctr = buildah("from", "--pull=never", BASE)
-        try:
-            apt = "apt-get update -q && apt-get install -y -q --no-install-recommends python3"
-            buildah("run", "--isolation", "chroot", ctr, "--", "sh", "-c", apt)
-            buildah("commit", "--quiet", ctr, PYTHON)
-        finally:
-            buildah("rm", ctr)
+    """Debian bookworm with Python, made from build-image's base and kept: a cache by
+    scripts/_cache's rule, in an image's terms. Valid while its label names the base
+    image it was made from and the recipe, and it runs python3; it is committed as
+    :unchecked, checked, then tagged. Anything else is made again, saying why."""
+    base = buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", BASE)
+    key = hashlib.sha256(f"{base}\n{APT}".encode()).hexdigest()[:16]
+    stamp = (
+        buildah("inspect", "--type", "image", "--format", LABEL, PYTHON) if exists(PYTHON) else ""
+    )
+    if stamp == key and runs(PYTHON, "python3", "-c", "pass"):
+        return PYTHON
+    why = "no image" if not exists(PYTHON) else "other inputs" if stamp != key else "no python3"
+    print(f"runtime: {PYTHON}: {why}; making it again", file=sys.stderr)
+    ctr = buildah("from", "--pull=never", BASE)
+    try:
+        buildah("run", "--isolation", "chroot", ctr, "--", "sh", "-c", APT)
+        buildah("config", "--label", f"io.drainhook.inputs={key}", ctr)
+        buildah("commit", "--quiet", ctr, f"{PYTHON}:unchecked")
+    finally:
+        buildah("rm", ctr)
+    assert runs(f"{PYTHON}:unchecked", "python3", "-c", "pass"), f"{PYTHON}: no python3"
+    buildah("tag", f"{PYTHON}:unchecked", f"{PYTHON}:latest")
+    buildah("rmi", f"{PYTHON}:unchecked")
     return PYTHON
 
 
