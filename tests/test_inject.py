@@ -1590,7 +1590,11 @@ def test_an_engine_described_without_a_pod_spec_is_named(text: int, where: str, 
 def test_a_document_that_names_no_engine_says_nothing() -> None:
     values = "routerSpec:\n  repository: lmcache/lmstack-router\nreplicaCount: 2\n"
     model = "apiVersion: kubeai.org/v1\nkind: Model\nmetadata: {name: m}\nspec: {engine: OLlama}\n"
-    result = said(("v.yaml", values), ("m.yaml", model))
+    service = (
+        "apiVersion: v1\nkind: Service\nmetadata: {name: s, labels: {engine: vllm}}\n"
+        "spec: {selector: {engine: vllm}, ports: [{port: 8000}]}\n"
+    )
+    result = said(("v.yaml", values), ("m.yaml", model), ("s.yaml", service))
     assert (result.code, result.lines) == (0, ())
 
 

@@ -273,6 +273,8 @@ def names_engine(value: Node, path: str = "") -> Iterator[str]:
             yield str(preset)
         for key, inner in value.items():
             where, text = f"{path}.{key}" if path else str(key), str(inner)
+            if key in ("metadata", "selector"):  # labels say what a thing is called, not runs
+                continue
             if isinstance(inner, str) and (
                 (key in ("image", "repository") and engine_image({"image": text}))
                 or (key == "engine" and text.lower() in BY_NAME)
