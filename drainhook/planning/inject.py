@@ -345,11 +345,8 @@ def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message
             text = f"names an engine at {', '.join(named[:3])} but holds no pod spec inject can "
             text += f"wire: wire the hook in {made}"
         if text:
-            return (
-                None,
-                [Message(where, "skipped", f"{data.get('kind', 'no kind')}: {text}")],
-                False,
-            )
+            line = Message(where, "skipped", f"{data.get('kind', 'no kind')}: {text}")
+            return None, [line], False
     if not injected or work == data:
         return None, messages, False
     return work, [Message(where, "injected", "; ".join(injected)), *messages], False
