@@ -65,7 +65,6 @@ class Plan:
     role: Role = "unified"
     binary: str = DEFAULT_BINARY
     known_engine: EngineChoice | None = None  # the engine when known otherwise (plan --observe)
-    grace_observed: bool = False  # G came from observed request times (plan --observe)
     # vLLM's API-server processes (its --api-server-count; 0.32's default is its
     # --data-parallel-size), when known: /load reaches one per read (CONTRACT §2a).
     api_servers: int | None = None
@@ -239,11 +238,8 @@ def shutdown_timeout(plan: Plan) -> int | None:
     slower than the settle sends after the release, so only where S is under the
     usual deregistration (docs/design.md, §4), for vLLM, with a whole second in R."""
     n = math.floor(plan.config.exit_reserve - 1)
-    if plan.engine != "vllm" or n < 1:
-        return None
-    if plan.config.settle >= ROUTER_DEREGISTRATION:
-        return None
-    return n
+    slow_router = plan.config.settle < ROUTER_DEREGISTRATION
+    return n if plan.engine == "vllm" and slow_router and n >= 1 else None
 
 
 def _vllm_shutdown_timeout(plan: Plan) -> PlanWarning | None:
@@ -370,8 +366,7 @@ def apply_advice(plan: Plan, evidence: Evidence | None = None) -> Applied:
         if grace != current.at.grace:
             reasons["grace"] = [f"observed: {how}"]  # replaces the fixes' G
             current = _with(current, grace=grace)
-        # The rules then know that G covers the observed requests.
-        current = dataclasses.replace(_fixed(current, reasons), grace_observed=True)
+        current = _fixed(current, reasons)  # the fixes stay floors under the new G
     changes = tuple(
         Change(f, getattr(plan.config, f), getattr(current.config, f), tuple(reasons[f]))
         for f in APPLIED_FIELDS
