@@ -25,6 +25,7 @@ from drainhook.planning.pods import (
     script_of,
     script_option,
     starts,
+    unfolded,
 )
 
 
@@ -37,19 +38,13 @@ class Argv:
         self.seq = seq
         self.index = index  # the script's place in seq, for a shell script
 
-    @property
-    def joined(self) -> str:
-        """The script with its lines continued by `\\` joined, as the shell reads it."""
-        assert self.index is not None
-        return re.sub(r"\\\r?\n", " ", str(self.seq[self.index]))
-
     def words(self) -> list[str]:
         """The words as the shell splits them (comments dropped); a script no shell
         reads as given (an unclosed quote) is refused: its flags cannot be known."""
         if self.index is None:
             return [str(w) for w in self.seq]
         try:
-            return shlex.split(self.joined, comments=True)
+            return shlex.split(unfolded(str(self.seq[self.index])), comments=True)
         except ValueError as exc:
             raise Refused(f"its shell script cannot be split as a shell would ({exc})") from None
 

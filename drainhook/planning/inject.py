@@ -200,13 +200,8 @@ def _engine_flag_edits(w: Wiring, flag: EngineFlag) -> tuple[str, list[str] | st
     if flag.value is None:
         return None if have is not None else ("add", flag.args)
     if isinstance(have, str):
-        try:
-            given = float(have)
-        except ValueError:
-            given = None
-        if given is not None and flag.ceiling and given <= float(flag.value):
-            return None
-        return None if have == flag.value else ("set", flag.value)
+        under = flag.ceiling and numeric(have) and float(have) <= float(flag.value)
+        return None if under or have == flag.value else ("set", flag.value)
     return ("add", flag.args)
 
 
@@ -384,7 +379,12 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
             "would read another Pod's engine"
         )
     wirings = [_decide(site, c, engine, options.wait_params) for c, engine in chosen]
-    worker = site.leader is not None and site.leader.wired is not None
+    lead = site.leader.wired if site.leader is not None else None
+    worker = lead is not None
+    if lead is not None:  # a worker's hook reads its leader's engine
+        for w in wirings:
+            w.engine, w.port, w.https, w.worker = lead.engine, lead.port, lead.https, True
+            w.api_servers = None  # the leader's API servers, not its own
     raw = site.spec.get("terminationGracePeriodSeconds")
     if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
         # A string, a bool or a fraction is no integer the API takes: not overwritten.
@@ -393,11 +393,7 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
             "seconds: write the one you mean"
         )
     given = site.default_grace if raw is None else float(raw)
-    grace, why = _after_kept_sleep(wirings, given)
-    if worker:
-        assert site.leader is not None
-        assert site.leader.wired is not None
-        grace, why = _worker_grace(site.leader.wired, wirings, grace, why)
+    grace, why = _grace_floor(wirings, given, lead)
     # One grace for the Pod, the largest any advice asks for; a hook that asked for
     # less is planned again with it and its advised R (its floors are then met).
     first = [_config_for(w, grace, options.hook_binary) for w in wirings]
@@ -444,24 +440,6 @@ def _write_grace(site: Site, grace: float, given: float, why: str, say: Say) -> 
     insert_before(site.spec, "terminationGracePeriodSeconds", int(grace), list(site.spec)[:1])
 
 
-def _worker_grace(
-    lead: Wired, wirings: Sequence[Wiring], grace: float, why: str
-) -> tuple[float, str]:
-    """A LeaderWorkerSet worker's grace: its deadline after its leader's kill."""
-    for w in wirings:
-        w.engine, w.port, w.https, w.worker = lead.engine, lead.port, lead.https, True
-        w.api_servers = None  # its hook reads the leader's, not its own API servers
-        reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
-        floor = lead.grace + WORKER_MARGIN + reserve
-        if grace < floor:
-            grace = floor
-            why = (
-                f"a worker's deadline falls {number(WORKER_MARGIN)}s after its leader's "
-                "kill: the leader's grace + that + the worker's --exit-reserve"
-            )
-    return grace, why
-
-
 def _say_changes(w: Wiring, early: Applied, applied: Applied, say: Say) -> None:
     """The lines of one container's wiring: the advice's changes and warnings, the
     sleep it replaced."""
@@ -486,20 +464,25 @@ def _say_changes(w: Wiring, early: Applied, applied: Applied, say: Say) -> None:
         )
 
 
-def _after_kept_sleep(wirings: Sequence[Wiring], grace: float) -> tuple[float, str]:
-    """G, raised where a sleep kept as the settle would leave less than the default
-    timeline's time to drain after it (and R after that); why, when raised."""
+def _grace_floor(wirings: Sequence[Wiring], grace: float, lead: Wired | None) -> tuple[float, str]:
+    """G, raised where the Pod needs more, and why: a sleep kept as the settle leaves
+    the default timeline's time to drain after it (and R after that); a LeaderWorkerSet
+    worker's deadline falls after its leader's kill."""
     why = ""
     for w in wirings:
-        settle = w.hook.timeline.get("settle")
-        if w.prestop == "sleep" and settle is not None:
-            reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
-            if grace < settle + DRAIN_WINDOW + reserve:
-                grace = settle + DRAIN_WINDOW + reserve
-                why = (
-                    f"the replaced sleep's {number(settle)}s kept as the settle, then "
-                    f"{number(DRAIN_WINDOW)}s to drain and the exit reserve"
-                )
+        reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
+        floors = []
+        if w.prestop == "sleep" and (settle := w.hook.timeline.get("settle")) is not None:
+            because = f"the replaced sleep's {number(settle)}s kept as the settle, then "
+            because += f"{number(DRAIN_WINDOW)}s to drain and the exit reserve"
+            floors.append((settle + DRAIN_WINDOW + reserve, because))
+        if lead is not None:
+            because = f"a worker's deadline falls {number(WORKER_MARGIN)}s after its leader's "
+            because += "kill: the leader's grace + that + the worker's --exit-reserve"
+            floors.append((lead.grace + WORKER_MARGIN + reserve, because))
+        for floor, because in floors:
+            if grace < floor:
+                grace, why = floor, because
     return grace, why
 
 

@@ -3,6 +3,7 @@ kind holds (`sites`), the engine container (`recognise`), the version in its tag
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import shlex
@@ -157,10 +158,8 @@ def sites(doc: Node, options: Options) -> list[Site]:
     group = api.split("/")[0]
     if not isinstance(spec, dict):
         return []
-    if api == "v1" and kind == "Pod":
-        meta = doc.get("metadata")
-        labels = meta.get("labels") if isinstance(meta, Mapping) else None
-        return [Site("spec", spec, labels or {})]
+    if api == "v1" and kind == "Pod":  # a pod template itself: metadata and spec
+        return _templates([("", doc)])
     if (group == "apps" and kind in APPS) or (group == "argoproj.io" and kind == "Rollout"):
         return _templates([("spec.template", spec.get("template"))])
     if group == "leaderworkerset.x-k8s.io" and kind == "LeaderWorkerSet":
@@ -294,7 +293,7 @@ def _templates(pairs: Sequence[tuple[str, Node]]) -> list[Site]:
         if isinstance(template, dict) and isinstance(template.get("spec"), dict):
             meta = template.get("metadata")
             labels = meta.get("labels") if isinstance(meta, Mapping) else None
-            out.append(Site(f"{path}.spec", template["spec"], labels or {}))
+            out.append(Site(f"{path}.spec".lstrip("."), template["spec"], labels or {}))
     return out
 
 
@@ -324,19 +323,9 @@ def _llm_inference_service(spec: dict[str, Node]) -> list[Site]:
         lead = Site(f"{path}.template", template, {}, role, None, KSERVE_PRESET_GRACE, KSERVE_MAIN)
         out.append(lead)
         worker = part.get("worker")
-        lead.leads = isinstance(worker, dict)
-        if isinstance(worker, dict):
-            out.append(
-                Site(
-                    f"{path}.worker",
-                    worker,
-                    {},
-                    role,
-                    lead,
-                    KSERVE_PRESET_GRACE,
-                    KSERVE_MAIN,
-                )
-            )
+        if isinstance(worker, dict):  # the preset's too: its engine container is `main`
+            out.append(dataclasses.replace(lead, path=f"{path}.worker", spec=worker, leader=lead))
+            lead.leads = True
     return out
 
 
@@ -394,7 +383,7 @@ def commands(container: Mapping[str, Node]) -> list[list[str]]:
     found = script_of(container)
     if found is None or found[1] is None:
         return [[str(w) for p in ("command", "args") for w in listed(container.get(p))]]
-    script = re.sub(r"\\\r?\n", " ", str(found[0][found[1]]))
+    script = unfolded(str(found[0][found[1]]))
     lex = shlex.shlex(script, posix=True, punctuation_chars="();<>|&\n")
     lex.whitespace, lex.whitespace_split, lex.commenters = " \t\r", True, "#"
     out: list[list[str]] = [[]]
@@ -411,6 +400,11 @@ def commands(container: Mapping[str, Node]) -> list[list[str]]:
     except ValueError:
         return []
     return [c for c in out if c]
+
+
+def unfolded(script: str) -> str:
+    """The script with its lines continued by `\\` joined, as the shell reads it."""
+    return re.sub(r"\\\r?\n", " ", script)
 
 
 def listed(value: Node) -> list[Node]:
