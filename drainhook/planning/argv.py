@@ -4,6 +4,7 @@ TLS, and an existing `drainhook wait` read by `wait`'s own options (`parse_hook`
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -53,13 +54,9 @@ class Argv:
         that is there, None when it is not."""
         words = self.words()
         found: str | bool | None = None
-        for i, w in enumerate(words):
+        for w, after in itertools.pairwise([*words, "--"]):  # a flag last is a switch
             if w == flag:
-                found = (
-                    words[i + 1]
-                    if i + 1 < len(words) and not words[i + 1].startswith("--")
-                    else True
-                )
+                found = True if after.startswith("--") else after
             elif w.startswith(flag + "="):
                 found = w.split("=", 1)[1]
         return found

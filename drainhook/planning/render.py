@@ -62,16 +62,14 @@ def to_json(
         "read_timeout": json_number(c.reach.read_timeout),
         "confirm": c.confirm,
         "linger": json_number(c.linger),
-        "max_wait": None if c.max_wait is None else json_number(c.max_wait),
+        "max_wait": json_number(c.max_wait),
         "stall_after": json_number(c.stall_window),
         "instants": {
             "hook_start": 0,
             "settle_end": json_number(plan.at.settle_end),
-            "first_read": None if plan.at.first_read is None else json_number(plan.at.first_read),
+            "first_read": json_number(plan.at.first_read),
             "idle_return": json_number(plan.at.idle_return),
-            "stall_earliest": (
-                None if plan.at.stall_earliest is None else json_number(plan.at.stall_earliest)
-            ),
+            "stall_earliest": json_number(plan.at.stall_earliest),
             "deadline": json_number(plan.at.deadline),
             "sigterm_latest": json_number(plan.at.sigterm_latest),
             "kill": json_number(plan.at.kill),
