@@ -7,12 +7,12 @@ timed on the monotonic clock around the call the hook makes:
   a fresh connection, scanned with the progress counters (the hook's Reader);
 - `GET /load`: one read of vLLM's `{"server_load": 0}` (Reader.read_with and
   parse_server_load, as the EngineReader does);
-- `sock_diag`: one dump of the established TCP sockets (IPv4 and IPv6) with
-  their tcp_info and the count for the port (connections.dump + in_flight, as
-  the EngineReader makes it), with 0, 64 and 512 idle keep-alive connections
-  open to the port besides (each end in this process); and apart, what listing
-  the process's own sockets costs (own_inodes: /proc/self/fd, read only when a
-  request is seen);
+- `sock_diag`: one dump of the port's TCP sockets in every state but LISTEN (IPv4
+  and IPv6) with their tcp_info and the count for the port (connections.dump and
+  a Watch that keeps each dump for the next, as the EngineReader makes it),
+  with 0, 64 and 512 idle keep-alive connections open to the port besides (each
+  end in this process); and apart, what listing the process's own sockets
+  costs (own_inodes: /proc/self/fd, read only when a request is seen);
 - the idle round of a vLLM target as `wait` reads it (/metrics, /load, one
   dump), against /metrics alone.
 
@@ -75,10 +75,11 @@ def main() -> None:
         only_metrics = target_reader(plain, target)
         whole = target_reader(full, target)
 
+        watch = connections.Watch()  # one, as the EngineReader's: each dump kept for the next
+
         def dump() -> int:  # as the EngineReader: its own sockets listed only on a find
             found = connections.dump(1.0, port=srv.port)
-            count = connections.in_flight(found, srv.port)
-            return connections.in_flight(found, srv.port, connections.own_inodes()) if count else 0
+            return watch.count(found, srv.port, connections.own_inodes)
 
         def own() -> int:
             return len(connections.own_inodes())

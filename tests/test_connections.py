@@ -35,15 +35,12 @@ PORT = 8000
 
 
 def tcp_info_bytes(
-    received: int, sent: int, last_recv: int, last_sent: int, length: int = 232
+    data_in: int, data_out: int, last_recv: int, last_sent: int, length: int = 232
 ) -> bytes:
     raw = bytearray(length)
     struct.pack_into("=I", raw, 44, last_sent)
     struct.pack_into("=I", raw, 52, last_recv)
-    struct.pack_into("=Q", raw, 120, min(sent, 1 << 40))  # bytes_acked
-    struct.pack_into("=Q", raw, 128, received)
-    if length >= 208:
-        struct.pack_into("=Q", raw, 200, sent)
+    struct.pack_into("=II", raw, 152, data_in, data_out)
     return bytes(raw)
 
 
@@ -72,14 +69,18 @@ def message(
 DONE = struct.pack("=IHHIIi", 20, c.NLMSG_DONE, 2, 1, 0, 0)
 
 
-def test_the_request_asks_for_established_tcp_sockets_with_tcp_info() -> None:
+def test_the_request_asks_for_the_sockets_a_server_can_answer_from_with_tcp_info() -> None:
     raw = c.request(socket.AF_INET6, seq=3)
     length, kind, flags, seq, _pid = struct.unpack_from("=IHHII", raw)
     assert (length, kind, seq) == (len(raw), 20, 3) and len(raw) == 16 + 56
     assert flags == c.NLM_F_REQUEST | c.NLM_F_DUMP
     family, protocol, ext, states = struct.unpack_from("=BBBxI", raw, 16)
     assert (family, protocol) == (socket.AF_INET6, socket.IPPROTO_TCP)
-    assert ext == 1 << (c.INET_DIAG_INFO - 1) and states == 1 << c.TCP_ESTABLISHED
+    assert ext == 1 << (c.INET_DIAG_INFO - 1)
+    # ESTABLISHED and CLOSE_WAIT (a client that shut its side): the states a server
+    # can still answer from. Not FIN_WAIT*, LAST_ACK, CLOSING (it shut its side),
+    # nor SYN_RECV, TIME_WAIT, LISTEN.
+    assert [s for s in range(13) if states >> s & 1] == [1, 8]
 
 
 def test_messages_parse_to_sockets_until_done() -> None:
@@ -102,12 +103,16 @@ def test_a_message_cut_short_is_left_for_the_next_buffer() -> None:
     assert c.parse(whole + DONE)[0][0].sport == PORT
 
 
-def test_a_kernel_before_bytes_sent_falls_back_to_bytes_acked_and_before_4_1_to_none() -> None:
-    old = tcp_info_bytes(100, 40, 1, 2, length=160)
-    assert c.tcp_info(old) == TcpInfo(100, 40, 1, 2)
-    assert c.tcp_info(old[:100]) is None
-    found, _ = c.parse(message(PORT, 1, old[:100]) + DONE)
-    assert found[0].info is None
+def test_a_kernel_before_the_segment_counters_leaves_the_signal_missing() -> None:
+    """Linux 4.6 added tcpi_data_segs_in/out (160 bytes of tcp_info): shorter, the
+    connections cannot be told apart, and the signal is missing, not 0."""
+    info = tcp_info_bytes(100, 40, 1, 2, length=160)
+    assert c.tcp_info(info) == TcpInfo(100, 40, 1, 2)
+    with pytest.raises(Unavailable, match="a tcp_info of 152 bytes has no segment counters"):
+        c.tcp_info(info[:152])
+    with pytest.raises(Unavailable):
+        c.parse(message(PORT, 1, info[:152]) + DONE)
+    assert c.parse(message(1, 2, info[:152]) + DONE, port=PORT)[0] == []  # not the port's: not read
 
 
 @pytest.mark.parametrize(("code", "name"), [(errno.EPERM, "EPERM"), (errno.EINVAL, "EINVAL")])
@@ -131,46 +136,99 @@ def sock(sport: int, dport: int, info: TcpInfo | None, inode: int = 1, state: in
     return Socket(socket.AF_INET, state, sport, dport, inode, info)
 
 
+def count(sockets: Sequence[Socket], port: int = PORT, own: frozenset[int] = frozenset()) -> int:
+    """One dump counted by a Watch that saw none before."""
+    return c.Watch().count(sockets, port, lambda: own)
+
+
 @pytest.mark.parametrize(
     ("info", "counted"),
     [
-        pytest.param(TcpInfo(2096, 0, 10, 10), True, id="uploading: bytes in, none out"),
+        pytest.param(TcpInfo(3, 0, 10, 10), True, id="uploading: data in, none out"),
         pytest.param(TcpInfo(0, 0, 10, 10), False, id="connected, nothing sent"),
-        pytest.param(TcpInfo(500, 900, 80, 20), False, id="idle keep-alive: answered"),
-        pytest.param(TcpInfo(500, 90000, 4000, 3), False, id="a stream being written"),
-        pytest.param(TcpInfo(800, 900, 5, 60), True, id="a second request, unanswered"),
-        pytest.param(TcpInfo(800, 900, 60, 60), False, id="same ms: not after"),
+        pytest.param(TcpInfo(5, 9, 80, 20), False, id="idle keep-alive: answered"),
+        pytest.param(TcpInfo(5, 900, 4000, 3), False, id="a stream being written"),
+        pytest.param(TcpInfo(8, 9, 5, 60), True, id="a second request, unanswered"),
+        pytest.param(TcpInfo(8, 9, 60, 60), False, id="one tick, first seen: the limit"),
     ],
 )
 def test_a_connection_carries_a_request_no_response_byte_has_answered(
     info: TcpInfo, counted: bool
 ) -> None:
     assert c.carries_request(info) is counted
-    assert c.in_flight([sock(PORT, 40000, info)], PORT) == int(counted)
+    assert count([sock(PORT, 40000, info)]) == int(counted)
 
 
-def test_only_established_server_side_sockets_of_the_port_count() -> None:
-    up = TcpInfo(100, 0, 1, 1)
+# A pooled connection that answered 4 requests (4 data segments each way), as a dump
+# saw it: idle (answered), or holding its 5th request.
+ANSWERED = c.Seen(data_in=4, data_out=4, carrying=False)
+HOLDING = c.Seen(data_in=5, data_out=4, carrying=True)
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "counted"),
+    [
+        # The answer to the 5th and the 6th request in one tick: the 6th is held.
+        pytest.param(HOLDING, TcpInfo(6, 5, 12, 12), True, id="answer+next in one tick"),
+        pytest.param(HOLDING, TcpInfo(5, 4, 900, 900), True, id="nothing since: still held"),
+        # A request and its answer in one tick, on an idle connection: a health check.
+        pytest.param(ANSWERED, TcpInfo(5, 5, 12, 12), False, id="request+answer in one tick"),
+        pytest.param(ANSWERED, TcpInfo(4, 4, 900, 900), False, id="nothing since: answered"),
+        # One side moved since: it says which came last, whatever the finding was.
+        pytest.param(ANSWERED, TcpInfo(5, 4, 12, 12), True, id="only data in since"),
+        pytest.param(HOLDING, TcpInfo(5, 6, 12, 12), False, id="only data out since"),
+    ],
+)
+def test_a_tie_of_the_ages_is_read_from_what_moved_since_the_last_dump(
+    before: c.Seen, now: TcpInfo, counted: bool
+) -> None:
+    """The kernel's ages are whole ticks (4 ms at HZ=250): a request that lands in
+    the tick its connection's last answer did leaves them equal. Before, every tie
+    read as answered: the held 6th request was released."""
+    assert c.carries_request(now, before) is counted
+
+
+def test_a_watch_keeps_each_connections_finding_from_dump_to_dump() -> None:
+    """A pooled client: its 5th request held (data in after data out), then its
+    answer and the 6th request in one tick, then nothing for a while: held
+    throughout. Its neighbour answers a health check in one tick each dump: never."""
+    watch = c.Watch()
+    dumps = [
+        [sock(PORT, 40000, TcpInfo(5, 4, 40, 900), 1), sock(PORT, 40001, TcpInfo(4, 4, 8, 8), 2)],
+        [sock(PORT, 40000, TcpInfo(6, 5, 12, 12), 1), sock(PORT, 40001, TcpInfo(5, 5, 4, 4), 2)],
+        [sock(PORT, 40000, TcpInfo(6, 5, 900, 900), 1), sock(PORT, 40001, TcpInfo(6, 6, 0, 0), 2)],
+        [sock(PORT, 40000, TcpInfo(6, 6, 950, 2), 1), sock(PORT, 40001, TcpInfo(6, 6, 9, 9), 2)],
+    ]
+    assert [watch.count(d, PORT) for d in dumps] == [1, 1, 1, 0]
+    # A new socket with an old inode's counters is read as first seen: a dump
+    # without the inode forgets it.
+    assert watch.count([], PORT) == 0
+    assert watch.count([sock(PORT, 40000, TcpInfo(6, 5, 900, 900), 1)], PORT) == 0
+
+
+def test_only_server_side_sockets_of_the_port_held_by_a_process_count() -> None:
+    up = TcpInfo(1, 0, 1, 1)
     sockets = [
         sock(PORT, 40000, up),  # counts
         sock(PORT + 1, 40001, up),  # another port
         sock(40002, PORT, up),  # a client of the port, not its server side
-        sock(PORT, 40003, up, state=8),  # CLOSE_WAIT: its client has gone
-        sock(PORT, 40004, None),  # no tcp_info
+        sock(PORT, 40003, up, state=8),  # CLOSE_WAIT: its client sent, then shut its side
+        sock(PORT, 40004, None),  # no tcp_info (TIME_WAIT, SYN_RECV)
+        sock(PORT, 40005, up, inode=0),  # orphaned: no process holds it to answer
     ]
-    assert c.in_flight(sockets, PORT) == 1
+    assert count(sockets) == 2
 
 
 def test_the_hooks_own_connections_never_count() -> None:
-    up = TcpInfo(100, 0, 1, 1)
+    up = TcpInfo(1, 0, 1, 1)
     sockets = [
         sock(PORT, 40000, up, inode=1),  # the server side of the hook's own request
-        sock(40000, PORT, TcpInfo(0, 100, 1, 1), inode=99),  # the hook's socket
+        sock(40000, PORT, TcpInfo(0, 1, 1, 1), inode=99),  # the hook's socket
         sock(PORT, 40001, up, inode=2),  # someone else's upload
-        sock(40001, PORT, TcpInfo(0, 100, 1, 1), inode=98),
+        sock(40001, PORT, TcpInfo(0, 1, 1, 1), inode=98),
     ]
-    assert c.in_flight(sockets, PORT, own={99}) == 1
-    assert c.in_flight(sockets, PORT) == 2
+    assert count(sockets, own=frozenset({99})) == 1
+    assert count(sockets) == 2
 
 
 def test_own_inodes_reads_this_process_sockets() -> None:
@@ -217,35 +275,48 @@ def test_an_upload_makes_an_idle_read_busy() -> None:
     assert len(dumps) == 1 and 0 < dumps[0] <= 1.0
 
 
-def test_a_busy_read_is_not_followed_by_a_dump_unless_every() -> None:
+def test_a_busy_read_is_dumped_on_too_so_that_each_connection_has_its_history() -> None:
+    """The 5th request is held while the gauges say busy; its answer and the 6th
+    request land in one tick while the gauges say idle. Without the busy read's
+    dump the tie is first seen, read as answered, and the 6th released."""
+    infos = iter([TcpInfo(5, 4, 40, 900), TcpInfo(6, 5, 12, 12)])
     calls: list[int] = []
 
     def dumper(_t: float, _port: int) -> list[Socket]:
         calls.append(1)
-        return []
+        return [sock(PORT, 40000, next(infos))]
 
-    got = EngineReader(Fixed([BUSY]), port=PORT, dumper=dumper, own=set).read(1.0)
-    assert (got.in_flight, calls) == (2.0, [])
-    got = EngineReader(Fixed([BUSY]), port=PORT, every=True, dumper=dumper, own=set).read(1.0)
-    assert got.signals == Signals(2.0, None, 0.0) and calls == [1]
+    reader = EngineReader(Fixed([BUSY, IDLE]), port=PORT, dumper=dumper, own=set)
+    busy, then = reader.read(1.0), reader.read(1.0)
+    assert busy.signals == Signals(2.0, None, 1.0) and busy.in_flight == 2.0
+    assert (then.verdict, then.in_flight, calls) == (Verdict.BUSY, 1.0, [1, 1])
+    assert then.signals is not None and then.signals.holding() == ("connections",)
 
 
-def test_where_sock_diag_is_unavailable_the_signal_is_missing_and_asked_no_more() -> None:
+def test_where_sock_diag_is_unavailable_the_signal_is_missing_and_asked_again() -> None:
+    """Missing while it has never counted: the others decide, and the next read asks
+    again (a sock_diag that starts answering counts). After a count, doubt."""
+    answers: list[object] = [Unavailable("sock_diag refused (EPERM)")] * 2
+    answers += [[sock(PORT, 40000, TcpInfo(1, 0, 1, 1))], Unavailable("sock_diag refused (EPERM)")]
     calls: list[int] = []
 
     def dumper(_t: float, _port: int) -> list[Socket]:
         calls.append(1)
-        raise Unavailable("sock_diag refused (EPERM)")
+        got = answers[len(calls) - 1]
+        if isinstance(got, Unavailable):
+            raise got
+        return got  # type: ignore[return-value]
 
     reader = EngineReader(Fixed([IDLE]), port=PORT, dumper=dumper, own=set)
-    first, second = reader.read(1.0), reader.read(1.0)
+    first, second, third, fourth = (reader.read(1.0) for _ in range(4))
+    why = "the connection table cannot be read: sock_diag refused (EPERM)"
     for got in (first, second):
         assert (got.verdict, got.in_flight) == (Verdict.IDLE, 0.0)  # the others decide
         assert got.signals is not None and got.signals.connections is None
-        assert got.signals.missing == (
-            ("connections", "the connection table cannot be read: sock_diag refused (EPERM)"),
-        )
-    assert calls == [1]
+        assert got.signals.missing == (("connections", why),)
+    assert (third.verdict, third.in_flight) == (Verdict.BUSY, 1.0)  # asked again: it counts
+    assert (fourth.verdict, fourth.reason) == (Verdict.UNKNOWN, f"{why} after a count: doubt")
+    assert calls == [1, 1, 1, 1]
 
 
 def test_doubt_is_never_dumped_on() -> None:
@@ -269,8 +340,8 @@ def test_the_dump_in_this_sandbox_sees_a_real_upload() -> None:
                 found = c.dump(2.0)
             except Unavailable as exc:  # pragma: no cover - a sandbox without sock_diag
                 pytest.fail(f"sock_diag unavailable here: {exc}")
-            assert c.in_flight(found, port) == 1
-            assert c.in_flight(found, port, c.own_inodes()) == 0
+            assert count(found, port) == 1
+            assert count(found, port, frozenset(c.own_inodes())) == 0
 
 
 # ---- real clients, in an empty network namespace -----------------------------------------
@@ -278,9 +349,19 @@ def test_the_dump_in_this_sandbox_sees_a_real_upload() -> None:
 
 @pytest.mark.parametrize(
     ("scene", "count"),
-    [("upload", 1), ("keepalive", 0), ("stream", 0), ("second", 1), ("own", 0), ("mix", 2)],
+    [
+        ("upload", 1),
+        ("keepalive", 0),
+        ("stream", 0),
+        ("second", 1),
+        ("own", 0),
+        ("mix", 2),
+        ("halfclosed", 1),
+    ],
 )
 def test_real_clients_in_a_pods_namespace(pod_command: Pod, scene: str, count: int) -> None:
+    """`halfclosed` (a request whose client shut its side: CLOSE_WAIT) was 0 before,
+    when only established sockets were dumped."""
     run = pod_command([], [sys.executable, "-m", "tests.support.conn_scenes", scene], timeout=30)
     assert run.code == 0, run.stderr
     out = json.loads(run.stdout)
@@ -290,27 +371,78 @@ def test_real_clients_in_a_pods_namespace(pod_command: Pod, scene: str, count: i
         assert out["all"] == 1  # counted, but for being the hook's own
 
 
-def test_the_hook_holds_an_upload_until_it_is_answered(pod_command: Pod) -> None:
-    """An idle engine (its /metrics idle, no /load) with a request whose body is
-    still uploading: the hook drains only after the upload has been answered."""
-    upload = 1.5
-    args = ["wait", "--url", "http://127.0.0.1:{port}/metrics", "--settle", "0.2"]
-    args += ["--interval", "0.2", "--grace", "6", "--exit-reserve", "1", "--log-reads", "all"]
+def test_a_pooled_clients_next_request_in_the_tick_of_its_answer_counts(pod_command: Pod) -> None:
+    """Real sockets: the request held (1), then its answer and the next request sent as
+    it lands, which the kernel's ages put in one tick (the second dump's `ties`): still
+    1, where a rule on the ages alone reads 0. The health checks beside it, each
+    answered within its tick, never count."""
+    run = pod_command([], [sys.executable, "-m", "tests.support.conn_scenes", "pooled"], timeout=30)
+    assert run.code == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["counts"] == [1, 1], out
+
+
+def test_the_limit_an_answered_request_and_a_held_one_read_alike(pod_command: Pod) -> None:
+    """What no counter tells apart (docs/contract.md §2a), on real sockets that a dump
+    saw holding a request: X's last bytes and its answer in one tick, Y's answer and
+    its next request in one tick. The kernel keeps the same figures for both (one
+    data segment more each way, both ages in one tick): the rule holds both, for
+    letting Y go would cut it. X then holds until its connection moves again."""
+    run = pod_command([], [sys.executable, "-m", "tests.support.conn_scenes", "twins"], timeout=60)
+    assert run.code == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert "error" not in out, out
+    assert out["counts"] == [2, 2], out
+    assert out["x"][:2] == out["y"][:2] == [2, 1], out  # data segments in and out
+    assert out["x"][2] == out["x"][3] and out["y"][2] == out["y"][3]  # ages tied
+
+
+IDLE_HOOK = ["--settle", "0.2", "--interval", "0.2", "--grace", "6", "--exit-reserve", "1"]
+
+
+def hook_run(pod_command: Pod, kind: str, seconds: float) -> tuple[dict[str, object], list[str]]:
+    args = ["wait", "--url", "http://127.0.0.1:{port}/metrics", *IDLE_HOOK, "--log-reads", "all"]
     hook = [sys.executable, "-m", "drainhook", *args]
-    run = pod_command(
-        [], [sys.executable, "-m", "tests.support.conn_scenes", "hook", str(upload), *hook]
-    )
+    scene = [sys.executable, "-m", "tests.support.conn_scenes", "hook", kind, str(seconds)]
+    run = pod_command([], [*scene, *hook])
     out = json.loads(run.stdout)
     assert out["code"] == 0, out["stderr"]
     summary = fields([line for line in out["stderr"].splitlines() if "outcome=" in line][-1])
     assert summary["outcome"] == "drained"
-    assert out["answered"] is not None and out["answered"] >= upload
+    verdicts = [fields(line)["verdict"] for line in out["stderr"].splitlines() if " read=" in line]
+    return out, verdicts
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "upload",  # a body still uploading
+        "pooled",  # the answer to a held request and the next request in one tick
+        "halfclosed",  # a request whose client shut its side (CLOSE_WAIT)
+    ],
+)
+def test_the_hook_holds_a_request_until_it_is_answered(pod_command: Pod, kind: str) -> None:
+    """An idle engine (its /metrics idle, no /load) with a request that only the
+    connections show: the hook drains only after it has been answered. Before,
+    `pooled` and `halfclosed` were released at S + I/4 (or at the first answer)."""
+    work = 1.5
+    out, verdicts = hook_run(pod_command, kind, work)
+    assert out["answered"] is not None and out["answered"] >= work  # type: ignore[operator]
     # Drained on the two idle reads after the answer, not at S + I = 0.4 s: the
     # reads before them were busy (the connection held them).
-    assert out["answered"] <= out["elapsed"] <= late(upload + 3 * 0.2, SPAWN_LATE)
-    verdicts = [fields(line)["verdict"] for line in out["stderr"].splitlines() if " read=" in line]
+    assert out["answered"] <= out["elapsed"] <= late(work + 3 * 0.2, SPAWN_LATE)  # type: ignore[operator]
     assert verdicts[-2:] == ["idle", "idle"] and verdicts[0] == "busy", out["stderr"]
     assert set(verdicts[:-2]) == {"busy"}
+
+
+def test_an_idle_engine_with_pooled_connections_goes_at_s_plus_a_quarter_i(
+    pod_command: Pod,
+) -> None:
+    """Eight keep-alive connections whose requests were answered hold nothing: the
+    connection signal answered 0, so the confirming read comes I/4 after the first."""
+    out, verdicts = hook_run(pod_command, "idle", 0)
+    assert verdicts == ["idle", "idle"], out["stderr"]
+    assert out["elapsed"] <= late(0.2 + 0.2 / 4, SPAWN_LATE)  # type: ignore[operator]
 
 
 @settings(max_examples=300, deadline=None)
@@ -322,7 +454,7 @@ def test_any_bytes_parse_or_say_unavailable(data: bytes, port: int) -> None:
         found, _done = c.parse(data, port)
     except Unavailable:
         return
-    assert c.in_flight(found, port) <= len(found)
+    assert count(found, port) <= len(found)
 
 
 @settings(max_examples=200, deadline=None)

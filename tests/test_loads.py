@@ -305,9 +305,12 @@ def _with(**fields: Any) -> bytes:
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
-        (b"", "not JSON"),
+        (b"", "an empty or cut body"),  # a 204, or a close before the body
+        (b"  \n", "an empty or cut body"),
         (b"# HELP sglang:num_running_reqs\nsglang:num_running_reqs 0\n", "not JSON"),
-        (b'{"loads": [', "not JSON"),
+        (b'{"loads": [', "an empty or cut body"),  # an HTTP/1.0 body cut by a close
+        (b'[{"dp_rank": 0, "num_runn', "an empty or cut body"),
+        (b"<html><body>502 Bad Gateway</body></html>", "not JSON"),
         (b"\xff\xfe\x00garbage", "not JSON"),
         (b"null", "not an object or a list"),
         (b"0", "not an object or a list"),

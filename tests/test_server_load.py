@@ -40,6 +40,10 @@ BUSY = sample("vllm-http-plain.txt")  # running 1
         (b'{"load": 1}', ServerLoad(absent="no server_load in the body")),
         (b"[1]", ServerLoad(absent="no server_load in the body")),
         (IDLE, ServerLoad(absent="not JSON")),
+        (b"<html>ok</html>", ServerLoad(absent="not JSON")),
+        (b"", ServerLoad(doubt="an empty or cut body")),  # a 204, or a close before it
+        (b'{"server_load"', ServerLoad(doubt="an empty or cut body")),  # cut by a close
+        (b' {"server_load": 3', ServerLoad(doubt="an empty or cut body")),
         (b"x" * 70000, ServerLoad(absent="a body of 70000 bytes is not a /load answer")),
     ],
 )
@@ -108,13 +112,40 @@ def test_a_busy_read_asks_no_load_but_probe_does() -> None:
         ((200, IDLE), "/load is not vLLM's (not JSON)"),
     ],
 )
-def test_no_load_route_is_asked_no_more(answer: tuple[int, bytes], why: str) -> None:
-    got, seen = reads({"/metrics": [(200, IDLE)], "/load": [answer]}, 3)
-    assert [r.verdict for r in got] == [Verdict.IDLE] * 3  # the others decide
-    assert seen == ["/metrics", "/load", "/metrics", "/metrics"]
-    for r in got:
+def test_no_load_route_is_missing_and_asked_again(answer: tuple[int, bytes], why: str) -> None:
+    """Missing while it has never counted (the others decide); asked again each read,
+    so a /load that starts answering (a worker restarted behind the port) counts."""
+    replies = {"/metrics": [(200, IDLE)], "/load": [answer, answer, load(2)]}
+    got, seen = reads(replies, 3)
+    assert [(r.verdict, r.in_flight) for r in got] == [
+        (Verdict.IDLE, 0.0), (Verdict.IDLE, 0.0), (Verdict.BUSY, 2.0)
+    ]  # fmt: skip
+    assert seen == ["/metrics", "/load"] * 3
+    for r in got[:2]:
         assert r.signals is not None and r.signals.server is None
         assert r.signals.missing == (("server", why),)
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ((404, b"not found\n"), "/load answered HTTP 404 (a vLLM without the /load route)"),
+        ((403, b"forbidden\n"), "/load answered HTTP 403 (vLLM's --api-key guards it; "),
+        ((200, b"<html>proxy</html>"), "/load is not vLLM's (not JSON)"),
+        ((200, b'{"ok": true}'), "/load is not vLLM's (no server_load in the body)"),
+    ],
+)
+def test_after_a_count_what_is_not_a_count_is_doubt(answer: tuple[int, bytes], why: str) -> None:
+    """Before: one such answer turned /load off for the rest of the run, and the
+    gauges alone released an engine whose server still held 3 (CONTRACT §2a)."""
+    replies = {"/metrics": [(200, IDLE)], "/load": [load(3), answer, load(0)]}
+    got, seen = reads(replies, 3)
+    assert [(r.verdict, r.in_flight) for r in got] == [
+        (Verdict.BUSY, 3.0), (Verdict.UNKNOWN, None), (Verdict.IDLE, 0.0)
+    ]  # fmt: skip
+    assert got[1].reason is not None and got[1].reason.startswith(why)
+    assert got[1].reason.endswith(" after a count: doubt")
+    assert seen == ["/metrics", "/load"] * 3
 
 
 def test_a_negative_load_is_doubt() -> None:
@@ -211,7 +242,7 @@ def test_the_read_lines_and_the_summary_say_which_signal_held(hook: Hook) -> Non
     for r in answered:
         assert (r["verdict"], r["in_flight"], r["held_by"]) == ("busy", "2", "server")
         assert (r["scheduler"], r["server"]) == ("0", "2")
-        assert "connections" not in r  # busy already: no dump (the count is the largest)
+        assert r["connections"] == "0"  # dumped on a busy read too: each one's history
     summary = fields(run.summary)
     assert (summary["outcome"], summary["held_by"]) == ("deadline", "server")
 

@@ -138,30 +138,54 @@ def test_a_pinned_engine_follows_only_a_body_with_its_series() -> None:
 
 
 @pytest.mark.parametrize("status", [401, 403, 404])
-def test_401_403_404_keep_metrics_for_the_rest_of_the_hook(status: int) -> None:
+def test_401_403_404_keep_metrics_in_charge_and_are_asked_again(status: int) -> None:
     no = failed(Verdict.UNKNOWN, f"HTTP {status}", status)
-    reader, _, live_reader = auto([sglang(6), sglang(0)], [no])
-    first, second = reader.read(1.0), reader.read(1.0)
+    reader, _, live_reader = auto([sglang(6), sglang(0), sglang(0)], [no, no, live(2)])
+    first, second, third = reader.read(1.0), reader.read(1.0), reader.read(1.0)
     assert (first.verdict, first.in_flight, first.source) == (Verdict.BUSY, 6, "metrics")
     assert (second.verdict, second.in_flight) == (Verdict.IDLE, 0)
-    assert len(live_reader.timeouts) == 1  # not asked again
+    # Asked each read: a worker restarted behind the port that now answers counts.
+    assert (third.verdict, third.in_flight, third.source) == (Verdict.BUSY, 2, "loads")
+    assert len(live_reader.timeouts) == 3
     assert first.warnings == second.warnings  # one text: the log shows it once
     (warning,) = first.warnings
     assert warning.startswith(f"/v1/loads answered HTTP {status} (")
     assert ("--api-key-file" in warning) == (status != 404)
 
 
-def test_a_body_that_is_not_sglangs_keeps_metrics_for_the_rest_of_the_hook() -> None:
+def test_a_body_that_is_not_sglangs_keeps_metrics_in_charge_while_it_never_counted() -> None:
     """Missing, not doubt (CONTRACT §2a): a /v1/loads that is not a load report."""
     html = Reading.from_scan(scan_loads(b"<html>"), 1.0, "loads")
     reader, _, live_reader = auto([sglang(6), sglang(0)], [html, live(3)])
     first, second = reader.read(1.0), reader.read(1.0)
-    assert (first.in_flight, second.verdict, second.source) == (6, Verdict.IDLE, "metrics")
-    assert len(live_reader.timeouts) == 1
+    assert (first.in_flight, first.source) == (6, "metrics")
+    assert (second.verdict, second.in_flight, second.source) == (Verdict.BUSY, 3, "loads")
+    assert len(live_reader.timeouts) == 2
     assert first.warnings == (
         f"/v1/loads is not SGLang's ({html.reason}): counting {STALE_METRICS}",
     )
     assert html.reason is not None and html.reason.startswith("not a load report: not JSON")
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (failed(Verdict.UNKNOWN, "HTTP 404", 404), "/v1/loads answered HTTP 404 ("),
+        (Reading.from_scan(scan_loads(b"<html>"), 1.0, "loads"), "/v1/loads is not SGLang's ("),
+    ],
+    ids=["404", "html"],
+)
+def test_after_a_count_what_is_not_a_count_is_doubt(answer: Reading, why: str) -> None:
+    """Before: one such answer turned /v1/loads off for the rest of the run, and the
+    stale gauges released the engine (CONTRACT §2a: after its first count, doubt)."""
+    reader, _, live_reader = auto([sglang(0)], [live(3), answer, live(0)])
+    first, second, third = reader.read(1.0), reader.read(1.0), reader.read(1.0)
+    assert (first.verdict, first.in_flight) == (Verdict.BUSY, 3)
+    assert (second.verdict, second.in_flight) == (Verdict.UNKNOWN, None)
+    assert second.reason is not None and second.reason.startswith(why)
+    assert second.reason.endswith(" after a count: doubt")
+    assert (third.verdict, third.source) == (Verdict.IDLE, "loads")
+    assert len(live_reader.timeouts) == 3
 
 
 def doubt(reason: str) -> Reading:
@@ -295,7 +319,7 @@ def test_loads_refused_keeps_metrics_in_charge_and_says_so_once(hook: Hook, stat
     assert run.code == 0, run.stderr  # drained by /metrics: never ended by /v1/loads
     end = fields(run.summary)
     assert (end["outcome"], end["reads"]) == ("drained", "3")
-    assert seen.count("/v1/loads") == 1 and seen.count("/metrics") == 3
+    assert seen.count("/v1/loads") == 3 and seen.count("/metrics") == 3  # asked each read
     (said,) = warnings(run)  # once, not every read
     assert said.startswith(f"/v1/loads answered HTTP {status}")
     reads = [fields(line) for line in run.lines if " read=" in line]

@@ -86,11 +86,12 @@ class SideSource:
     """A path an engine serves beside /metrics that the read asks on the same
     listener (CONTRACT §2a): what it counts (`scheduler`: SGLang's /v1/loads stands
     in for the scheduler's gauges; `server`: vLLM's /load is the server's count),
-    and the statuses that say it will never answer this hook (not asked again)."""
+    and the statuses that say this listener does not serve it to this hook (the
+    signal is missing while it has never answered a count; after one, doubt)."""
 
     path: str
     counts: str
-    off_for_good: dict[int, str]
+    not_served: dict[int, str]
 
 
 def _guarded(engine: str, absent: str) -> dict[int, str]:

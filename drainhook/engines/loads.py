@@ -12,7 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from drainhook.engines.gauges import BY_NAME, LoadsField, external_work
-from drainhook.engines.verdict import Body, Progress, Scan, Series, Verdict, count, value_problem
+from drainhook.engines.verdict import (
+    Body,
+    Progress,
+    Scan,
+    Series,
+    Verdict,
+    count,
+    cut_json,
+    value_problem,
+)
 from drainhook.errors import Malformed
 
 ENGINE = BY_NAME["sglang"]
@@ -101,6 +110,8 @@ def _parse(body: bytes | bytearray | memoryview) -> object:
     except RecursionError:  # [[[[... nested past the interpreter's stack
         raise Malformed("JSON nested too deep") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        if cut_json(data):
+            raise Malformed("an empty or cut body") from None
         raise NotLoads(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
 
 

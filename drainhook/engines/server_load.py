@@ -1,7 +1,8 @@
 """vLLM's `GET /load` body (CONTRACT §2a, the server's own count): `{"server_load": N}`,
 every inference request one API-server process holds, with
 `--enable-server-load-tracking` (0 without; 404 before the route). A count, doubt
-(negative or not finite, as vLLM #49526 saw: `unknown`), or no /load (asked no more)."""
+(negative or not finite, as vLLM #49526 saw; an empty or cut body: `unknown`), or
+no /load (missing, until it has answered a count)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from drainhook.engines.verdict import Body, Scan, Series, Verdict
+from drainhook.engines.verdict import Body, Scan, Series, Verdict, cut_json
 
 FIELD = "server_load"
 MAX_BYTES = 64 * 1024  # a /load answer is a few bytes; a larger body is not one
@@ -36,6 +37,8 @@ def parse_server_load(body: Body, _until: float = 0.0) -> ServerLoad:
     try:
         document = json.loads(bytes(body), parse_int=float, object_pairs_hook=_Object)
     except (ValueError, UnicodeDecodeError, RecursionError):
+        if cut_json(body):
+            return ServerLoad(doubt="an empty or cut body")
         return ServerLoad(absent="not JSON")
     values = [v for k, v in document if k == FIELD] if isinstance(document, _Object) else []
     if not values:

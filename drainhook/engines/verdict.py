@@ -233,3 +233,10 @@ class Scanner(Protocol):
     def source(self) -> str: ...
 
     def __call__(self, body: Body, *, until: float, clock: Callable[[], float]) -> Scan: ...
+
+
+def cut_json(body: Body) -> bool:
+    """Whether a 2xx body that does not parse as JSON is an engine's answer cut short
+    (empty, a 204, a close mid-body on HTTP/1.0: it starts as JSON does), not
+    another server's page (CONTRACT §2a: doubt, not missing)."""
+    return bytes(body[:64]).lstrip()[:1] in (b"", b"{", b"[")

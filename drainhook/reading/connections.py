@@ -1,8 +1,9 @@
 """The connection signal (CONTRACT §2a): requests in flight on the serving port's TCP
-connections, from every established socket's `struct tcp_info` (NETLINK_SOCK_DIAG,
-what `ss -ti` reads): one that received bytes and sent none, or received more
-recently than it sent, holds a request; the hook's own never count. Pure parsing
-apart from the I/O (`dump`, `own_inodes`); no sock_diag: the signal is missing."""
+connections, from each server-side socket's `struct tcp_info` (NETLINK_SOCK_DIAG,
+what `ss -ti` reads) in a state it can answer from (a client that shut its side
+leaves CLOSE_WAIT): data in after the last data out is a request; a tie of the
+kernel's ages (whole ticks) is read from what moved since the last dump (`Watch`).
+The hook's own never count. Pure apart from the I/O (`dump`, `own_inodes`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 NETLINK_SOCK_DIAG = 4
@@ -19,7 +20,10 @@ SOCK_DIAG_BY_FAMILY = 20
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 INET_DIAG_INFO = 2
-TCP_ESTABLISHED = 1
+# The states in which a server can still answer: ESTABLISHED, and CLOSE_WAIT (its
+# client sent, then shut its side). In the others it has shut its own side, or no
+# process holds the socket (TIME_WAIT, which a busy port has by the thousand).
+STATES = (1, 8)
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 # inet_diag_req_v2: family, protocol, ext, pad, states; then inet_diag_sockid
@@ -33,11 +37,12 @@ _MSG_TAIL = struct.Struct("=IIIII")
 _MSG_LEN = _MSG_HEAD.size + _SOCKID_LEN + _MSG_TAIL.size  # 72
 _RTATTR = struct.Struct("=HH")
 
-# struct tcp_info (linux/tcp.h): the offsets of the fields read, and the length
-# each needs. bytes_sent came in 4.19; before it, bytes_acked (4.1) stands in.
+# struct tcp_info (linux/tcp.h): the offsets of the fields read. The data
+# segment counters came in 4.6: a shorter tcp_info leaves the signal missing.
 _LAST_DATA_SENT, _LAST_DATA_RECV = 44, 52
-_BYTES_ACKED, _BYTES_RECEIVED, _BYTES_SENT = 120, 128, 200
-_U32, _U64 = struct.Struct("=I"), struct.Struct("=Q")
+_DATA_SEGS_IN, _DATA_SEGS_OUT = 152, 156
+_INFO_LEN = _DATA_SEGS_OUT + 4
+_U32 = struct.Struct("=I")
 
 MAX_SOCKETS = 65536  # sockets read from one dump; past it the signal is missing this read
 _RECV_SIZE = 256 * 1024
@@ -54,10 +59,11 @@ class Doubt(Exception):
 
 @dataclass(frozen=True)
 class TcpInfo:
-    """What a socket's `struct tcp_info` says of its data (bytes, ms ago)."""
+    """What a socket's `struct tcp_info` says of its data: the segments that carried
+    data in and out, and how long ago (ms, in whole kernel ticks) the last did."""
 
-    bytes_received: int
-    bytes_sent: int
+    data_in: int
+    data_out: int
     last_data_recv: int
     last_data_sent: int
 
@@ -75,22 +81,22 @@ class Socket:
 
 
 def request(family: int, seq: int = 1) -> bytes:
-    """The netlink request dumping every established TCP socket of `family` with its
+    """The netlink request dumping every TCP socket of `family` in STATES, with its
     tcp_info."""
-    body = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 1 << TCP_ESTABLISHED)
+    states = sum(1 << s for s in STATES)
+    body = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), states)
     body += bytes(_SOCKID_LEN)
     flags = NLM_F_REQUEST | NLM_F_DUMP
     return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY, flags, seq, 0) + body
 
 
-def tcp_info(raw: bytes) -> TcpInfo | None:
-    """The fields read from a `struct tcp_info` (None: too short, a kernel before 4.1)."""
-    if len(raw) < _BYTES_RECEIVED + 8:
-        return None
-    sent_at = _BYTES_SENT if len(raw) >= _BYTES_SENT + 8 else _BYTES_ACKED
+def tcp_info(raw: bytes) -> TcpInfo:
+    """The fields read from a `struct tcp_info`; Unavailable before Linux 4.6."""
+    if len(raw) < _INFO_LEN:
+        raise Unavailable(f"a tcp_info of {len(raw)} bytes has no segment counters")
     return TcpInfo(
-        bytes_received=_U64.unpack_from(raw, _BYTES_RECEIVED)[0],
-        bytes_sent=_U64.unpack_from(raw, sent_at)[0],
+        data_in=_U32.unpack_from(raw, _DATA_SEGS_IN)[0],
+        data_out=_U32.unpack_from(raw, _DATA_SEGS_OUT)[0],
         last_data_recv=_U32.unpack_from(raw, _LAST_DATA_RECV)[0],
         last_data_sent=_U32.unpack_from(raw, _LAST_DATA_SENT)[0],
     )
@@ -145,29 +151,62 @@ def _errno_name(code: int) -> str:
     return errno.errorcode.get(code, str(code))
 
 
-def carries_request(info: TcpInfo) -> bool:
-    """Whether a server-side connection holds a request no response byte has
-    answered: bytes received and none sent, or data received after the last sent."""
-    if info.bytes_received == 0:
+@dataclass(frozen=True)
+class Seen:
+    """A connection as the last dump found it: its counters, and its finding."""
+
+    data_in: int
+    data_out: int
+    carrying: bool
+
+
+def carries_request(info: TcpInfo, before: Seen | None = None) -> bool:
+    """Whether a server-side connection holds a request no response byte answered:
+    data in and none out, or data in after the last data out. A tie of the ages (a
+    pooled client's next request in the tick its answer landed; a request answered
+    in its tick) is read from the counters since `before`, the last dump's finding:
+    data in alone, a request; data out alone, an answer; both or neither, the
+    finding stands. First seen, a tie reads as answered (docs/contract.md §2a)."""
+    if info.data_in == 0:
         return False
-    return info.bytes_sent == 0 or info.last_data_recv < info.last_data_sent
+    if info.data_out == 0 or info.last_data_recv < info.last_data_sent:
+        return True
+    if info.last_data_recv > info.last_data_sent or before is None:
+        return False
+    more_in, more_out = info.data_in != before.data_in, info.data_out != before.data_out
+    return more_in if more_in != more_out else before.carrying
 
 
-def in_flight(sockets: Iterable[Socket], port: int, own: Collection[int] = ()) -> int:
-    """The requests in flight on connections to `port`: its server-side sockets
-    (local port `port`, established) carrying a request, less those whose peer
-    is one of the hook's own sockets (`own`: their inodes)."""
-    sockets = list(sockets)
-    mine = {s.sport for s in sockets if s.dport == port and s.inode and s.inode in own}
-    return sum(
-        1
-        for s in sockets
-        if s.sport == port
-        and s.state == TCP_ESTABLISHED
-        and s.dport not in mine
-        and s.info is not None
-        and carries_request(s.info)
-    )
+class Watch:
+    """The connections of one port from dump to dump: `count` gives the requests
+    in flight on them and keeps each one's finding for the next."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, Seen] = {}
+
+    def count(
+        self, sockets: Iterable[Socket], port: int, own: Callable[[], Collection[int]] = frozenset
+    ) -> int:
+        """The requests in flight on connections to `port`: its server-side sockets
+        held by a process (an inode) that carry a request, less those whose peer is
+        one of the hook's own sockets (`own()`: their inodes, listed only when a
+        request is seen at all)."""
+        sockets = list(sockets)
+        seen: dict[int, Seen] = {}
+        carrying: list[Socket] = []
+        for s in sockets:
+            if s.sport != port or not s.inode or s.info is None:
+                continue
+            held = carries_request(s.info, self._seen.get(s.inode))
+            seen[s.inode] = Seen(s.info.data_in, s.info.data_out, held)
+            if held:
+                carrying.append(s)
+        self._seen = seen
+        if not carrying:
+            return 0
+        mine = set(own())
+        theirs = {s.sport for s in sockets if s.dport == port and s.inode in mine}
+        return sum(1 for s in carrying if s.dport not in theirs)
 
 
 # ---- the I/O ------------------------------------------------------------------
@@ -178,7 +217,7 @@ def dump(
     families: Iterable[int] = (socket.AF_INET, socket.AF_INET6),
     port: int | None = None,
 ) -> list[Socket]:
-    """Every established TCP socket of this network namespace (with `port`, those
+    """Every TCP socket in STATES of this network namespace (with `port`, those
     from or to it), with its tcp_info, within `timeout` seconds; Unavailable
     where sock_diag cannot be read; Doubt when the dump does not finish."""
     until = time.monotonic() + timeout

@@ -4,8 +4,10 @@ the scheduler's stead, vLLM's /load as the server's own count), then the
 connections on its port, dumped last so that none of the hook's own is in flight;
 each within a read timeout of its own, all by D. A signal the target does not
 serve (401, 403, 404, a body that is not the engine's, no sock_diag) is missing
-for good: said once, the others decide. Any other failure of one (a 5xx, a
-timeout, no time left, a value that is not a count) is doubt: the read is `unknown`.
+while it has never answered a count: said, the others decide, and asked again on
+the next read. After its first count, and for any other failure (a 5xx, a
+timeout, no time left, an empty or cut body, a value that is not a count), it is
+doubt: the read is `unknown`.
 """
 
 from __future__ import annotations
@@ -28,14 +30,7 @@ from drainhook.engines.verdict import (
 )
 from drainhook.reading import TargetReader
 from drainhook.reading.config import DEFAULT_READ_TIMEOUT
-from drainhook.reading.connections import (
-    Doubt,
-    Socket,
-    Unavailable,
-    dump,
-    in_flight,
-    own_inodes,
-)
+from drainhook.reading.connections import Doubt, Socket, Unavailable, Watch, dump, own_inodes
 from drainhook.reading.read import Reader
 
 NO_LOG_STATS = (
@@ -75,7 +70,8 @@ class EngineReader:
         self._dump = dumper or (lambda timeout, port: dump(timeout, port=port))
         self._own = own
         self._clock = clock
-        self._off: dict[str, str] = {}  # why a side path or the connections are missing
+        self._counted: set[str] = set()  # the signals that have answered a count
+        self._watch = Watch()  # each connection as the last dump found it
 
     @property
     def name(self) -> str:
@@ -103,8 +99,8 @@ class EngineReader:
             got = dataclasses.replace(got, read_ms=(self._clock() - start) * 1000.0)
         if self._port is None or not got.counted:
             return got  # doubt stays doubt
-        if got.verdict is Verdict.BUSY and not self._every:
-            return got  # busy already: the count is the largest signal
+        # Dumped on a busy read too: a connection's tie is read from what it did
+        # since the last dump (drainhook.reading.connections.Watch).
         return self._connections(got, until)
 
     def _no_gauges(self, got: Reading, until: float) -> Reading:
@@ -138,22 +134,22 @@ class EngineReader:
 
     def _scheduler_from(self, side: SideSource, first: Reading, until: float) -> Reading:
         """SGLang's /v1/loads read after /metrics: counted in its stead when valid."""
-        if side.path in self._off:
-            return _with_warning(first, self._off[side.path])
         try:
             live = self._side(side.path).read(self._left(until, side.path))
         except NoTime as exc:
             return _doubt(first, str(exc))
-        if live.status in side.off_for_good or _not_loads(live):
+        if live.status in side.not_served or _not_loads(live):
             why = (
-                f"answered HTTP {live.status} ({side.off_for_good[live.status]})"
+                f"answered HTTP {live.status} ({side.not_served[live.status]})"
                 if live.status is not None
                 else f"is not SGLang's ({live.reason})"
             )
-            self._off[side.path] = f"{side.path} {why}: counting {STALE_METRICS}"
-            return _with_warning(first, self._off[side.path])
+            if side.path in self._counted:  # after a count, doubt (CONTRACT §2a)
+                return _doubt(first, f"{side.path} {why} after a count: doubt")
+            return _with_warning(first, f"{side.path} {why}: counting {STALE_METRICS}")
         if not live.counted:
             return _doubt(first, f"{side.path} gave no count ({_kind(live)}): doubt")
+        self._counted.add(side.path)
         warnings = first.warnings + tuple(w for w in live.warnings if w not in first.warnings)
         # Both bodies' progress counters; /v1/loads' external waiting, whose
         # work is the one counted (CONTRACT §2b).
@@ -171,8 +167,6 @@ class EngineReader:
     def _server_from(self, side: SideSource, first: Reading, until: float) -> Reading:
         """vLLM's /load read after /metrics: its count the `server` signal."""
         signals = first.signals or Signals(first.scheduler)
-        if side.path in self._off:
-            return with_signals(first, signals.without(SERVER, self._off[side.path]))
         from drainhook.engines.server_load import parse_server_load  # vLLM's only
 
         try:
@@ -180,38 +174,37 @@ class EngineReader:
         except NoTime as exc:
             return _doubt(first, str(exc))
         if isinstance(got, Reading):  # no 2xx body
-            if got.status in side.off_for_good:
-                why = side.off_for_good[got.status]
-                self._off[side.path] = f"{side.path} answered HTTP {got.status} ({why})"
-                return with_signals(first, signals.without(SERVER, self._off[side.path]))
-            return _doubt(first, f"{side.path} gave no count ({_kind(got)}): doubt")
-        if got.absent is not None:
-            self._off[side.path] = f"{side.path} is not vLLM's ({got.absent})"
-            return with_signals(first, signals.without(SERVER, self._off[side.path]))
-        if got.value is None:
+            if got.status not in side.not_served:
+                return _doubt(first, f"{side.path} gave no count ({_kind(got)}): doubt")
+            why = f"answered HTTP {got.status} ({side.not_served[got.status]})"
+        elif got.absent is not None:
+            why = f"is not vLLM's ({got.absent})"
+        elif got.value is None:
             return _doubt(first, f"{side.path}: {got.doubt}: doubt")
-        return with_signals(first, dataclasses.replace(signals, server=got.value))
+        else:
+            self._counted.add(side.path)
+            return with_signals(first, dataclasses.replace(signals, server=got.value))
+        if side.path in self._counted:
+            return _doubt(first, f"{side.path} {why} after a count: doubt")
+        return with_signals(first, signals.without(SERVER, f"{side.path} {why}"))
 
     def _connections(self, got: Reading, until: float) -> Reading:
         """The connection signal on the port, after the HTTP reads."""
         signals = got.signals or Signals(got.scheduler)
-        if CONNECTIONS in self._off:
-            return with_signals(got, signals.without(CONNECTIONS, self._off[CONNECTIONS]))
+        port = self._port or 0
         try:
             left = min(self._left(until, "the connection table"), self._read_timeout)
-            found = self._dump(left, self._port or 0)
-            # The hook's own sockets are listed (/proc/self/fd) only when a
-            # request is seen at all: most dumps find none.
-            count = in_flight(found, self._port or 0)
-            if count:
-                count = in_flight(found, self._port or 0, self._own())
+            count = self._watch.count(self._dump(left, port), port, self._own)
         except NoTime as exc:
             return _doubt(got, str(exc))
         except Doubt as exc:
             return _doubt(got, f"the connection table: {exc}: doubt")
         except Unavailable as exc:
-            self._off[CONNECTIONS] = f"the connection table cannot be read: {exc}"
-            return with_signals(got, signals.without(CONNECTIONS, self._off[CONNECTIONS]))
+            why = f"the connection table cannot be read: {exc}"
+            if CONNECTIONS in self._counted:
+                return _doubt(got, f"{why} after a count: doubt")
+            return with_signals(got, signals.without(CONNECTIONS, why))
+        self._counted.add(CONNECTIONS)
         return with_signals(got, dataclasses.replace(signals, connections=float(count)))
 
 

@@ -7,7 +7,8 @@ object.
 
 The server: `GET /metrics` answers an idle vLLM body (and closes); `POST` reads
 its whole body (Content-Length) and only then answers; `GET /quick` answers at
-once and keeps the connection open for the next request; `GET /stream` answers
+once and keeps the connection open for the next request; `GET /hold/S` answers
+S seconds after it came, and keeps the connection open; `GET /stream` answers
 with a chunk every 50 ms for as long as the client stays.
 
 Scenes (each prints {"count": N, ...}):
@@ -19,25 +20,42 @@ Scenes (each prints {"count": N, ...}):
 - `own`: the counting process's own unanswered request to the port, and nothing
   else: 0 (the hook never counts itself);
 - `mix`: one of each of the above at once: 2;
-- `hook SECONDS ARGS...`: an upload that completes SECONDS after the start, and
+- `halfclosed`: a client has sent its request and shut its side (CLOSE_WAIT): 1;
+- `pooled`: a pooled client's request held, counted, then its answer and the
+  next request in one tick, counted again by the same Watch: 1 and 1, while a
+  neighbour's health checks are answered within their tick: 0 (and whether the
+  second dump found the two ages equal: `tie`);
+- `twins`: the limit, on real sockets: an upload whose last bytes and answer land
+  in one tick, and a pooled client's answer and next request in one tick, each
+  after a dump that saw its request held; what the second dump reads of each
+  (`x`, `y`: tcp_info's counters and ages) and counts (`counts`);
+- `hook KIND SECONDS ARGS...`: work that is answered SECONDS after the start, and
   `drainhook wait ARGS` (the port as {port}) run beside it: its exit code,
-  stderr and elapsed time, and when the upload was answered.
+  stderr and elapsed time, and when the work was answered. KIND: `upload` (a
+  body that completes then), `pooled` (a request held, answered at SECONDS/2
+  with the next request sent in the same instant, that one answered at
+  SECONDS), `halfclosed` (a request whose client shut its side, answered then),
+  `idle` (eight keep-alive connections whose requests were all answered; no work:
+  SECONDS is ignored).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = (Path(__file__).resolve().parents[1] / "samples" / "vllm-http-plain-idle.txt").read_bytes()
 
+# Counts on each line read from stdin, with one Watch (as the hook's), until EOF.
 COUNT = """
 import json, socket, sys
 from drainhook.reading import connections as c
@@ -47,9 +65,14 @@ if len(sys.argv) > 2:  # an unanswered request of this process's own
     own = socket.create_connection(("127.0.0.1", port))
     own.sendall(b"POST /upload HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: 10\\r\\n\\r\\n12345")
     import time; time.sleep(0.1)
-socks = c.dump(2.0)
-print(json.dumps({"count": c.in_flight(socks, port, c.own_inodes()),
-                  "all": c.in_flight(socks, port), "sockets": len(socks)}))
+watch = c.Watch()
+for _ in sys.stdin:
+    socks = c.dump(2.0, port=port)
+    infos = {s.dport: [s.info.data_in, s.info.data_out, s.info.last_data_recv,
+                       s.info.last_data_sent] for s in socks if s.sport == port and s.info}
+    print(json.dumps({"count": watch.count(socks, port, c.own_inodes),
+                      "all": c.Watch().count(socks, port), "sockets": len(socks),
+                      "infos": infos}), flush=True)
 """
 
 
@@ -82,12 +105,16 @@ def _serve(conn: socket.socket) -> None:
                         return
                     pending += chunk
                 pending = pending[length:]
+                time.sleep(0.02)  # an engine's least work on a request (tokenizing)
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             elif path == b"/metrics":
                 head_out = f"HTTP/1.1 200 OK\r\nContent-Length: {len(IDLE)}\r\nConnection: close"
                 conn.sendall(head_out.encode() + b"\r\n\r\n" + IDLE)
                 return
             elif path == b"/quick":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            elif path.startswith(b"/hold/"):
+                time.sleep(float(path[6:]))
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             elif path == b"/stream":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -112,7 +139,7 @@ def server() -> int:
     return int(listener.getsockname()[1])
 
 
-def _client(port: int, data: bytes, read_first: bool = False) -> socket.socket:
+def client(port: int, data: bytes, read_first: bool = False) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port))
     sock.sendall(data)
     if read_first:  # wait for the whole short answer
@@ -127,56 +154,169 @@ QUICK = b"GET /quick HTTP/1.1\r\nHost: x\r\n\r\n"
 STREAM = b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
+def _answer(sock: socket.socket) -> None:
+    """Read one short answer (`ok`) off a client's connection."""
+    got = b""
+    while not got.endswith(b"ok"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before its answer")
+        got += chunk
+
+
+def hold(seconds: float) -> bytes:
+    return f"GET /hold/{seconds} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+
+
 def scene(name: str, port: int) -> list[socket.socket]:
     """Open the clients of a scene; they stay open while the count is made."""
     held: list[socket.socket] = []
     if name in ("upload", "mix"):
-        held.append(_client(port, UPLOAD_HEAD + b"x" * 2048))
+        held.append(client(port, UPLOAD_HEAD + b"x" * 2048))
     if name in ("keepalive", "mix"):
-        held.append(_client(port, QUICK, read_first=True))
+        held.append(client(port, QUICK, read_first=True))
     if name in ("stream", "mix"):
-        held.append(_client(port, STREAM))
+        held.append(client(port, STREAM))
         time.sleep(0.2)
         held[-1].recv(65536)
     if name in ("second", "mix"):
-        sock = _client(port, QUICK, read_first=True)
+        sock = client(port, QUICK, read_first=True)
         time.sleep(0.05)
         sock.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
         )
         held.append(sock)
+    if name == "halfclosed":
+        held.append(client(port, hold(30)))
+        held[-1].shutdown(socket.SHUT_WR)
     time.sleep(0.1)
     return held
 
 
+class Counter:
+    """The counting process (COUNT): `count()` dumps once more with its Watch."""
+
+    def __init__(self, port: int, own: bool = False) -> None:
+        argv = [sys.executable, "-c", COUNT, str(port), *(["own"] if own else [])]
+        self._proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+
+    def count(self) -> dict[str, object]:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write("dump\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            return {"error": self.close()}
+        out: dict[str, object] = json.loads(line)
+        return out
+
+    def close(self) -> str:
+        _, err = self._proc.communicate(timeout=30)
+        return err[-2000:]
+
+
 def count(port: int, own: bool = False) -> dict[str, object]:
-    argv = [sys.executable, "-c", COUNT, str(port), *(["own"] if own else [])]
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=30, check=False)
-    if done.returncode != 0:
-        return {"error": done.stderr[-2000:]}
-    out: dict[str, object] = json.loads(done.stdout)
+    counter = Counter(port, own)
+    out = counter.count()
+    counter.close()
     return out
 
 
-def hook(port: int, seconds: float, args: list[str]) -> dict[str, object]:
-    """An upload answered only once its body is whole, at `seconds`, and the hook."""
-    sock = _client(port, UPLOAD_HEAD + b"x" * 1024)
+def pooled(port: int) -> dict[str, object]:
+    """A pooled client's request held (counted), then answered with the next one
+    sent as the answer lands (counted again, by the same Watch); beside it, a
+    health-check connection answered within its tick before each count."""
+    counter = Counter(port)
+    pooled_ = client(port, hold(0.3))
+    checks = client(port, QUICK, read_first=True)
+    time.sleep(0.1)
+    first = counter.count()
+    _answer(pooled_)
+    pooled_.sendall(hold(30))  # in the tick the answer landed, as a pool's next request
+    checks.sendall(QUICK)
+    _answer(checks)
+    time.sleep(0.05)
+    second = counter.count()
+    counter.close()
+    pooled_.close()
+    checks.close()
+    return {"counts": [first.get("count"), second.get("count")], "first": first, "second": second}
+
+
+def twins(port: int) -> dict[str, object]:
+    """Two connections whose requests a dump saw held: X's upload ends and is answered
+    in one tick (`/quick` answers at once), Y's answer and next request land in one;
+    tried until the second dump finds both ages tied."""
+    for _ in range(10):
+        counter = Counter(port)
+        x = client(port, b"GET /quick HTTP/1.1\r\nHost: x\r\n")
+        y = client(port, hold(0.2))
+        time.sleep(0.1)
+        first = counter.count()
+        x.sendall(b"\r\n")  # its end: answered at once
+        _answer(x)
+        _answer(y)
+        y.sendall(hold(30))
+        time.sleep(0.05)
+        second = counter.count()
+        counter.close()
+        infos: dict[str, list[int]] = second["infos"]  # type: ignore[assignment]
+        tx, ty = (infos[str(one.getsockname()[1])] for one in (x, y))
+        x.close()
+        y.close()
+        if tx[2] == tx[3] and ty[2] == ty[3]:
+            return {"counts": [first["count"], second["count"]], "x": tx, "y": ty}
+    return {"error": "no dump found both ages tied in 10 tries"}
+
+
+def _work(kind: str, port: int, seconds: float, start: float) -> Callable[[], object]:
+    """The clients of a `hook` scene, opened now; the returned call completes their
+    work at `seconds` after `start` (and returns when it is answered)."""
+    if kind == "upload":
+        sock = client(port, UPLOAD_HEAD + b"x" * 1024)
+
+        def upload() -> None:
+            time.sleep(max(0.0, start + seconds - time.monotonic()))
+            sock.sendall(b"x" * (4096 - 1024))
+            _answer(sock)
+
+        return upload
+    if kind == "pooled":
+        sock = client(port, hold(seconds / 2))
+
+        def next_one() -> None:
+            _answer(sock)
+            sock.sendall(hold(max(0.0, start + seconds - time.monotonic())))
+            _answer(sock)
+
+        return next_one
+    if kind == "halfclosed":
+        sock = client(port, hold(seconds))
+        sock.shutdown(socket.SHUT_WR)
+        return functools.partial(_answer, sock)
+    pool = [client(port, QUICK, read_first=True) for _ in range(8)]
+    return functools.partial(len, pool)  # the pool stays open while the hook runs
+
+
+def hook(kind: str, port: int, seconds: float, args: list[str]) -> dict[str, object]:
+    """Work answered at `seconds` after the start (`_work`), and the hook beside it."""
     answered: list[float] = []
     start = time.monotonic()
+    finish = _work(kind, port, seconds, start)
 
-    def finish() -> None:
-        time.sleep(seconds)
-        sock.sendall(b"x" * (4096 - 1024))
-        got = b""
-        with contextlib.suppress(OSError):
-            while not got.endswith(b"ok"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                got += chunk
-        answered.append(time.monotonic() - start)
+    def done_at() -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            finish()
+            answered.append(time.monotonic() - start)
 
-    threading.Thread(target=finish, daemon=True).start()
+    threading.Thread(target=done_at, daemon=True).start()
     argv = [a.replace("{port}", str(port)) for a in args]
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
     elapsed = time.monotonic() - start
@@ -192,9 +332,13 @@ def main() -> None:
     name = sys.argv[1]
     port = server()
     if name == "hook":
-        out = hook(port, float(sys.argv[2]), sys.argv[3:])
+        out = hook(sys.argv[2], port, float(sys.argv[3]), sys.argv[4:])
     elif name == "own":
         out = count(port, own=True)
+    elif name == "pooled":
+        out = pooled(port)
+    elif name == "twins":
+        out = twins(port)
     else:
         held = scene(name, port)
         out = count(port)
