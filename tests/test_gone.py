@@ -93,6 +93,47 @@ def test_gone_only_when_shown(
     assert (found.gone, found.said) == (gone, said)
 
 
+class Handover:
+    """A clock that, as a walk reads its first pid, hands the listener (inode 7) from
+    pid 1 to a new pid (a parent that forked a child, closed its copy and will
+    exit): a walk that lists the processes once sees no holder. With `every`, a
+    new process joins at each call: a view that never stands still."""
+
+    def __init__(self, root: Path, every: bool = False) -> None:
+        self.root, self.every, self.calls = root, every, 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        if self.calls == 1 or self.every:
+            pid = str(100 + self.calls)
+            (self.root / pid / "fd").mkdir(parents=True)
+            os.symlink("socket:[7]", self.root / pid / "fd" / "0")
+            (self.root / pid / "comm").write_text("child\n")
+            for old in ("1", str(99 + self.calls)):
+                link = self.root / old / "fd" / "0"
+                if link.is_symlink() and os.readlink(link) == "socket:[7]":
+                    link.unlink()
+        return time.monotonic()
+
+
+def test_a_listener_handed_over_during_the_walk_is_not_gone(tmp_path: Path) -> None:
+    """Before: `TCP ports 8001 listen here, held by no process`, and the hook ended
+    `unreachable` while a process held the listener at every instant."""
+    proc = fake_proc(tmp_path, {7: 8001}, {"1": [7], "2": []})
+    found = engine_gone(far(), proc=proc, clock=Handover(tmp_path))
+    assert (found.gone, found.said) == (False, f"{PORTS} (held: 8001 by pid 101 (child))")
+
+
+def test_a_view_that_never_stands_still_holds(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path, {7: 8001}, {"1": [7], "2": []})
+    clock = Handover(tmp_path, every=True)
+    found = engine_gone(far(), proc=proc, clock=clock)
+    assert (found.gone, found.said) == (
+        False,
+        "TCP ports listen here; the processes changed at each walk",
+    )
+
+
 def test_no_time_and_no_proc_are_doubt(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path / "p", {7: 8001}, {"1": []})
     assert not engine_gone(time.monotonic() - 1, proc=proc).gone
@@ -145,3 +186,45 @@ def test_a_refused_port_with_nothing_of_its_container_listening_ends_at_once(
     )
     assert float(summary["elapsed"]) <= late(0.5, POD_LATE)
     assert run.servers["other"].requests == ()  # it touched nothing it was not told to
+
+
+# The engine as a supervisor that hands its listener on 8001 down a line of
+# workers: each forks the next (which inherits the socket), then exits 3 ms later,
+# so that a process holds it at every instant. The supervisor (a subreaper, as an
+# init is) reaps them, holds no listener itself, and holds 900 other descriptors
+# (an engine's processes hold hundreds): reading them is the walk's slow part.
+HANDOVER = """
+import ctypes, os, socket, time
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+s = socket.socket(); s.bind(("127.0.0.1", 8001)); s.listen()
+if os.fork() == 0:
+    while True:
+        time.sleep(0.003)
+        if os.fork():
+            os._exit(0)
+s.close()
+held = [os.open("/dev/null", os.O_RDONLY) for _ in range(900)]
+end = time.monotonic() + 20
+while time.monotonic() < end:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        break
+"""
+
+
+def test_a_listener_handed_from_process_to_process_holds_to_d(
+    pod_command: Pod, entry: list[str]
+) -> None:
+    """CONTRACT §2: a wrong port (8000) while the engine's listener passes from parent
+    to child every 3 ms. Before: the one-listing walk read a pid that had just
+    exited, found no holder and ended `unreachable` (exit 4) at S."""
+    shell = f'{sys.executable} -c "$1" & shift; exec "$@"'
+    argv = contained("sh", "-c", shell, "sh", HANDOVER, *entry, "wait", "--port", "8000")
+    run = pod_command([], [*argv, *TIMELINE, "--interval", "0.1"], timeout=30)
+    assert run.code == 3, run.stderr
+    summary = fields(run.summary)
+    assert summary["outcome"] == "deadline"
+    assert summary["reason"].startswith("misconfigured: connection refused; TCP ports 8001")
+    assert int(summary["reads"]) >= 10  # every I (0.1 s) from S (0.5 s) to D (2 s)
+    assert 2.0 - 0.05 <= float(summary["elapsed"]) <= late(2.0, POD_LATE)

@@ -5,8 +5,12 @@ holds real ones), and which of them a process the hook can see holds (the socket
 inodes among `/proc/<pid>/fd`: in a Pod, its own container's PID namespace).
 
 Gone: nothing listens, or every process's descriptors were read and none holds a
-listener. A process whose descriptors cannot be read (another uid, `hidepid`),
-a /proc that cannot be read and time that runs out are doubt: the hook holds.
+listener, in a view that stood still while it was walked: the listeners and the
+processes listed again after the walk are the same (a listener handed from a
+parent to a child that then exits is missed by a walk that lists once). A
+process whose descriptors cannot be read (another uid, `hidepid`), a /proc that
+cannot be read, a view that changed at each of MAX_WALKS walks and time that
+runs out are doubt: the hook holds.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ LISTEN = "0A"  # TCP_LISTEN in include/net/tcp_states.h
 # Enough for ~27,000 sockets a file (about 150 bytes a line); the kernel lists
 # listeners before connections, so a cap cuts only the connections of a busy Pod.
 MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_WALKS = 5  # a view that changes at each walk holds: the engine is still moving
 
 
 @dataclass(frozen=True)
@@ -79,28 +84,54 @@ def engine_gone(
     clock: Callable[[], float] = time.monotonic,
 ) -> Found:
     """Whether the engine is shown gone (module docstring), by `until` on `clock`."""
+    view = _view(proc)
+    for _ in range(MAX_WALKS):
+        if isinstance(view, Found):
+            return view
+        found = _walk(*view, until, proc, clock)
+        if not found.gone or (again := _view(proc)) == view:
+            return found
+        view = again
+    return Found(False, "TCP ports listen here; the processes changed at each walk")
+
+
+def _view(proc: str) -> tuple[tuple[Listener, ...], list[str]] | Found:
+    """The listeners and the processes (pids) to walk, or what /proc already shows."""
     listeners = read_listeners(proc)
     if listeners is None:
         return Found(False, "the listening ports cannot be read (/proc/net/tcp)")
     if not listeners:
         return Found(True, "nothing listens in this network namespace")
-    ports = ",".join(str(p) for p in sorted({one.port for one in listeners}))
+    try:
+        return listeners, sorted((n for n in os.listdir(proc) if n.isdigit()), key=int)
+    except OSError:
+        return Found(False, f"{_listen(listeners)}; /proc lists no processes")
+
+
+def _listen(listeners: tuple[Listener, ...]) -> str:
+    return (
+        f"TCP ports {','.join(str(p) for p in sorted({one.port for one in listeners}))} listen here"
+    )
+
+
+def _walk(
+    listeners: tuple[Listener, ...],
+    pids: list[str],
+    until: float,
+    proc: str,
+    clock: Callable[[], float],
+) -> Found:
+    """Which process holds a listener (pids gone since are passed over)."""
     by_inode = {one.inode: one.port for one in listeners if one.inode}
     held: list[str] = []
     unread: list[str] = []
-    try:
-        pids = [name for name in os.listdir(proc) if name.isdigit()]
-    except OSError:
-        return Found(False, f"TCP ports {ports} listen here; /proc lists no processes")
     for pid in pids:
         if clock() >= until:
-            return Found(
-                False, f"TCP ports {ports} listen here; no time left to see who holds them"
-            )
+            return Found(False, f"{_listen(listeners)}; no time left to see who holds them")
         try:
             mine = {by_inode[i] for i in socket_inodes(f"{proc}/{pid}/fd") if i in by_inode}
         except FileNotFoundError:
-            continue  # it has exited
+            continue  # it has exited: the view is listed again after the walk
         except OSError:
             unread.append(pid)
             continue
@@ -108,8 +139,8 @@ def engine_gone(
             held.append(f"{','.join(map(str, sorted(mine)))} by pid {pid} ({_comm(proc, pid)})")
     if held or unread:
         who = held + ([f"pids {','.join(unread[:5])} unreadable"] if unread else [])
-        return Found(False, f"TCP ports {ports} listen here (held: {'; '.join(who)})")
-    return Found(True, f"TCP ports {ports} listen here, held by no process of this container")
+        return Found(False, f"{_listen(listeners)} (held: {'; '.join(who)})")
+    return Found(True, f"{_listen(listeners)}, held by no process of this container")
 
 
 def _comm(proc: str, pid: str) -> str:
