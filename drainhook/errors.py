@@ -39,6 +39,12 @@ class InstallError(DrainhookError):
     exit_code = exits.INSTALL_FAILED
 
 
+class OutputError(DrainhookError):
+    """`plan` or `inject` could not write its output (a full disk, a closed pipe)."""
+
+    exit_code = exits.OUTPUT_FAILED
+
+
 class ObserveError(DrainhookError):
     """`plan --observe` has no evidence to plan from: a read that failed, a histogram
     that cannot be right (a count that goes down, NaN, a `_count` other than +Inf)."""

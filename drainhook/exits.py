@@ -19,6 +19,7 @@ USAGE = 2  # flags, environment, annotations, files they name; in every command
 # `plan --observe`: no histogram is a usage error (USAGE); these two are its own.
 OBSERVE_UNREADABLE = 3  # the body could not be read, or its histogram cannot be right
 OBSERVE_UNREACHABLE = 4  # the target refused, or answered a 3xx or 4xx (as probe's 4)
+OUTPUT_FAILED = 74  # `plan`, `inject`: stdout could not be written (EX_IOERR, sysexits.h)
 INTERNAL = 70  # a bug (EX_SOFTWARE, sysexits.h): a code no outcome uses; probe's busy is 1
 EXIT_ZERO = 0  # `wait --exit-zero`: every outcome
 

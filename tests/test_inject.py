@@ -1291,6 +1291,39 @@ def test_yaml_aliases_are_walked_once_never_expanded() -> None:
     assert (named.code, levels(named), named.stdout) == (1, ["refused"], keyed)
 
 
+def verdicts(result: injecting.Injected) -> list[str]:
+    """The lines that say what became of each document (not what changed in it)."""
+    return [v for v in levels(result) if v in ("injected", "refused", "skipped")]
+
+
+def _items(*documents: str) -> str:
+    """A `kubectl get -o yaml` List of these documents."""
+    indented = "".join("- " + d.replace("\n", "\n  ").rstrip(" ") for d in documents)
+    return f"apiVersion: v1\nkind: List\nmetadata:\n  resourceVersion: ''\nitems:\n{indented}"
+
+
+def test_a_list_item_with_aliases_is_refused_and_the_others_are_wired() -> None:
+    """Before: the whole List was skipped with exit 0, its engine Deployment left
+    without a hook. Now each item stands alone: one whose aliases stay inside it,
+    or tie it to another item, is refused (exit 1); the others are wired."""
+    plain = _deployment(VLLM + "          args: [m]\n")
+    own = _deployment(VLLM + "          args: &a [m]\n        - name: b\n          image: b\n"
+                      "          args: *a\n").replace("name: d\n", "name: own\n", 1)  # fmt: skip
+    result = said(("list.yaml", _items(plain, own)))
+    assert (result.code, verdicts(result)) == (1, ["injected", "refused"]), result.lines
+    assert "[0] Deployment/d" in result.lines[0] and "[1] Deployment/own" in result.lines[-1]
+    assert "drainhook" in result.stdout and "args: *a" in result.stdout
+    assert said(("again.yaml", result.stdout)).stdout == result.stdout  # idempotent
+    # An anchor in one item that another item's alias uses ties the two.
+    tied = _deployment(VLLM + "          args: [m]\n").replace(
+        "      labels: {app: d}\n", "      labels: &l {app: d}\n"
+    )
+    service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\nspec:\n  selector: *l\n"
+    both = said(("tied.yaml", _items(plain.replace("name: d\n", "name: p\n", 1), tied, service)))
+    assert (both.code, verdicts(both)) == (1, ["injected", "refused", "skipped"]), both.lines
+    assert "[0] Deployment/p" in both.lines[0] and "[2] Service/s" in both.lines[-1]
+
+
 def test_input_too_deep_is_a_usage_error_and_a_duplicate_key_keeps_its_values(
     tmp_path: Path,
 ) -> None:

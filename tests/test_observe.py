@@ -506,14 +506,23 @@ def test_both_engines_histograms_ask_for_an_engine(hook: Hook, tmp_path: Path) -
          'vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 6\n', "a count of nan"),
         ('vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 6\n'
          'vllm:e2e_request_latency_seconds_count 9\n', "_count is 9"),
+        # Before: G lowered from 30 to 15 with exit 0.
+        ('vllm:e2e_request_latency_seconds_bucket{le="-5"} 6\n'
+         'vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 6\n', "le='-5' is not an upper bound"),
+        ('vllm:e2e_request_latency_seconds_bucket{le="NaN"} 6\n'
+         'vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 6\n', "is not an upper bound"),
+        # Before: a G of 309 digits, written into the Pod spec.
+        ('vllm:e2e_request_latency_seconds_bucket{le="1e308"} 6\n'
+         'vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 6\n', "past what Kubernetes accepts"),
     ],
-    ids=["non-monotonic", "nan", "count-disagrees"],
+    ids=["non-monotonic", "nan", "count-disagrees", "negative-bound", "nan-bound", "huge-bound"],
 )  # fmt: skip
 def test_a_broken_histogram_is_an_error_not_a_wrong_g(hook: Hook, text: str, words: str) -> None:
     with Loopback(serve(text.encode())) as srv:
-        run = observe(hook, "--url", srv.url)
+        run = observe(hook, "--url", srv.url, "--output", "yaml")
     assert run.code == 3
     assert words in one_line(run)
+    assert "terminationGracePeriodSeconds" not in run.stdout  # no G written
 
 
 def test_unreachable_exits_4(hook: Hook) -> None:

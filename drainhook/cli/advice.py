@@ -5,6 +5,7 @@ commands are listed), so that `wait`'s start never does.
 
 from __future__ import annotations
 
+import contextlib
 import typing
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from drainhook.cli.flags import (
 )
 from drainhook.cli.settings import reach_of
 from drainhook.engines.gauges import EngineChoice
-from drainhook.errors import UsageError
+from drainhook.errors import OutputError, UsageError
 from drainhook.planning.plan import Output, Role, Via
 
 
@@ -33,6 +34,15 @@ class _PlanCommand(click.Command):
 
         self.help = help_text()
         super().format_help_text(ctx, formatter)
+
+
+def write_out(text: str) -> None:
+    """A command's output on stdout: one that cannot be written (a full disk, a closed
+    pipe) is an I/O error with one line (exit 74, CONTRACT §5), never a bug's 70."""
+    try:
+        click.echo(text, nl=False)
+    except OSError as exc:
+        raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
 
 
 @click.command(
@@ -118,7 +128,7 @@ def plan(
         request = ObserveRequest(
             config, role, binary, output, reach, from_file, quantile, window, params["max_body"]
         )
-        click.echo(observe_render(*run_observe(request), output), nl=False)
+        write_out(observe_render(*run_observe(request), output))
         return 0
     observe_only = [p.name for p in ctx.command.params if p.name in params]
     observe_only = [n for n in observe_only if n not in planning.TIMELINE] + ["quantile", "window"]
@@ -126,7 +136,7 @@ def plan(
     if given:
         raise UsageError(f"{', '.join('--' + n.replace('_', '-') for n in given)} need --observe")
     made = planning.make_plan(config, role, binary, api_servers=api_servers)
-    click.echo(render(made, output), nl=False)
+    write_out(render(made, output))
     return 0
 
 
@@ -194,7 +204,7 @@ def inject(
     updated. A document it must refuse (Knative, hostNetwork, another preStop,
     a flag it cannot write) is written unchanged, with one line on stderr.
 
-    Exit: 0, 1 a document refused, 2 usage or unreadable input.
+    Exit: 0, 1 a document refused, 2 usage or unreadable input, 74 output not written.
     """
     from drainhook.planning.inject import run_inject
     from drainhook.planning.pods import Options
@@ -211,4 +221,11 @@ def inject(
     group = ctx.find_root().command
     wait = group.get_command(ctx, "wait") if isinstance(group, click.Group) else None
     params = tuple(wait.params) if wait is not None else ()
-    return run_inject(paths, Options(via, image, binary, container, engine, engine_version, params))
+    result = run_inject(
+        paths, Options(via, image, binary, container, engine, engine_version, params)
+    )
+    write_out(result.stdout)
+    for line in result.lines:
+        with contextlib.suppress(OSError):  # what it says is said on stderr, if it can be
+            click.echo(line, err=True)
+    return result.code

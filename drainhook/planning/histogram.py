@@ -236,7 +236,7 @@ def _add(family: Family, suffix: bytes, rest: str) -> None:
         family.fail(f"{_show(key)}: le={le[0][:40]!r} is not a number")
         return
     bound = float(le[0])
-    if math.isnan(bound) or bound == -INF:
+    if math.isnan(bound) or bound < 0:  # a latency: -5 s would lower G (CONTRACT §5)
         family.fail(f"{_show(key)}: le={le[0][:40]!r} is not an upper bound")
         return
     if bound in series.buckets:

@@ -278,18 +278,25 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     """One document, wired: its new text, or its own text when nothing changes.
     A List's items are wired, and named, one by one."""
     data = doc.data
-    if manifests.aliased(data):
-        ours = isinstance(data, Mapping) and known_kind(data)  # else named, not read
-        text = "YAML aliases to a mapping or a list: inject does not expand them"
-        line = Message(_described(doc.where, data), "refused" if ours else "skipped", text)
-        return Outcome(doc.text, False, ours, [line])
     kind = (data.get("apiVersion"), data.get("kind")) if isinstance(data, Mapping) else None
     items = data.get("items") if kind == ("v1", "List") and isinstance(data, Mapping) else None
-    units = list(enumerate(items)) if isinstance(items, list) else [(-1, data)]
+    if isinstance(items, list) and isinstance(data, Mapping):
+        units = list(enumerate(items))
+        # An item is read alone unless an alias ties it to itself, to another item
+        # or to the List around them (its index past the items).
+        held = manifests.aliased(*items, {k: v for k, v in data.items() if k != "items"})
+    else:
+        units, held = [(-1, data)], {-1} if manifests.aliased(data) else set()
     messages: list[Message] = []
     refused = changed = False
     for i, unit in units:  # a List's items (what kubectl get -o yaml prints) one by one
         where = _described(f"{doc.where}[{i}]" if i >= 0 else doc.where, unit)
+        if i in held:
+            ours = isinstance(unit, Mapping) and known_kind(unit)  # else named, not read
+            text = "YAML aliases to a mapping or a list: inject does not expand them"
+            messages.append(Message(where, "refused" if ours else "skipped", text))
+            refused = refused or ours
+            continue
         wired, said, no = _wired(where, unit, options)
         messages, refused = messages + said, refused or no
         if wired is not None:
@@ -506,11 +513,7 @@ def inject_texts(texts: Sequence[tuple[str, str]], options: Options) -> Injected
     return Injected(manifests.join([o.text for o in outcomes]), lines, code)
 
 
-def run_inject(paths: Sequence[str], options: Options) -> int:
-    """`drainhook inject`: read, wire, write; 0, or 1 when a document was refused."""
+def run_inject(paths: Sequence[str], options: Options) -> Injected:
+    """`drainhook inject`: read and wire; what to write, and the exit code."""
     options.check()
-    result = inject_texts(list(manifests.inputs(paths)), options)
-    click.echo(result.stdout, nl=False)
-    for line in result.lines:
-        click.echo(line, err=True)
-    return result.code
+    return inject_texts(list(manifests.inputs(paths)), options)

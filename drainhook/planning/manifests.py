@@ -235,16 +235,21 @@ def insert_before(m: dict[str, Node], key: str, value: Node, before: Sequence[st
         m[k] = v
 
 
-def aliased(value: Node) -> bool:
-    """Whether a parsed value holds one mapping or list twice (a YAML alias, `*name`):
-    walked once each, never expanded (nine levels of ten aliases are 10^9 values)."""
-    seen: set[int] = set()
-    todo = [value]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (Mapping, list)):
-            if id(node) in seen:
-                return True
-            seen.add(id(node))
-            todo.extend(node.values() if isinstance(node, Mapping) else node)
-    return False
+def aliased(*values: Node) -> set[int]:
+    """Which values (their indices) hold one mapping or list twice, or one that
+    another of them holds (a YAML alias, `*name`, within a value or across a
+    List's items): walked once each, never expanded (nine levels of ten aliases
+    are 10^9 values)."""
+    owner: dict[int, int] = {}
+    found: set[int] = set()
+    for index, value in enumerate(values):
+        todo = [value]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, (Mapping, list)):
+                if id(node) in owner:
+                    found |= {index, owner[id(node)]}
+                    continue
+                owner[id(node)] = index
+                todo.extend(node.values() if isinstance(node, Mapping) else node)
+    return found

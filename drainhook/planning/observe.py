@@ -191,6 +191,9 @@ def _window_observation(
     return Observation(engine.name, sum_series(name, series), source, window=took, resets=resets)
 
 
+GRACE_LIMIT = 2**63 - 1  # terminationGracePeriodSeconds is an int64
+
+
 def ceil_sum(*values: float) -> int:
     """ceil of the exact decimal sum: 5 + 0.3 + 5 is 10.3, never 10.299999..."""
     num, den = 0, 1
@@ -207,6 +210,12 @@ def recommend(config: WaitConfig, observed: Observation, quantile: float) -> Rec
     raw = None
     if latency is not None and latency != INF:
         raw = ceil_sum(config.settle, latency, config.exit_reserve)
+        if raw > GRACE_LIMIT:
+            raise ObserveError(
+                f"a latency of {latency:.3g} s gives a G of {len(str(raw))} digits, past "
+                "what Kubernetes accepts (terminationGracePeriodSeconds is an int64): "
+                "the histogram cannot be right"
+            )
     grace = None if raw is None else max(raw, int(GRACE_MIN))
     window = config.deadline - config.settle
     longer = None

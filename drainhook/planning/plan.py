@@ -313,8 +313,8 @@ def help_text() -> str:
     (every series and target summed) and recommends G = ceil(S + latency + R),
     latency being the upper bound of the bucket holding --quantile; it shows
     p50/p99/p99.9 and the share of requests longer than D - S for the G given.
-    Exit: 0, 2 usage or no histogram, 3 unreadable or malformed histogram, 4
-    unreachable.
+    Exit: 0, 2 usage or no histogram, 3 unreadable or malformed histogram (or a G
+    past an int64), 4 unreachable, 74 output not written.
     """
 
 
