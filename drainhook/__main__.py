@@ -31,14 +31,19 @@ def main() -> None:
         # A bug of the build: the internal error's code, which no outcome uses.
         line = f"drainhook: cannot start: {failsafe.describe(exc)}"
         if failsafe.is_wait(argv):
-            failsafe.hold_plain(line, argv, start_time())
+            signals.catch("raise")
+            try:
+                failsafe.hold_plain(line, argv, start_time())
+            except Interrupted as interrupted:
+                _exit(exits.interrupted(interrupted.signum))
         else:
             failsafe.say(line)
         _exit(exits.INTERNAL)
 
     def hold(line: str) -> None:
-        """`wait`'s usage error, or a bug before its config was built: held."""
-        signals.catch()
+        """`wait`'s usage error, or a bug before its config was built: held (a signal
+        ends it with the termination message, and `Interrupted` goes on)."""
+        signals.catch("raise")
         failsafe.hold_plain(line, argv, start_time())
 
     try:

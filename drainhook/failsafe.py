@@ -171,17 +171,22 @@ def hold(
 ) -> None:
     """Say the failure in one line (`line`: `drainhook: <what failed>`), wait
     until t0 + deadline (less the exit allowance), then write the termination
-    message. The caller exits with the failure's code; a SIGTERM or SIGINT
-    meanwhile ends the process at once (the entry point's handlers)."""
+    message. The caller exits with the failure's code. A SIGTERM or SIGINT
+    meanwhile (the entry point's handler raises it here) ends the hold: the
+    termination message says so, as at any other end, and the signal goes on."""
     say(f"{line}; holding as a blind sleep until D = {deadline:g} s", log_file)
     failure = line.split(": ", 1)[-1]
-    sleep_until(t0 + max(0.0, deadline - EXIT_ALLOWANCE), clock, sleep)
-    if termination is not None:
-        elapsed = clock() - t0
-        text = f"failed safe at {elapsed:.1f} s (held to D = {deadline:g} s): {failure}"
-        why = write_termination(termination[0], termination[1], text)
-        if why is not None:
-            say(f"drainhook: cannot write --termination-log {termination[0]}: {why}")
+    ended = f"failed safe at {{:.1f}} s (held to D = {deadline:g} s): {failure}"
+    try:
+        sleep_until(t0 + max(0.0, deadline - EXIT_ALLOWANCE), clock, sleep)
+    except BaseException:
+        ended = f"interrupted at {{:.1f}} s while failed safe (D = {deadline:g} s): {failure}"
+        raise
+    finally:
+        if termination is not None:
+            why = write_termination(termination[0], termination[1], ended.format(clock() - t0))
+            if why is not None:
+                say(f"drainhook: cannot write --termination-log {termination[0]}: {why}")
 
 
 def hold_plain(line: str, argv: Sequence[str], t0: float) -> None:

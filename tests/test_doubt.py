@@ -31,6 +31,9 @@ from tests.support.process import Hook, base_env
 from tests.support.waits import until
 
 VLLM_IDLE = sample("vllm-single-dp2-idle.txt")
+VLLM_IDLE_RAW = response_bytes(VLLM_IDLE)
+LOAD_0 = response_bytes(b'{"server_load": 0}')
+LOAD_1 = response_bytes(b'{"server_load": 1}')
 VLLM_BUSY = sample("vllm-single-dp2.txt")
 SGLANG_IDLE = sample("sglang-mp-dp2-idle.txt")
 # G 3, R 1: D = 2 s; the first read at S = 0.5 s, one every 0.25 s.
@@ -91,6 +94,68 @@ def test_a_missing_side_signal_still_releases_an_idle_engine(hook: Hook) -> None
     end = summary_of(run.stderr)
     assert (run.code, end["outcome"]) == (0, "drained"), run.stderr
     assert float(end["elapsed"]) <= late(0.5 + 0.25, SPAWN_LATE, run.starved)
+
+
+LOAD_3 = response_bytes(b'{"server_load": 3}')
+# 2xx answers that are no count, each raw as it reaches the hook.
+CUT = {
+    "html": response_bytes(b"<html><body>maintenance</body></html>", headers={"Content-Type": ""}),
+    "empty": response_bytes(b""),
+    "short": response_bytes(b'{"server_load": 3}', headers={"Content-Length": "40"}),
+    "http10-fin": b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"server_lo',
+    "204": b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n",
+}
+
+
+def raw_per_path(paths: dict[str, list[bytes]]) -> Behaviour:
+    """Each path's raw answers in turn (the last repeats), then close; 404 elsewhere."""
+    served: dict[str, int] = {}
+
+    def behaviour(conn: socket.socket) -> None:
+        parts = read_request(conn).split(b" ", 2)
+        path = parts[1].decode("latin-1") if len(parts) == 3 else ""
+        answers = paths.get(path, [response_bytes(b"", 404, "Not Found")])
+        nth = served[path] = served.get(path, -1) + 1
+        conn.sendall(answers[min(nth, len(answers) - 1)])
+
+    return behaviour
+
+
+@pytest.mark.parametrize("kind", sorted(CUT))
+def test_a_side_signal_that_has_counted_is_never_missing_after(hook: Hook, kind: str) -> None:
+    """vLLM's /load answers 3, then a 2xx that is no count. Before: /load was turned
+    off for good, and the idle gauges released the engine at the next reads."""
+    paths = {"/metrics": [VLLM_IDLE_RAW], "/load": [LOAD_3, CUT[kind]]}
+    with Loopback(raw_per_path(paths), own_load=False) as srv:
+        run = hook("wait", "--url", srv.url, *TIMELINE, "--termination-log", "")
+    end = summary_of(run.stderr)
+    assert (run.code, end["outcome"]) == (3, "deadline"), run.stderr
+    assert end["reason"].startswith("/load"), end["reason"]
+    assert D - 0.05 <= float(end["elapsed"]) <= late(D, SPAWN_LATE, run.starved)
+
+
+@pytest.mark.parametrize("kind", ["empty", "short", "http10-fin", "204"])
+def test_an_empty_or_cut_side_answer_is_doubt_even_first(hook: Hook, kind: str) -> None:
+    """A body that was cut (or never sent) is `closed during the response`, not a
+    path the engine does not serve: held to D, where `missing` released at S + I/4."""
+    paths = {"/metrics": [VLLM_IDLE_RAW], "/load": [CUT[kind]]}
+    with Loopback(raw_per_path(paths), own_load=False) as srv:
+        run = hook("wait", "--url", srv.url, *TIMELINE, "--termination-log", "")
+    end = summary_of(run.stderr)
+    assert (run.code, end["outcome"]) == (3, "deadline"), run.stderr
+    assert D - 0.05 <= float(end["elapsed"]) <= late(D, SPAWN_LATE, run.starved)
+
+
+def test_a_side_signal_found_missing_is_asked_again_and_counts(hook: Hook) -> None:
+    """/load is 404 (a worker restarting behind the port), then answers 1, then 0:
+    the confirming read finds the 1 and holds; drained on two 0s. Before: /load was
+    never asked again, and the hook drained on its second read."""
+    not_found = response_bytes(b"", 404, "Not Found")
+    paths = {"/metrics": [VLLM_IDLE_RAW], "/load": [not_found, LOAD_1, LOAD_0]}
+    with Loopback(raw_per_path(paths), own_load=False) as srv:
+        run = hook("wait", "--url", srv.url, *TIMELINE, "--termination-log", "")
+    end = summary_of(run.stderr)
+    assert (run.code, end["outcome"], end["reads"]) == (0, "drained", "4"), run.stderr
 
 
 def test_vllm_without_scheduler_gauges_is_named_and_held(hook: Hook, tmp_path: Path) -> None:
@@ -193,6 +258,51 @@ def test_probe_exits_with_its_verdict_when_its_output_cannot_be_written(
         with open("/dev/full", "wb") as full:
             disk = subprocess.run(argv, stdout=full, stderr=subprocess.DEVNULL, env=base_env())
     assert (closed.returncode, disk.returncode) == (0, 0)
+
+
+def test_an_empty_path_reads_metrics(hook: Hook) -> None:
+    """`--path ''` read `/`: a 404, a wrong target held to D. Now /metrics, as
+    `--url http://h:p` (no path) already read."""
+    with Loopback(answers({"/metrics": VLLM_IDLE}), own_load=False) as srv:
+        port = srv.port
+        run = hook("probe", "--port", str(port), "--path", "")
+    assert run.code == 0, run.stderr
+    assert f"127.0.0.1:{port}/metrics" in run.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("plan", "--grace", "30", "--output", "yaml"), ("inject", "--via", "image", "-")],
+    ids=["plan", "inject"],
+)
+def test_plan_and_inject_whose_output_cannot_be_written_exit_74(
+    entry: list[str], args: tuple[str, ...]
+) -> None:
+    """A full disk or a closed pipe: EX_IOERR (74) with one line; before, 70 (a bug)
+    for plan, and a traceback's code for inject."""
+    deployment = (
+        Path(__file__).parents[1] / "examples" / "plain" / "vllm-deployment.yaml"
+    ).read_bytes()
+    argv = [*entry, *args]
+
+    def run(stdout: int) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            argv, input=deployment, stdout=stdout, stderr=subprocess.PIPE, env=base_env()
+        )
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        closed = run(w)
+    finally:
+        os.close(w)
+    with open("/dev/full", "wb") as full:
+        disk = run(full.fileno())
+    for done, why in ((closed, "Broken pipe"), (disk, "No space left on device")):
+        assert done.returncode == 74, done.stderr
+        said = done.stderr.decode().splitlines()
+        assert said[-1] == f"drainhook: cannot write the output: {why}"
+        assert "Traceback" not in done.stderr.decode()
 
 
 @pytest.mark.parametrize(

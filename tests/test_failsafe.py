@@ -36,9 +36,8 @@ TIMELINE = ("--settle", "0.2", "--interval", "0.2", "--grace", f"{GRACE:g}",
             "--exit-reserve", f"{RESERVE:g}")  # fmt: skip
 
 
-def planted(target: str, argv: list[str], tmp_path: Path) -> Run:
-    """`python -m drainhook ARGV` with `target` (module:attribute) replaced by a
-    function that raises: a bug in that part of the run."""
+def planted_argv(target: str, argv: list[str]) -> list[str]:
+    """`planted`'s command line, to start it as a process of the test's own."""
     module, name = target.split(":")
     owner, _, attribute = name.rpartition(".")
     code = (
@@ -52,7 +51,13 @@ def planted(target: str, argv: list[str], tmp_path: Path) -> Run:
         f"sys.argv = ['drainhook', *{argv!r}]\n"
         "main()\n"
     )
-    return measure([sys.executable, "-c", code], env=base_env(), cwd=tmp_path)
+    return [sys.executable, "-c", code]
+
+
+def planted(target: str, argv: list[str], tmp_path: Path) -> Run:
+    """`python -m drainhook ARGV` with `target` (module:attribute) replaced by a
+    function that raises: a bug in that part of the run."""
+    return measure(planted_argv(target, argv), env=base_env(), cwd=tmp_path)
 
 
 def assert_held(run: Run, code: int, first_line: str) -> list[str]:
@@ -174,17 +179,28 @@ def test_a_packaged_build_that_cannot_import_a_module_holds_to_d(tmp_path: Path)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_ends_a_held_hook_at_once(entry: list[str], signum: int) -> None:
-    proc = subprocess.Popen(
-        [*entry, "wait", "--interval", "banana", "--grace", "60"],
-        env=base_env(),
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
+@pytest.mark.parametrize("failure", ["usage", "bug"])
+def test_a_signal_ends_a_held_hook_at_once_and_says_so(
+    entry: list[str], signum: int, failure: str, tmp_path: Path
+) -> None:
+    """A usage error (held before any config) or a bug in the run (held by run_wait):
+    the signal ends the hold at once, and the termination message says so, as at any
+    other end. Before, the process left with no termination message."""
+    message = tmp_path / "termination"
+    args = ["wait", "--grace", "60", "--settle", "0.2", "--termination-log", str(message)]
+    with Loopback(serve(BUSY)) as srv:
+        if failure == "usage":
+            argv = [*entry, *args, "--interval", "banana"]
+        else:
+            argv = planted_argv("drainhook.hook.drain:Cadence.after", [*args, "--url", srv.url])
+        proc = subprocess.Popen(
+            argv, env=base_env(), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        assert proc.stderr is not None
+        line = ""
+        while "holding" not in line and (line := proc.stderr.readline()):
+            pass  # its read lines, then the failure's: the hook now holds
     try:
-        line = proc.stderr.readline()  # the failure's line: the hook now holds
         assert "holding as a blind sleep until D = 55 s" in line, line
         sent = time.monotonic()
         proc.send_signal(signum)
@@ -197,6 +213,9 @@ def test_a_signal_ends_a_held_hook_at_once(entry: list[str], signum: int) -> Non
         proc.stderr.close()
     assert code == 128 + signum
     assert took < late(0.1, SPAWN_LATE)
+    text = message.read_text()
+    assert text.startswith("drainhook: interrupted at "), text
+    assert " s while failed safe (D = 55 s): " in text
 
 
 def test_other_commands_exit_at_once_on_a_usage_error(hook: Hook) -> None:

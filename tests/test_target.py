@@ -104,6 +104,7 @@ def test_default_ports_and_paths() -> None:
     assert parse_url("https://127.0.0.1").port == 443
     assert parse_url("http://127.0.0.1").path == "/metrics"  # no path: the engines' (§2)
     assert build_url("http", "::1", 8000, "metrics") == "http://[::1]:8000/metrics"
+    assert build_url("http", "::1", 8000, "") == "http://[::1]:8000/metrics"  # --path ''
 
 
 @pytest.mark.parametrize(

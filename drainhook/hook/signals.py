@@ -1,5 +1,6 @@
-"""SIGTERM and SIGINT end the hook (CONTRACT §5), SIGHUP is ignored: at once while it starts
-or holds; armed, by one `Interrupted`, which SIGALRM raises again if a finalizer swallowed it."""
+"""SIGTERM and SIGINT end the hook (CONTRACT §5), SIGHUP is ignored: at once while it starts;
+armed (its run, its fail-safe hold), by one `Interrupted`, which SIGALRM raises again if a
+finalizer swallowed it."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def catch(then: Literal["exit", "raise"] = "exit") -> None:
 
 
 def disarm(hold: bool = False) -> None:
-    """Stop raising: the hook writes its summary, or holds after a failure (`hold`)."""
+    """Stop raising: the hook writes its summary; or, holding after a failure
+    (`hold`), raise once more, for the hold to write its termination message."""
     global _then
-    _then = "exit" if hold else "ignore"
+    _then = "raise" if hold else "ignore"

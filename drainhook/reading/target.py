@@ -161,11 +161,12 @@ def check_host(host: str) -> str:
 
 
 def build_url(scheme: Scheme, host: str, port: int, path: str) -> str:
-    """A URL from its parts, bracketing an IPv6 literal."""
+    """A URL from its parts, bracketing an IPv6 literal; an empty path (`--path ''`)
+    reads /metrics, as a URL with none does (CONTRACT §2)."""
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     if not path.startswith("/"):
-        path = "/" + path
+        path = "/" + (path or "metrics")
     return f"{scheme}://{host}:{port}{path}"
 
 
