@@ -191,13 +191,14 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 
 # The house's budgets: lines of one function or method (docstring included), of
 # one module, of the package (9,489 when it was set to the lean-house budget, 9,500;
-# raised to 9,650 for inject's exactness, issue 53: a line added must earn its place,
-# or another go) and of its advisory room, planning/ (3,650, issue 53); uses of
-# `typing.Any`.
+# raised to 9,650 for inject's exactness, issue 53, and to 9,700 for the third round
+# of doubt, issue 57, at 9,689: a line added must earn its place, or another go) and
+# of its advisory room, planning/ (3,650, issue 53; 3,670 for issue 57's List items
+# and refused histograms, at 3,666); uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
-PACKAGE_LINES = 9650
-PLANNING_LINES = 3650
+PACKAGE_LINES = 9700
+PLANNING_LINES = 3670
 MOST_ANY = 10
 
 
