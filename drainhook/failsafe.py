@@ -174,10 +174,10 @@ def hold(
     message. The caller exits with the failure's code. A SIGTERM or SIGINT
     meanwhile (the entry point's handler raises it here) ends the hold: the
     termination message says so, as at any other end, and the signal goes on."""
-    say(f"{line}; holding as a blind sleep until D = {deadline:g} s", log_file)
     failure = line.split(": ", 1)[-1]
     ended = f"failed safe at {{:.1f}} s (held to D = {deadline:g} s): {failure}"
     try:
+        say(f"{line}; holding as a blind sleep until D = {deadline:g} s", log_file)
         sleep_until(t0 + max(0.0, deadline - EXIT_ALLOWANCE), clock, sleep)
     except BaseException:
         ended = f"interrupted at {{:.1f}} s while failed safe (D = {deadline:g} s): {failure}"
