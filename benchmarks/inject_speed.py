@@ -18,8 +18,8 @@ import time
 from _bench import parser, table, write_json
 
 from drainhook.cli.main import wait
-from drainhook.planning.inject import inject_texts
-from drainhook.planning.pods import Options
+from drainhook.inject.pods import Options
+from drainhook.inject.run import inject_texts
 
 ITEM = """\
 - apiVersion: apps/v1

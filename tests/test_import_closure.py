@@ -21,7 +21,7 @@ from tests.support.process import ROOT, base_env
 # load: the advisory package and the simulator, whole (tests/test_layout.py keeps
 # every module of hook/, reading/ and engines/ from importing them), and inject's
 # YAML libraries.
-NOT_THE_HOOK = ("drainhook.planning", "sim", "yaml")
+NOT_THE_HOOK = ("drainhook.planning", "drainhook.inject", "sim", "yaml")
 
 _MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 
@@ -95,7 +95,7 @@ def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
         "    run(['inject', '/nonexistent'])\n"
     )
     found = outside_the_hook(loaded)
-    assert {"drainhook.planning.inject", "drainhook.planning.manifests", "yaml"} <= found
+    assert {"drainhook.inject.run", "drainhook.inject.manifests", "yaml"} <= found
 
 
 # The house's budget (issue 34): what `wait` loads of drainhook, at its start and

@@ -25,11 +25,12 @@ import yaml
 
 from drainhook.cli.main import wait
 from drainhook.errors import UsageError
-from drainhook.planning import inject as injecting
-from drainhook.planning import manifests, pods, render
+from drainhook.inject import manifests, pods
+from drainhook.inject import run as injecting
+from drainhook.inject.pods import Options
+from drainhook.inject.run import inject_texts
 from drainhook.planning import plan as planning
-from drainhook.planning.inject import inject_texts
-from drainhook.planning.pods import Options
+from drainhook.planning import render
 from tests.support.injecting import MANIFESTS, containers, prestop, validate
 from tests.support.manifests import parse_hook
 from tests.support.process import ROOT, base_env
@@ -1710,3 +1711,42 @@ def test_a_script_in_the_args_of_an_image_without_an_entrypoint_is_read_as_one()
     result = said(("a.yaml", text))
     assert (result.code, levels(result), result.stdout) == (1, ["refused"], text), result.lines
     assert "shell script" in result.lines[0] and "`--enable-metrics`" in result.lines[0]
+
+
+def _prestops(node: object) -> list[list[str]]:
+    """Every `lifecycle.preStop.exec.command` under a parsed document."""
+    found: list[list[str]] = []
+    if isinstance(node, dict):
+        command = ((node.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}
+        if isinstance(command, dict) and isinstance(command.get("command"), list):
+            found.append([str(w) for w in command["command"]])
+        for value in node.values():
+            found += _prestops(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _prestops(value)
+    return found
+
+
+@pytest.mark.parametrize(
+    "via",
+    [Options(wait_params=WAIT), Options(via="init", image="r/drainhook:1", wait_params=WAIT)],
+    ids=["image", "init"],
+)
+def test_every_prestop_inject_writes_parses_with_waits_own_parser(via: Options) -> None:
+    """inject builds each preStop from plan's rules (issue 58: inject reads the core
+    through its named functions); each one it writes, over every manifest the tests
+    keep and every example, is read back by `wait`'s own click parser, as the
+    kubelet's exec will run it: `wait`, and the grace it wrote."""
+    paths = sorted(MANIFESTS.rglob("*.yaml")) + sorted((ROOT / "examples" / "plain").glob("*.y*ml"))
+    written = 0
+    for path in paths:
+        result = inject_texts([(str(path), path.read_text())], via)
+        for doc in yaml.safe_load_all(result.stdout):
+            for words in _prestops(doc):
+                if Path(words[0]).name != "drainhook":
+                    continue  # a hook the user keeps (sleep, a script): not inject's
+                name, params, _ = parse_hook(words)
+                assert name == "wait" and params["grace"] > 0, (path, words)
+                written += 1
+    assert written >= 20  # the walk found the hooks it judges

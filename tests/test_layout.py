@@ -8,13 +8,15 @@ module falls under the rule of the room it is put in.
       engines/            what a body means (the gauge table, the scanners, verdicts)
       reading/            where and how to read (targets, HTTP, rounds, /proc)
       hook/               the run (the loop, stall watch, signals, log, exit)
-      planning/           advice: beside the hook, never under it
+      planning/           advice: beside the hook, never under it (plan, --observe)
+      inject/             the hook wired into manifests, reading the advice's rules
       cli/                the command line, which wires them all
 
 A room imports only from the rooms below it; hook/, reading/ and engines/
-import nothing from planning/ or cli/; no module imports another's private
-name; no module imports itself however far round (no circle). The simulated
-engine (sim/) and the rehearsal live beside the package; the binary carries neither.
+import nothing from planning/, inject/ or cli/; planning/ nothing from inject/;
+no module imports another's private name; no module imports itself however far
+round (no circle). The simulated engine (sim/) and the rehearsal live beside the
+package; the binary carries neither.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "reading": frozenset({"", "engines"}),
     "hook": frozenset({"", "engines", "reading"}),
     "planning": frozenset({"", "engines", "reading", "hook"}),
-    "cli": frozenset({"", "engines", "reading", "hook", "planning"}),
+    "inject": frozenset({"", "engines", "reading", "hook", "planning"}),
+    "cli": frozenset({"", "engines", "reading", "hook", "planning", "inject"}),
 }
 # The entry point wires the command line, as cli/ does.
 ROOM_OF_ENTRY = {"drainhook.__main__": "cli"}
@@ -120,7 +123,7 @@ def test_every_room_imports_only_what_lies_below_it() -> None:
 def test_the_hooks_rooms_never_reach_the_advice_or_the_command_line() -> None:
     for e in edges():
         if room(e.source) in THE_HOOKS_ROOMS:
-            assert room(e.target) not in ("planning", "cli"), e
+            assert room(e.target) not in ("planning", "inject", "cli"), e
 
 
 def test_the_package_never_imports_the_simulator_or_the_rehearsal() -> None:
@@ -192,13 +195,15 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # The house's budgets: lines of one function or method (docstring included), of
 # one module, of the package (9,489 when it was set to the lean-house budget, 9,500;
 # raised to 9,650 for inject's exactness, issue 53, and to 9,700 for the third round
-# of doubt, issue 57, at 9,689: a line added must earn its place, or another go) and
-# of its advisory room, planning/ (3,650, issue 53; 3,670 for issue 57's List items
-# and refused histograms, at 3,666); uses of `typing.Any`.
+# of doubt, issue 57, at 9,689: a line added must earn its place, or another go),
+# of its advisory room, planning/ (issue 58's target: 1,500), of inject/ (its
+# target: 1,950) and of cli/flags.py (its target: 300), each set to the honest sum
+# when it moved (planning/ 1,636, inject/ 2,031, flags.py 337); uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
 PACKAGE_LINES = 9700
-PLANNING_LINES = 3670
+ROOM_LINES = {"planning": 1640, "inject": 2035}
+FLAGS_LINES = 337
 MOST_ANY = 10
 
 
@@ -226,12 +231,14 @@ def test_the_length_rule_sees_a_long_function(tmp_path: Path) -> None:
 
 
 def test_the_package_keeps_its_size() -> None:
-    """No module over 600 lines, the package at most PACKAGE_LINES and planning/ at most
-    PLANNING_LINES, `Any` at most 10 times."""
+    """No module over 600 lines, the package at most PACKAGE_LINES, each room of
+    ROOM_LINES and cli/flags.py at most their budgets, `Any` at most 10 times."""
     sizes = {p: len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert [str(p) for p, n in sizes.items() if n > LONGEST_MODULE] == []
     assert sum(sizes.values()) <= PACKAGE_LINES
-    assert sum(n for p, n in sizes.items() if p.parent.name == "planning") <= PLANNING_LINES
+    for name, budget in ROOM_LINES.items():
+        assert sum(n for p, n in sizes.items() if p.parent.name == name) <= budget, name
+    assert sizes[PACKAGE / "cli" / "flags.py"] <= FLAGS_LINES
     uses = 0
     for path in sizes:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

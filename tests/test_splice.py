@@ -1,4 +1,4 @@
-"""drainhook.planning.splice on its own: whatever a change does to a document's value
+"""drainhook.inject.splice on its own: whatever a change does to a document's value
 (a scalar set, a key added or taken away, an item added, replaced or dropped, a
 value replaced whole), the text it writes reads back as exactly that value, and
 a second pass over it changes nothing. The documents are the repository's own
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drainhook.planning import manifests, splice
+from drainhook.inject import manifests, splice
 from tests.support.injecting import MANIFESTS
 from tests.support.process import ROOT
 

@@ -206,8 +206,8 @@ def inject(
 
     Exit: 0, 1 a document refused, 2 usage or unreadable input, 74 output not written.
     """
-    from drainhook.planning.inject import run_inject
-    from drainhook.planning.pods import Options
+    from drainhook.inject.pods import Options
+    from drainhook.inject.run import run_inject
 
     if via is None:
         # A preStop that runs a binary the image does not hold fails, and the kubelet

@@ -14,7 +14,7 @@ from difflib import SequenceMatcher
 
 import yaml
 
-from drainhook.planning.manifests import Document, Indent, Node
+from drainhook.inject.manifests import Document, Indent, Node
 
 # What a plain scalar resolves to by its first character (a number, a bool, null).
 _IMPLICIT = yaml.resolver.Resolver.yaml_implicit_resolvers

@@ -7,8 +7,8 @@ from __future__ import annotations
 import typing
 from collections.abc import Mapping, Sequence
 
-from drainhook.planning.manifests import Node, insert_before
-from drainhook.planning.pods import (
+from drainhook.inject.manifests import Node, insert_before
+from drainhook.inject.pods import (
     IMAGE_BUILD_DIR,
     IMAGE_LAUNCHER,
     INIT_MOUNT,

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 import click
 
 from drainhook.engines.gauges import EngineChoice, default_port
-from drainhook.planning.manifests import Node
-from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Parsed, Role
-from drainhook.planning.pods import (
+from drainhook.inject.manifests import Node
+from drainhook.inject.pods import (
     SHELLS,
     SLEEP,
     Refused,
@@ -28,6 +27,7 @@ from drainhook.planning.pods import (
     starts,
     unfolded,
 )
+from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Parsed, Role
 
 
 class Argv:

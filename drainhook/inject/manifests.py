@@ -1,6 +1,6 @@
 """YAML manifests for `drainhook inject`, read one document at a time by libyaml
 (PyYAML's C parser): each document's value, and the node tree it came from with
-every node's place in the text, which drainhook.planning.splice edits in place (a
+every node's place in the text, which drainhook.inject.splice edits in place (a
 document left as it is is written back byte for byte). Loaded only by `inject`.
 """
 

@@ -2,7 +2,7 @@
 a text transform: YAML documents in, every document out, in order, each engine
 container given the preStop `plan` would write and the engine flags its advice
 names; a document it cannot wire is written unchanged, with why on stderr.
-Where it wires: drainhook.planning.pods; the engine's argv: drainhook.planning.argv.
+Where it wires: drainhook.inject.pods; the engine's argv: drainhook.inject.argv.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from drainhook import exits
 from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.errors import DrainhookError
 from drainhook.hook.config import DEFAULT_SETTLE
-from drainhook.numfmt import number
-from drainhook.planning import manifests, splice
-from drainhook.planning.argv import (
+from drainhook.inject import manifests, splice
+from drainhook.inject.argv import (
     Argv,
     Hook,
     api_servers,
@@ -34,19 +33,8 @@ from drainhook.planning.argv import (
     role_of,
     serves_tls,
 )
-from drainhook.planning.manifests import Document, Node, insert_before
-from drainhook.planning.plan import (
-    TIMELINE,
-    Applied,
-    EngineFlag,
-    Role,
-    apply_advice,
-    engine_flags,
-    make_plan,
-    prestop_command,
-    wait_config,
-)
-from drainhook.planning.pods import (
+from drainhook.inject.manifests import Document, Node, insert_before
+from drainhook.inject.pods import (
     DRAIN_WINDOW,
     KSERVE_MAIN,
     LOG_FILE,
@@ -70,7 +58,19 @@ from drainhook.planning.pods import (
     templated,
     version_in,
 )
-from drainhook.planning.via import bring_binary, named_list, upsert
+from drainhook.inject.via import bring_binary, named_list, upsert
+from drainhook.numfmt import number
+from drainhook.planning.plan import (
+    TIMELINE,
+    Applied,
+    EngineFlag,
+    Role,
+    apply_advice,
+    engine_flags,
+    make_plan,
+    prestop_command,
+    wait_config,
+)
 
 Say = typing.Callable[[Level, str], None]  # one line on stderr about the document
 

@@ -17,7 +17,7 @@ from drainhook import exits
 from drainhook.engines.gauges import BY_NAME, EngineChoice, EngineName
 from drainhook.errors import DrainhookError, UsageError
 from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
-from drainhook.planning.manifests import Node
+from drainhook.inject.manifests import Node
 from drainhook.planning.plan import DEFAULT_BINARY, Role, Via, wait_config
 
 # The kubelet throws a hook's output away (its event says only "PreStopHook
