@@ -291,22 +291,19 @@ def test_routing_proxy_hook_on_a_decoder_moved_to_another_port(pod: Pod) -> None
     touches nothing it was not told to (CONTRACT §2a). Every listener is another
     container's (the decoder's, the proxy's own server is the harness here): no
     process of the hook's container holds one, so it ends `unreachable` after the
-    settle (exit 0: --exit-zero) and names the ports that listen. --discover, which
-    once searched them, does nothing now and says so."""
+    settle (exit 0: --exit-zero) and names the ports that listen."""
     _, proxy, decoder = _proxy()
     args = [*proxy.lifecycle.pre_stop._exec.command[1:], "--settle", "0.1", "--interval", "0.1"]
     busy, idle = Reply(sample=BUSY_SAMPLE), Reply(sample=IDLE_SAMPLE)
     pport = proxy.ports[0].container_port
     assert decoder.ports[0].container_port != 8765
     moved = Server("decoder", "0.0.0.0", 8765, {"/metrics": [busy, idle]})
-    for extra in ((), ("--discover",)):
-        run = pod([moved, Server("proxy", "0.0.0.0", pport)], *args, *extra, env=IN_POD)
-        assert run.code == 0, run.stderr
-        assert "outcome=unreachable" in run.summary
-        ports = ",".join(str(p) for p in sorted((pport, 8765)))
-        assert f"TCP ports {ports} listen here, held by no process" in run.summary
-        assert run.servers["decoder"].requests == () and run.servers["proxy"].requests == ()
-        assert ("do nothing: listener discovery is gone" in run.stderr) is bool(extra)
+    run = pod([moved, Server("proxy", "0.0.0.0", pport)], *args, env=IN_POD)
+    assert run.code == 0, run.stderr
+    assert "outcome=unreachable" in run.summary
+    ports = ",".join(str(p) for p in sorted((pport, 8765)))
+    assert f"TCP ports {ports} listen here, held by no process" in run.summary
+    assert run.servers["decoder"].requests == () and run.servers["proxy"].requests == ()
 
 
 def assert_installed_by_init_container(pod: PodSpec, c: k8s.V1Container) -> None:

@@ -60,7 +60,7 @@ def test_a_whole_wait_run_loads_no_planning_tool() -> None:
         "from drainhook.cli.main import run\n"
         "code = run(['wait', '--url', 'http://127.0.0.1:9/metrics', '--settle', '0',"
         " '--grace', '0.4', '--exit-reserve', '0.2', '--interval', '0.05',"
-        " '--read-timeout', '0.05', '--no-discover', '--termination-log', '', '--quiet'])\n"
+        " '--read-timeout', '0.05', '--termination-log', '', '--quiet'])\n"
         "assert code in (3, 4), code"
     )
     assert "drainhook.hook.drain" in loaded and "drainhook.hook.log" in loaded

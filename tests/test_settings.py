@@ -7,6 +7,7 @@ binary) is tested end to end in test_config_cli.py and test_wait_cli.py.
 
 from __future__ import annotations
 
+import os
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,9 +15,8 @@ from pathlib import Path
 import click
 import pytest
 
-from drainhook.cli.flags import ENVIRON
 from drainhook.cli.main import cli, wait
-from drainhook.cli.settings import DISCOVER_GONE, wait_config_of
+from drainhook.cli.settings import wait_config_of
 from drainhook.engines.gauges import EngineChoice
 from drainhook.errors import UsageError
 from drainhook.hook.config import LogFormat, LogReads, WaitConfig
@@ -34,9 +34,13 @@ def build_wait_config(argv: Sequence[str], environ: Mapping[str, str]) -> WaitCo
     """The config `drainhook wait ARGV` runs with this environment, built in-process
     as the command builds it (a UsageError, or click's own, for what it refuses)."""
     root = click.Context(cli, info_name="drainhook")
-    root.meta[ENVIRON] = environ
-    with wait.make_context("wait", list(argv), parent=root) as ctx:
-        return wait_config_of(ctx, ctx.params)  # as click calls wait
+    with pytest.MonkeyPatch.context() as patch:  # this environment's DRAINHOOK_*, no other
+        for name in [n for n in os.environ if n.startswith("DRAINHOOK_")]:
+            patch.delenv(name)
+        for name, value in environ.items():
+            patch.setenv(name, value)
+        with wait.make_context("wait", list(argv), parent=root) as ctx:
+            return wait_config_of(ctx, ctx.params)  # as click calls wait
 
 
 def config(
@@ -156,23 +160,12 @@ def test_the_environment_given_is_the_only_one_read(monkeypatch: pytest.MonkeyPa
     assert config().grace == 30.0
 
 
-@pytest.mark.parametrize(
-    ("argv", "env"),
-    [
-        (("--discover",), {}),
-        (("--no-discover",), {}),
-        ((), {"DRAINHOOK_DISCOVER": "1"}),
-        (("--discover", "--no-discover"), {"DRAINHOOK_NO_DISCOVER": "1"}),
-    ],
-)
-def test_the_removed_discovery_flags_are_accepted_and_do_nothing(
-    capfd: pytest.CaptureFixture[str], argv: tuple[str, ...], env: dict[str, str]
-) -> None:
-    """A fleet's preStop that names them must not turn into a usage error (CONTRACT
-    §2a): the same config as without them, and one line that says so."""
-    assert view(config(*argv, env=env)) == view(config())
-    said = capfd.readouterr().err.splitlines()
-    assert said == [DISCOVER_GONE]
+def test_the_removed_discovery_flags_are_usage_errors() -> None:
+    """No release ever carried --discover (CONTRACT §2a): it and --no-discover went
+    with the search, and name no option now."""
+    for flag in ("--discover", "--no-discover"):
+        with pytest.raises(click.NoSuchOption):
+            config(flag)
 
 
 CLOSED = {"engine": EngineChoice, "scheme": Scheme, "source": Source, "role": Role}

@@ -14,7 +14,6 @@ from click.core import ParameterSource
 
 from drainhook.cli.flags import (
     DURATION,
-    Parsed,
     option,
     target_options,
     timeline_options,
@@ -22,7 +21,8 @@ from drainhook.cli.flags import (
 from drainhook.cli.settings import reach_of
 from drainhook.engines.gauges import EngineChoice
 from drainhook.errors import OutputError, UsageError
-from drainhook.planning.plan import Output, Role, Via
+from drainhook.hook.config import Parsed
+from drainhook.planning.plan import DEFAULT_BINARY, Output, Role, Via
 
 
 class _PlanCommand(click.Command):
@@ -67,7 +67,7 @@ def write_out(text: str) -> None:
 @click.option(
     "--binary",
     metavar="PATH",
-    default="/usr/local/bin/drainhook",
+    default=DEFAULT_BINARY,
     show_default=True,
     help="Where the hook lives in the container (for the preStop command).",
 )
@@ -166,7 +166,7 @@ def install(directory: Path) -> int:
 @click.option(
     "--binary",
     metavar="PATH",
-    default="/usr/local/bin/drainhook",
+    default=DEFAULT_BINARY,
     show_default=True,
     help="With --via image: where the engine's image holds the hook.",
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -25,6 +25,7 @@ from drainhook.hook.config import (
     DEFAULT_STALL_AFTER,
     LogFormat,
     LogReads,
+    Parsed,
 )
 from drainhook.reading.config import (
     DEFAULT_HOST,
@@ -37,9 +38,6 @@ from drainhook.reading.config import (
 )
 from drainhook.reading.target import Scheme
 
-# A value click parsed, typed by its option's type (click's own signatures say Any;
-# the closed sets are the Literal types click's choices come from).
-Parsed = typing.Any
 F = typing.TypeVar("F", bound=Callable[..., object])
 
 
@@ -89,29 +87,9 @@ def env_name(name: str) -> str:
     return "DRAINHOOK_" + name.upper().replace("-", "_")
 
 
-# Where a parse's context keeps the environment it reads (click's shared ctx.meta).
-ENVIRON = "drainhook.environ"
-
-
-def environ_of(ctx: click.Context) -> Mapping[str, str]:
-    """The environment this parse reads: the one given to it, else the process's."""
-    found: Mapping[str, str] = ctx.meta.get(ENVIRON, os.environ)
-    return found
-
-
-class EnvOption(click.Option):
-    """An option that reads its DRAINHOOK_<FLAG> from `environ_of(ctx)` (click
-    reads os.environ itself); set but empty is unset, as click has it."""
-
-    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
-        if not isinstance(self.envvar, str):
-            return None
-        return environ_of(ctx).get(self.envvar) or None
-
-
 def option(flag: str, *names: str, **kwargs: Parsed) -> Callable[[F], F]:
-    """A click option that also reads DRAINHOOK_<FLAG>, and shows its default if it has one."""
-    kwargs.setdefault("cls", EnvOption)
+    """A click option that also reads DRAINHOOK_<FLAG> (set but empty: unset, as click
+    has it), and shows its default if it has one."""
     kwargs.setdefault("show_default", "default" in kwargs)
     return click.option(flag, *names, envvar=env_name(flag.lstrip("-")), show_envvar=True, **kwargs)
 
@@ -123,14 +101,14 @@ def with_options(options: tuple[Callable[[F], F], ...], f: F) -> F:
     return f
 
 
-class EmptyIsAValue(EnvOption):
+class EmptyIsAValue(click.Option):
     """An option whose variable, set but empty, is the value '' (click reads it as unset):
     DRAINHOOK_TERMINATION_LOG= turns the line off, as --termination-log '' does."""
 
     def resolve_envvar_value(self, ctx: click.Context) -> str | None:
         found = super().resolve_envvar_value(ctx)
         if found is None and isinstance(self.envvar, str):
-            return "" if environ_of(ctx).get(self.envvar) == "" else None
+            return "" if os.environ.get(self.envvar) == "" else None
         return found
 
 
@@ -225,10 +203,6 @@ SOURCE_OPTIONS = (
         help="Send the key in this file as `Authorization: Bearer` (SGLang's "
         "--api-key guards /v1/loads).",
     ),
-    # Listener discovery is gone (a wrong port holds to D, CONTRACT §2); its flags
-    # stay accepted, with one warning, so that a fleet's preStop keeps working.
-    option("--discover", is_flag=True, hidden=True),
-    option("--no-discover", is_flag=True, hidden=True),
 )
 
 

@@ -11,7 +11,6 @@ import click
 
 from drainhook import __version__, exits, failsafe
 from drainhook.cli.flags import (
-    Parsed,
     log_options,
     option,
     source_options,
@@ -21,6 +20,7 @@ from drainhook.cli.flags import (
 from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.errors import DrainhookError
 from drainhook.hook.clock import start_time
+from drainhook.hook.config import Parsed
 from drainhook.hook.run import run_wait
 
 # The advisory commands (drainhook.cli.advice), loaded only when one is named

@@ -1,7 +1,5 @@
 """Parsed flags in, the frozen configs out (CONTRACT §4): command line over
-DRAINHOOK_<FLAG> over `--annotations` over the defaults. The environment is read
-only through the parse's context (`flags.environ_of`), so that a test hands one in.
-"""
+DRAINHOOK_<FLAG> over `--annotations` over the defaults."""
 
 from __future__ import annotations
 
@@ -10,11 +8,9 @@ from collections.abc import Mapping
 import click
 from click.core import ParameterSource
 
-from drainhook import failsafe
-from drainhook.cli.flags import Parsed
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
-from drainhook.hook.config import WaitConfig
+from drainhook.hook.config import Parsed, WaitConfig
 from drainhook.hook.termination import choose as choose_termination_log
 from drainhook.reading.config import (
     DEFAULT_PATH,
@@ -78,12 +74,6 @@ def _targets(
     return tuple(parse_url(build_url(scheme, host, port, path)) for port in ports)
 
 
-DISCOVER_GONE = (
-    "drainhook: --discover and --no-discover (DRAINHOOK_DISCOVER) do nothing: listener "
-    "discovery is gone; a wrong port holds to D and names the ports that listen"
-)
-
-
 def reach_of(
     ctx: click.Context,
     params: Mapping[str, Parsed],
@@ -94,8 +84,6 @@ def reach_of(
     fixed: `plan --observe` reads /metrics, with no key)."""
     if source is None:
         source = params["source"]
-    if params.get("discover") or params.get("no_discover"):
-        failsafe.say(DISCOVER_GONE)
     first, *more = _targets(ctx, params, source)
     engine = params["engine"]
     if source in ("loads", "both") and engine == "auto":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from drainhook.errors import UsageError
 
@@ -16,6 +16,10 @@ from drainhook.failsafe import DEFAULT_GRACE as DEFAULT_GRACE
 from drainhook.failsafe import EXIT_ALLOWANCE as EXIT_ALLOWANCE
 from drainhook.reading.config import ReadConfig, positive
 
+# A flag's value as its click type converted it (click's own signatures say Any; the
+# closed sets are the Literal types click's choices come from): the command line's
+# params, and plan's wait_config, which takes them by name.
+Parsed = Any
 LogFormat = Literal["text", "json"]
 LogReads = Literal["changes", "all"]
 DEFAULT_SETTLE = 5.0

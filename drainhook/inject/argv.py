@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import click
 
 from drainhook.engines.gauges import EngineChoice, default_port
+from drainhook.hook.config import Parsed
 from drainhook.inject.manifests import Node
 from drainhook.inject.pods import (
     SHELLS,
@@ -27,7 +28,7 @@ from drainhook.inject.pods import (
     starts,
     unfolded,
 )
-from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Parsed, Role
+from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Role
 
 
 class Argv:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -42,8 +41,6 @@ SCHEMA = 1
 Role = Literal["unified", "prefill", "decode"]
 Output = Literal["text", "json", "yaml"]
 SPLIT_ROLES: tuple[Role, ...] = ("prefill", "decode")
-# A `wait` flag's value as its click type converted it (wait_config takes them by name).
-Parsed = typing.Any
 # How inject brings the binary: in the engine image, an image volume, an init container.
 Via = Literal["image", "image-volume", "init"]
 DEFAULT_BINARY = "/usr/local/bin/drainhook"
