@@ -73,12 +73,13 @@ def levels(result: injecting.Injected) -> list[str]:
 # -- one per platform: before and after -------------------------------------------
 
 
-def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_down() -> None:
+def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_kept() -> None:
     """llm-d's decode Deployment after its graceful-shutdown component: preStop
     /bin/sleep 15, G 75, --shutdown-timeout 45 (vLLM then drains after SIGTERM and
     exits once its engine core has torn itself down). After: the hook at G 75 on the
-    engine's port, --shutdown-timeout brought down to vLLM's default 0 (with the settle it has
-    nothing left to save: docs/design.md §7), /load on; the routing proxy untouched."""
+    engine's port, /load on; --shutdown-timeout 45 kept as the user wrote it and
+    named with plan's advice, 0 (with the settle it has nothing left to save:
+    docs/design.md §7; before issue 58 it was rewritten); the routing proxy untouched."""
     path = MANIFESTS / "llm-d-decode.yaml"
     before = yaml.safe_load(path.read_text())
     (doc,), result = run(file(path))
@@ -91,16 +92,19 @@ def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_brought_
         "vllm", "--port", "8200", *LOG,
     ]  # fmt: skip
     args = engine["args"]
-    assert args[args.index("--shutdown-timeout") + 1] == "0"  # a change: no version needed
+    assert args[args.index("--shutdown-timeout") + 1] == "45"  # the user's: never rewritten
     assert args.count("--shutdown-timeout") == 1
     # llm-d's image tag is llm-d's version, not vLLM's: a flag to add is named, not written.
     assert "--enable-server-load-tracking" not in args
     assert engine["command"] == ["vllm", "serve"]
     # The native sidecar (the routing proxy) is as it was.
     assert spec["initContainers"] == before["spec"]["template"]["spec"]["initContainers"]
-    assert levels(result) == ["injected", "replaced", "changed", "warning"]
+    assert levels(result) == ["injected", "replaced", "warning", "warning"]
     assert "preStop sleep 15" in result.lines[1]
-    assert "--shutdown-timeout 45 -> 0" in result.lines[2]
+    assert (
+        "--shutdown-timeout 45 kept as written; plan advises --shutdown-timeout 0"
+        in (result.lines[2])
+    )
     assert "--enable-server-load-tracking not written" in result.lines[3]
     assert "names no vllm version" in result.lines[3] and "--engine-version" in result.lines[3]
     (told,), _ = run(file(path), options=Options(engine_version="0.32", wait_params=WAIT))
@@ -353,9 +357,10 @@ EXISTING = VLLM + (
 def test_an_existing_hook_is_updated_not_doubled() -> None:
     """Its own flags kept (R 8, the port, --exit-zero, S 7), its --grace brought to
     the template's (unset: 30 written), --engine and --log-file added, its binary
-    the one --via says; postStart untouched; its --shutdown-timeout brought down to
-    vLLM's default 0 (with S = 7 nothing slips in after the release: the flag would
-    only cost every replica 2 s of exit)."""
+    the one --via says; postStart untouched; its --shutdown-timeout 2 kept as the
+    user wrote it, and named with plan's advice, vLLM's default 0 (with S = 7
+    nothing slips in after the release: the flag only costs every replica 2 s of
+    exit)."""
     (doc,), result = run(("d.yaml", _deployment(EXISTING)))
     assert result.code == 0
     spec = doc["spec"]["template"]["spec"]
@@ -366,8 +371,9 @@ def test_an_existing_hook_is_updated_not_doubled() -> None:
         "--exit-reserve", "8", "--engine", "vllm", "--port", "8200", "--exit-zero", *LOG,
     ]  # fmt: skip
     assert c["lifecycle"]["postStart"] == {"exec": {"command": ["/bin/true"]}}
-    assert c["args"] == ["m", "--port", "8200", "--shutdown-timeout", "0",
+    assert c["args"] == ["m", "--port", "8200", "--shutdown-timeout", "2",
                          "--enable-server-load-tracking"]  # fmt: skip
+    assert any("--shutdown-timeout 2 kept as written" in line for line in result.lines)
     _, params, _ = parse_hook(prestop(c))
     assert params["exit_reserve"] == 8 and params["settle"] == 7
 
@@ -535,22 +541,24 @@ def test_container_names_the_engine() -> None:
 
 
 def test_an_old_vllm_image_gets_no_flag_it_would_refuse() -> None:
-    """vLLM before 0.18 has no --shutdown-timeout: a vLLM started with it exits at once.
-    (A hook whose settle is 2 s gets it advised: a slow router may send after the
-    release.) The newer image gets it."""
+    """vLLM before 0.9 has no --enable-server-load-tracking: a vLLM started with it exits
+    at once. The --shutdown-timeout a hook whose settle is 2 s gets advised (a slow
+    router may send after the release) is named, never written: inject adds only what
+    the hook reads through (CONTRACT §4)."""
     hook = (
         "          lifecycle:\n            preStop:\n              exec:\n"
         "                command: [/usr/local/bin/drainhook, wait, --settle, '2']\n"
     )
-    text = _deployment(VLLM.replace("v0.18.0", "v0.17.1") + "          args: [m]\n" + hook)
+    text = _deployment(VLLM.replace("v0.18.0", "v0.8.5") + "          args: [m]\n" + hook)
     (doc,), result = run(("d.yaml", text))
     c = doc["spec"]["template"]["spec"]["containers"][0]
-    assert c["args"] == ["m", "--enable-server-load-tracking"]
-    (newer,), _ = run(("d.yaml", _deployment(VLLM + "          args: [m]\n" + hook)))
+    assert c["args"] == ["m"]
+    (warning,) = [ln for ln in result.lines if "not written" in ln]
+    assert "--enable-server-load-tracking not written" in warning and "0.8" in warning
+    (newer,), said = run(("d.yaml", _deployment(VLLM + "          args: [m]\n" + hook)))
     args = newer["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == ["m", "--shutdown-timeout", "4", "--enable-server-load-tracking"]
-    (warning,) = [ln for ln in result.lines if "--shutdown-timeout not written" in ln]
-    assert "--shutdown-timeout not written" in warning and "0.17" in warning
+    assert args == ["m", "--enable-server-load-tracking"]
+    assert any("plan advises --shutdown-timeout 4" in ln for ln in said.lines), said.lines
 
 
 @pytest.mark.parametrize(
@@ -752,7 +760,7 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
     ok = cli("tests/manifests/llm-d-decode.yaml")
     assert ok.returncode == 0
     assert [LINE.match(ln).group(5) for ln in ok.stderr.splitlines()] == [  # type: ignore[union-attr]
-        "injected", "replaced", "changed", "warning",
+        "injected", "replaced", "warning", "warning",
     ]  # fmt: skip
     refused = cli("tests/manifests")
     assert refused.returncode == 1
@@ -1014,16 +1022,15 @@ def test_an_image_whose_tag_names_no_version_gets_no_flag_only_a_word(tag: str) 
     c = doc["spec"]["template"]["spec"]["containers"][0]
     assert prestop(c)[1] == "wait" and c["args"] == ["m"]
     named = [ln for ln in result.lines if "not written" in ln]
-    assert len(named) == 2, result.lines
-    assert "--shutdown-timeout 4 not written" in named[0]
-    assert "--enable-server-load-tracking not written" in named[1]
-    # Told: 0.17 takes /load's flag (0.9) but not --shutdown-timeout (0.18).
-    (told,), said = run(("d.yaml", text), options=Options(engine_version="0.17",
-                                                          wait_params=WAIT))  # fmt: skip
-    assert told["spec"]["template"]["spec"]["containers"][0]["args"] == [
-        "m", "--enable-server-load-tracking",
-    ]  # fmt: skip
-    assert any("--shutdown-timeout not written" in ln and "0.17" in ln for ln in said.lines)
+    assert len(named) == 1, result.lines
+    assert "--enable-server-load-tracking not written" in named[0]
+    # The settle of 2 s advises --shutdown-timeout: named, never written, whatever the tag.
+    assert any("plan advises --shutdown-timeout 4" in ln for ln in result.lines)
+    # Told: 0.8 does not take /load's flag (0.9); 0.17 does.
+    for version, args in (("0.8", ["m"]), ("0.17", ["m", "--enable-server-load-tracking"])):
+        options = Options(engine_version=version, wait_params=WAIT)
+        (told,), _ = run(("d.yaml", text), options=options)
+        assert told["spec"]["template"]["spec"]["containers"][0]["args"] == args
 
 
 def test_a_bad_engine_version_is_a_usage_error() -> None:

@@ -121,7 +121,8 @@ def test_the_component_wires_what_inject_wires(tmp_path: Path) -> None:
         assert prestop(engine) == prestop(inj), role
         assert engine["lifecycle"] == inj["lifecycle"]  # the sleep gone from both
         assert ("--port" in prestop(engine)) is (role == "decode")
-        for flag, value in (("--shutdown-timeout", "0"), ("--enable-server-load-tracking", True)):
+        # The guide's --shutdown-timeout 45 is the user's: kept by both (issue 58).
+        for flag, value in (("--shutdown-timeout", "45"), ("--enable-server-load-tracking", True)):
             assert effective(engine["args"], flag) == effective(inj["args"], flag) == value
         init = {c["name"]: c for c in got["initContainers"]}
         assert (
@@ -178,7 +179,7 @@ def test_the_component_builds_on_an_engine_without_args_or_mounts(tmp_path: Path
     validate(built)
     engine = containers(built["spec"]["template"]["spec"])["vllm"]
     assert engine["command"] == ["vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"]
-    assert engine["args"] == ["--shutdown-timeout=0", "--enable-server-load-tracking"]
+    assert engine["args"] == ["--enable-server-load-tracking"]
     assert engine["volumeMounts"] == [{"name": "hook", "mountPath": "/hook", "readOnly": True}]
     assert prestop(engine)[:2] == ["/hook/drainhook/drainhook", "wait"]
     assert "DrainhookValues" not in build(tmp_path / "again", BARE)  # kustomize's own only

@@ -198,12 +198,13 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # of doubt, issue 57, at 9,689: a line added must earn its place, or another go),
 # of its advisory room, planning/ (issue 58's target: 1,500), of inject/ (its
 # target: 1,950) and of cli/flags.py (its target: 300), each set to the honest sum
-# when it moved (planning/ 1,636, inject/ 2,031; flags.py 311 once its shims went);
+# when it moved (planning/ 1,636, inject/ 2,031, 2,038 once it named what it used
+# to rewrite; flags.py 311 once its shims went);
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
 PACKAGE_LINES = 9700
-ROOM_LINES = {"planning": 1640, "inject": 2035}
+ROOM_LINES = {"planning": 1640, "inject": 2040}
 FLAGS_LINES = 311
 MOST_ANY = 10
 

@@ -200,8 +200,9 @@ def inject(
     InferenceService gets, in its engine containers, the preStop `wait` that
     `plan` advises (--grace equal to terminationGracePeriodSeconds, written where
     it was left to the default), --log-file /proc/1/fd/1, and the engine flags
-    the advice names. A preStop sleep is replaced; a hook already there is
-    updated. A document it must refuse (Knative, hostNetwork, another preStop,
+    the hook reads through where they are absent; a value the user set is never
+    changed, only named with plan's advice. A preStop sleep is replaced; a hook
+    already there is updated. A document it must refuse (Knative, hostNetwork, another preStop,
     a flag it cannot write) is written unchanged, with one line on stderr.
 
     Exit: 0, 1 a document refused, 2 usage or unreadable input, 74 output not written.

@@ -191,32 +191,43 @@ def _set_prestop(container: dict[str, Node], command: Sequence[str]) -> None:
         lifecycle["preStop"] = {"exec": {"command": list(command)}}
 
 
-def _engine_flag_edits(w: Wiring, flag: EngineFlag) -> tuple[str, list[str] | str] | None:
-    """What flag needs done to this engine's command line: ('set', value), ('add',
-    args), or None (already so)."""
+def _engine_flag_edit(w: Wiring, flag: EngineFlag) -> str | None:
+    """What flag needs of this engine's command line (CONTRACT §4): `add` (absent, and
+    the hook reads the engine or its server's count through it), `advise` (absent,
+    other advice: named, never written), `keep` (a value the user wrote that the
+    advice would change: named, never rewritten), or None (already so)."""
     have = w.argv.value(flag.flag) if w.argv is not None else None
-    if have is None and not flag.add:
+    if have is None:
+        return ("add" if flag.reads else "advise") if flag.add else None
+    if flag.value is None or not isinstance(have, str) or have == flag.value:
         return None
-    if flag.value is None:
-        return None if have is not None else ("add", flag.args)
-    if isinstance(have, str):
-        under = flag.ceiling and numeric(have) and float(have) <= float(flag.value)
-        return None if under or have == flag.value else ("set", flag.value)
-    return ("add", flag.args)
+    under = flag.ceiling and numeric(have) and float(have) <= float(flag.value)
+    return None if under else "keep"
 
 
 def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None) -> None:
-    """The engine flags the advice names, written where the engine's version is known
-    to take them (CONTRACT §4: a flag an older engine rejects crash-loops the Pod):
-    `given` (--engine-version), else the image's tag; a flag already there is only
-    ever changed, which needs no version."""
+    """The engine flags the hook reads through, added where the engine's version is
+    known to take them (CONTRACT §4: a flag an older engine rejects crash-loops the
+    Pod): `given` (--engine-version), else the image's tag. Other advice, and a value
+    the user wrote, are named on stderr with plan's advice, never written."""
     name = w.container.get("name")
     version = version_in(given) if given is not None else image_version(w.container, w.engine)
     for flag in engine_flags(applied.plan):
-        edit = _engine_flag_edits(w, flag)
+        edit = _engine_flag_edit(w, flag)
+        if edit == "keep":
+            have = w.argv.value(flag.flag) if w.argv is not None else None
+            say(
+                "warning",
+                f"container {name}: {flag.flag} {have} kept as written; plan advises "
+                f"{flag.flag} {flag.value} ({flag.why})",
+            )
+            continue
+        if edit == "advise":
+            say("warning", f"container {name}: plan advises {' '.join(flag.args)} ({flag.why})")
+            continue
         if edit is None:
             continue
-        if flag.since is not None and edit[0] == "add" and version is None:
+        if flag.since is not None and version is None:
             say(
                 "warning",
                 f"container {name}: {' '.join(flag.args)} not written ({flag.why}): "
@@ -233,7 +244,7 @@ def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None
                     f"{w.engine} {version[0]}.{version[1]} is older than {flag.since}",
                 )
                 continue
-        wanted = " ".join(flag.args if edit[0] == "add" else [flag.flag, str(edit[1])])
+        wanted = " ".join(flag.args)
         if w.argv is None or w.argv.index is not None:
             where = (
                 f"its engine starts in a shell script, which inject does not edit: write "
@@ -242,17 +253,12 @@ def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None
                 else f"it has no command or args here: give the engine `{wanted}`"
             )
             message = f"container {name}: needs {wanted} ({flag.why}); {where}"
-            if flag.needed or edit[0] == "set":
+            if flag.needed:
                 raise Refused(message)
             say("warning", message)
             continue
-        if edit[0] == "set":
-            old = w.argv.value(flag.flag)
-            w.argv.set(flag.flag, str(edit[1]))
-            say("changed", f"container {name}: {flag.flag} {old} -> {edit[1]} ({flag.why})")
-        else:
-            w.argv.seq.extend(edit[1])
-            say("changed", f"container {name}: added {' '.join(flag.args)} ({flag.why})")
+        w.argv.seq.extend(flag.args)
+        say("changed", f"container {name}: added {wanted} ({flag.why})")
 
 
 @dataclass

@@ -429,9 +429,11 @@ VLLM_LOAD_TRACKING_SINCE = "0.9"
 @dataclass(frozen=True)
 class EngineFlag:
     """One flag of the engine's own command line that the advice names. `value` None:
-    a switch; `ceiling`: a larger value given is brought down to it, a smaller kept;
-    `needed`: the hook cannot read the engine without it; `since`: the version that
-    has it (older ones refuse it and do not start); `add`: written where missing."""
+    a switch; `ceiling`: a larger value given is advised down to it, a smaller kept;
+    `needed`: the hook cannot read the engine without it; `reads`: the hook reads the
+    engine or its server's count through it (inject adds it where missing; the other
+    advice it names); `since`: the version that has it (older ones refuse it and do
+    not start); `add`: advised where missing."""
 
     flag: str
     value: str | None
@@ -439,7 +441,8 @@ class EngineFlag:
     since: str | None = None
     ceiling: bool = False
     needed: bool = False
-    add: bool = True  # False: only a value already given is changed (brought down)
+    add: bool = True  # False: only a value already given is advised (down)
+    reads: bool = False
 
     @property
     def args(self) -> list[str]:
@@ -451,11 +454,8 @@ def engine_flags(plan: Plan) -> tuple[EngineFlag, ...]:
     (`applied.engine_args`) and `inject`, which writes them into the engine's
     command line, both read them here. Nothing for `auto` (whose flag is unknown)."""
     if plan.engine == "sglang":
-        return (
-            EngineFlag(
-                "--enable-metrics", None, "SGLang serves /metrics only with it", needed=True
-            ),
-        )
+        why = "SGLang serves /metrics only with it"
+        return (EngineFlag("--enable-metrics", None, why, needed=True, reads=True),)
     if plan.engine != "vllm":
         return ()
     flags = []
@@ -467,7 +467,7 @@ def engine_flags(plan: Plan) -> tuple[EngineFlag, ...]:
         )
     else:
         # One already given (llm-d's 45) adds the engine core's teardown (3.4 to 5.6 s)
-        # to every drained exit: brought down to vLLM's default, never added.
+        # to every drained exit: vLLM's default advised, never added (inject names it).
         why = "with S >= 5 s the hook leaves it nothing to save; it lengthens every exit"
         flags.append(
             EngineFlag(
@@ -480,7 +480,9 @@ def engine_flags(plan: Plan) -> tuple[EngineFlag, ...]:
             )
         )
     why = "GET /load: what the HTTP server holds, which the scheduler's gauges miss"
-    flags.append(EngineFlag("--enable-server-load-tracking", None, why, VLLM_LOAD_TRACKING_SINCE))
+    flags.append(
+        EngineFlag("--enable-server-load-tracking", None, why, VLLM_LOAD_TRACKING_SINCE, reads=True)
+    )
     return tuple(flags)
 
 
