@@ -167,6 +167,61 @@ def test_kserve_llm_inference_service_without_a_template_gets_one_holding_main()
     assert prestop(template["containers"][0])[0] == "/opt/drainhook/drainhook"
 
 
+def test_a_ray_worker_of_its_leaders_vllm_waits_on_the_leader() -> None:
+    """Issue 58: a worker whose container runs a Ray worker for its leader's vLLM
+    (`ray start --block --address=$(LWS_LEADER_ADDRESS):6379`) is part of that engine,
+    and its hook waits on the leader, as before the engine-from-the-command rule
+    named it `not an engine` and left it without a hook."""
+    text = (MANIFESTS / "lws-vllm.yaml").read_text()
+    script = (
+        "/vllm-workspace/examples/online_serving/multi-node-serving.sh worker\n"
+        "                --ray_address=$(LWS_LEADER_ADDRESS)"
+    )
+    assert script in text
+    text = text.replace(script, "ray start --block --address=$(LWS_LEADER_ADDRESS):6379")
+    (doc,), result = run(("lws-ray.yaml", text))
+    assert result.code == 0 and not [ln for ln in result.lines if "not an engine" in ln]
+    worker = doc["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    w = containers(worker)["vllm-worker"]
+    assert prestop(w) == ["/usr/local/bin/drainhook", "wait", "--grace", "70", "--exit-zero", *LOG]
+    assert [e["name"] for e in w["env"]] == ["DRAINHOOK_HOST", "DRAINHOOK_ALLOW_REMOTE"]
+
+
+def test_an_unrendered_chart_template_is_named_with_the_command_that_renders_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 58: a chart's template (`{{- if ... }}` on its first line) is no YAML; it
+    was `not YAML at line 1`. Now it is named as what it is, and how to render it."""
+    chart = tmp_path / "deployment.yaml"
+    chart.write_text("{{- if .Values.enabled }}\n" + _deployment(VLLM) + "{{- end }}\n")
+    done = cli(str(chart))
+    assert (done.returncode, done.stdout) == (2, "")
+    (line,) = done.stderr.splitlines()
+    assert "an unrendered chart template ({{- if .Values.enabled }} at line 1)" in line
+    assert "helm template" in line
+
+
+def test_a_vendors_image_running_one_engines_flags_is_named_with_the_wiring() -> None:
+    """Issue 58: no command, an image named after no engine (an accelerator vendor's),
+    and args that are plainly vLLM's own flags: it passed in silence; now it is named
+    with the --container and --engine that wire it, which then do."""
+    vendor = (
+        "        - name: server\n"
+        "          image: vault.habana.ai/gaudi-docker/1.21.0/pytorch-installer-2.6.0:latest\n"
+        "          args: [--model, m, --max-model-len, '8192', --gpu-memory-utilization, '0.9']\n"
+    )
+    text = _deployment(vendor)
+    (unchanged,), result = run(("vendor.yaml", text))
+    assert (result.code, levels(result)) == (0, ["skipped"]), result.lines
+    assert "lifecycle" not in unchanged["spec"]["template"]["spec"]["containers"][0]
+    assert "vllm's own flags" in result.lines[0]
+    assert "--container server --engine vllm" in result.lines[0]
+    options = Options(container="server", engine="vllm", wait_params=WAIT)
+    (wired,), told = run(("vendor.yaml", text), options=options)
+    assert told.code == 0 and verdicts(told) == ["injected"], told.lines
+    assert prestop(wired["spec"]["template"]["spec"]["containers"][0])[1] == "wait"
+
+
 def test_leader_worker_set_leader_drains_worker_waits_on_it() -> None:
     (doc,), result = run(file(MANIFESTS / "lws-vllm.yaml"))
     assert result.code == 0

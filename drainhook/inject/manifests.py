@@ -174,6 +174,11 @@ def construct(node: yaml.Node, memo: dict[yaml.Node, Node]) -> Node:
     return memo[node]
 
 
+# A Go template action alone on its line (`{{- if .Values.x }}`, `{{ end }}`): what a
+# chart's template holds and no YAML parser reads.
+CHART_ACTION = re.compile(r"^[ \t]*(\{\{-?.*?-?\}\})[ \t]*$", re.M)
+
+
 def parse(source: str, text: str) -> list[Document]:
     """Every document of one input, parsed; a YAML error is a usage error naming it."""
     indent = guess_indent(text)
@@ -185,6 +190,13 @@ def parse(source: str, text: str) -> list[Document]:
             values: dict[yaml.Node, Node] = {}
             data = construct(node, values) if node is not None else None
         except yaml.MarkedYAMLError as exc:
+            if (action := CHART_ACTION.search(part)) is not None:  # a Helm chart's template
+                row = line + part.count("\n", 0, action.start()) + 1
+                raise UsageError(
+                    f"{source}#{n}: an unrendered chart template ({action.group(1)[:40]} at "
+                    f"line {row}): render it first (helm template RELEASE CHART | drainhook "
+                    "inject ...)"
+                ) from None
             problem = str(exc.problem or exc.context)
             if "maximum nesting depth" in problem:
                 problem = "nested too deep to read"

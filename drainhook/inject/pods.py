@@ -507,6 +507,31 @@ def image_version(container: Mapping[str, Node], engine: str) -> tuple[int, int]
     return (int(m.group(1)), int(m.group(2))) if m and engine in name else None
 
 
+# Flags only one engine's server takes (vLLM 0.32's and SGLang 0.5.23's argparse):
+# args made of them, on an image named after neither, are that engine's (a vendor's
+# accelerator image runs vLLM with the image's own entrypoint).
+OWN_FLAGS: dict[EngineName, tuple[str, ...]] = {
+    "vllm": ("--max-model-len", "--gpu-memory-utilization", "--max-num-seqs", "--enforce-eager"),
+    "sglang": ("--model-path", "--mem-fraction-static", "--tp-size", "--context-length"),
+}
+
+
+def flags_of(container: Mapping[str, Node]) -> EngineName | None:
+    """The one engine whose own flags a container's args carry, with no command and
+    an image named after no engine; None otherwise."""
+    if container.get("command") or engine_image(container):
+        return None
+    words = {str(a).split("=", 1)[0] for a in listed(container.get("args"))}
+    found = [e for e, flags in OWN_FLAGS.items() if words & set(flags)]
+    return found[0] if len(found) == 1 else None
+
+
+def ray_worker(site: Site, container: Mapping[str, Node]) -> bool:
+    """A worker's container that runs a Ray worker (`ray start --address=$(LWS_LEADER_
+    ADDRESS):6379`): part of its leader's vLLM, whose hook it waits on."""
+    return site.leader is not None and "ray" in runs(container)[1]
+
+
 def engine_containers(site: Site, options: Options) -> list[tuple[dict[str, Node], EngineName]]:
     """The engine containers of a pod spec and the engine of each. Init containers
     (native sidecars: routing proxies) are never one."""
@@ -518,6 +543,8 @@ def engine_containers(site: Site, options: Options) -> list[tuple[dict[str, Node
         if options.container is not None and name != options.container:
             continue
         engine = recognise(c) or ("vllm" if site.main is not None and name == site.main else None)
+        if engine is None and ray_worker(site, c):
+            engine = "vllm"
         if options.engine != "auto" and (engine or options.container is not None):
             engine = options.engine
         if engine is None and options.container is not None:

@@ -48,11 +48,14 @@ from drainhook.inject.pods import (
     commands,
     engine_containers,
     engine_image,
+    flags_of,
     image_version,
     known_kind,
     listed,
     names_engine,
     pod_specs,
+    ray_worker,
+    recognise,
     runs,
     sites,
     templated,
@@ -369,7 +372,16 @@ def _wire_site(site: Site, options: Options, say: Say) -> list[str]:
         say(level, f"{site.path}: {text}")
 
     for c in listed(site.spec.get("containers")) if options.container is None else []:
-        if isinstance(c, Mapping) and (instead := runs(c)[1]) and engine_image(c):
+        if not isinstance(c, Mapping) or ray_worker(site, c):
+            continue  # a Ray worker of its leader's vLLM is that engine's
+        if recognise(c) is None and (plainly := flags_of(c)) is not None:
+            here(
+                "skipped",
+                f"container {c.get('name')}: its args are {plainly}'s own flags on an image "
+                f"named after no engine: wire it with --container {c.get('name')} --engine "
+                f"{plainly}",
+            )
+        if (instead := runs(c)[1]) and engine_image(c):
             here(
                 "skipped",
                 f"container {c.get('name')} runs {', '.join(instead)}, not an engine: left as "
