@@ -731,3 +731,32 @@ def test_several_vllm_api_servers_warn_that_load_sees_one(
         assert not found[0].fixes  # advice, never a value applied
     applied = planning.apply_advice(p)
     assert applied.plan.api_servers == servers  # kept through the applied advice
+
+
+def test_every_timeline_flag_is_one_row_that_everything_reads() -> None:
+    """Issue 58: hook.config.TIMELINE drives `wait`'s and `plan`'s options, plan's
+    wait_config, the preStop command and plan's JSON. Each row is in each: a config
+    with every flag off its default is written as a preStop that `wait`'s own parser
+    reads back to the same config, and shown in the JSON with its value."""
+    from drainhook.cli.main import cli
+    from drainhook.hook.config import TIMELINE
+
+    ctx = cli.make_context("drainhook", ["plan"], resilient_parsing=True)
+    for command in ("wait", "plan"):
+        sub = cli.get_command(ctx, command)
+        assert sub is not None
+        flags = {opt for p in sub.params for opt in p.opts}
+        assert {f.flag for f in TIMELINE} <= flags, command
+    off = {"grace": 40, "settle": 7, "exit_reserve": 6, "interval": 0.5, "read_timeout": 0.5}
+    off |= {"linger": 1, "confirm": 3, "max_wait": 20, "stall_after": 30, "engine": "vllm"}
+    assert set(off) == {f.name for f in TIMELINE} == set(planning.TIMELINE)
+    config = planning.wait_config(**off)
+    assert {f.name: f.of(config) for f in TIMELINE} == off
+    command = planning.prestop_command(config)
+    assert [w for w in command if w.startswith("--")] == [f.flag for f in TIMELINE]
+    _, params, _ = parse_hook(list(command))
+    assert planning.wait_config(**{f.name: params[f.name] for f in TIMELINE}) == config
+    shown = render.to_json(planning.make_plan(config))
+    assert {f.name: shown[f.name] for f in TIMELINE} == off
+    # At the defaults, the command is `wait --grace G` alone.
+    assert planning.prestop_command(planning.wait_config())[1:] == ("wait", "--grace", "30")

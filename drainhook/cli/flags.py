@@ -15,23 +15,11 @@ import click
 
 from drainhook import failsafe
 from drainhook.engines.gauges import EngineChoice
-from drainhook.hook.config import (
-    DEFAULT_CONFIRM,
-    DEFAULT_EXIT_RESERVE,
-    DEFAULT_GRACE,
-    DEFAULT_INTERVAL,
-    DEFAULT_LINGER,
-    DEFAULT_SETTLE,
-    DEFAULT_STALL_AFTER,
-    LogFormat,
-    LogReads,
-    Parsed,
-)
+from drainhook.hook.config import TIMELINE, Flag, LogFormat, LogReads, Parsed
 from drainhook.reading.config import (
     DEFAULT_HOST,
     DEFAULT_MAX_BODY,
     DEFAULT_PATH,
-    DEFAULT_READ_TIMEOUT,
     DEFAULT_SCHEME,
     DEFAULT_SOURCE,
     Source,
@@ -80,6 +68,7 @@ class ByteSize(click.ParamType[int, object]):
 
 DURATION = DurationType()
 BYTES = ByteSize()
+ENGINES = click.Choice(typing.get_args(EngineChoice))
 
 
 def env_name(name: str) -> str:
@@ -110,6 +99,14 @@ class EmptyIsAValue(click.Option):
         if found is None and isinstance(self.envvar, str):
             return "" if os.environ.get(self.envvar) == "" else None
         return found
+
+
+def timeline_option(f: Flag) -> Callable[[F], F]:
+    """The option of one timeline flag (drainhook.hook.config.TIMELINE)."""
+    types = {"seconds": DURATION, "count": click.IntRange(min=1), "engine": ENGINES}
+    unset = f"  [default: {f.unset:g}]" if f.unset is not None else ""
+    extra = {} if f.default is None else {"default": f.default}
+    return option(f.flag, type=types[f.kind], help=f.help + unset, **extra)
 
 
 TARGET_OPTIONS = (
@@ -144,18 +141,7 @@ TARGET_OPTIONS = (
         help="Downward-API annotations file; prometheus.io/scheme|port|path name "
         "the listener. Explicit flags win.",
     ),
-    option(
-        "--engine",
-        type=click.Choice(typing.get_args(EngineChoice)),
-        default="auto",
-        help="Engine whose gauges count; auto recognises it.",
-    ),
-    option(
-        "--read-timeout",
-        type=DURATION,
-        default=DEFAULT_READ_TIMEOUT,
-        help="Bound on one whole read, seconds.",
-    ),
+    *(timeline_option(f) for f in TIMELINE if f.reach),
     option(
         "--max-body",
         type=BYTES,
@@ -211,57 +197,7 @@ def source_options(both: bool) -> Callable[[F], F]:
     return lambda f: with_options((_source(both), *SOURCE_OPTIONS), f)
 
 
-TIMELINE_OPTIONS = (
-    option(
-        "--grace",
-        type=DURATION,
-        default=DEFAULT_GRACE,
-        help="G: the Pod's terminationGracePeriodSeconds.",
-    ),
-    option(
-        "--settle",
-        type=DURATION,
-        default=DEFAULT_SETTLE,
-        help="S: keep serving untouched this long while routers drop the Pod.",
-    ),
-    option(
-        "--exit-reserve",
-        type=DURATION,
-        default=DEFAULT_EXIT_RESERVE,
-        help="R: return by G - R, leaving the engine this long to exit.",
-    ),
-    option(
-        "--interval",
-        type=DURATION,
-        default=DEFAULT_INTERVAL,
-        help="I: seconds between reads (I/4 while the work drains, and for the "
-        "confirming read when the server's count or connections read the zero).",
-    ),
-    option(
-        "--confirm",
-        type=click.IntRange(min=1),
-        default=DEFAULT_CONFIRM,
-        help="Consecutive idle reads that confirm the drain.",
-    ),
-    option(
-        "--linger",
-        type=DURATION,
-        default=DEFAULT_LINGER,
-        help="Hold this long after idle is confirmed (clipped to the deadline).",
-    ),
-    option(
-        "--max-wait",
-        type=DURATION,
-        help="Cap on the wait from the hook's start: D = min(G - R, max-wait).",
-    ),
-    option(
-        "--stall-after",
-        type=DURATION,
-        help="W: return `stalled` (exit 5) when the engine reports work and none of "
-        "its progress counters has moved for this long; 0 turns it off  "
-        f"[default: {DEFAULT_STALL_AFTER:g}]",
-    ),
-)
+TIMELINE_OPTIONS = tuple(timeline_option(f) for f in TIMELINE if not f.reach)
 
 
 def timeline_options(f: F) -> F:

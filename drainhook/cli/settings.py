@@ -10,7 +10,7 @@ from click.core import ParameterSource
 
 from drainhook.engines.gauges import default_port
 from drainhook.errors import UsageError
-from drainhook.hook.config import Parsed, WaitConfig
+from drainhook.hook.config import TIMELINE, Parsed, WaitConfig
 from drainhook.hook.termination import choose as choose_termination_log
 from drainhook.reading.config import (
     DEFAULT_PATH,
@@ -108,8 +108,8 @@ def reach_of(
 
 def wait_config_of(ctx: click.Context, params: Mapping[str, Parsed]) -> WaitConfig:
     """`wait`'s frozen config from its parsed flags, checked."""
-    same = ["grace", "settle", "exit_reserve", "interval", "confirm", "linger", "max_wait"]
-    same += ["log_format", "log_reads", "log_file", "exit_zero", "quiet", "stall_after"]
+    same = [f.name for f in TIMELINE if not f.reach]  # the reach's own: reach_of
+    same += ["log_format", "log_reads", "log_file", "exit_zero", "quiet"]
     config = WaitConfig(
         reach=reach_of(ctx, params),
         termination_log=choose_termination_log(params["termination_log"]),

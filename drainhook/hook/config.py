@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from drainhook import failsafe
 from drainhook.errors import UsageError
 
 # G, R and the exit allowance live with the fail-safe, which reads them without this module.
 from drainhook.failsafe import DEFAULT_EXIT_RESERVE as DEFAULT_EXIT_RESERVE
 from drainhook.failsafe import DEFAULT_GRACE as DEFAULT_GRACE
 from drainhook.failsafe import EXIT_ALLOWANCE as EXIT_ALLOWANCE
-from drainhook.reading.config import ReadConfig, positive
+from drainhook.reading.config import DEFAULT_READ_TIMEOUT, ReadConfig, positive
 
 # A flag's value as its click type converted it (click's own signatures say Any; the
 # closed sets are the Literal types click's choices come from): the command line's
@@ -29,6 +30,80 @@ DEFAULT_LINGER = 0.0
 # W of CONTRACT §2b (--stall-after): longer than a healthy engine's longest flat
 # stretch, under the engines' own watchdogs (docs/design.md, §2b, has the numbers).
 DEFAULT_STALL_AFTER = 120.0
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of the timeline (CONTRACT §1, §4), written once: `name` is its click
+    parameter, its field (WaitConfig's, or its ReadConfig's: `reach`), plan's
+    wait_config keyword and its JSON key; the flag, `--name` with dashes, reads
+    DRAINHOOK_NAME too. `kind` types it; `default` None: unset, standing for `unset`
+    (stall_after's 120 s, said in --help and in plan's JSON)."""
+
+    name: str
+    kind: Literal["seconds", "count", "engine"]
+    default: float | int | str | None
+    help: str
+    reach: bool = False
+    unset: float | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def of(self, config: WaitConfig) -> Any:
+        """This flag's value in config (unset: None)."""
+        return getattr(config.reach if self.reach else config, self.name)
+
+
+# The timeline's flags, in the order the preStop command and --help give them.
+TIMELINE: tuple[Flag, ...] = (
+    Flag("grace", "seconds", DEFAULT_GRACE, "G: the Pod's terminationGracePeriodSeconds."),
+    Flag(
+        "settle",
+        "seconds",
+        DEFAULT_SETTLE,
+        "S: keep serving untouched this long while routers drop the Pod.",
+    ),
+    Flag(
+        "exit_reserve",
+        "seconds",
+        DEFAULT_EXIT_RESERVE,
+        "R: return by G - R, leaving the engine this long to exit.",
+    ),
+    Flag(
+        "interval",
+        "seconds",
+        DEFAULT_INTERVAL,
+        "I: seconds between reads (I/4 while the work drains, and for the confirming "
+        "read when the server's count or connections read the zero).",
+    ),
+    Flag(
+        "read_timeout", "seconds", DEFAULT_READ_TIMEOUT, "Bound on one whole read, seconds.", True
+    ),
+    Flag(
+        "linger",
+        "seconds",
+        DEFAULT_LINGER,
+        "Hold this long after idle is confirmed (clipped to the deadline).",
+    ),
+    Flag("confirm", "count", DEFAULT_CONFIRM, "Consecutive idle reads that confirm the drain."),
+    Flag(
+        "max_wait",
+        "seconds",
+        None,
+        "Cap on the wait from the hook's start: D = min(G - R, max-wait).",
+    ),
+    Flag(
+        "stall_after",
+        "seconds",
+        None,
+        "W: return `stalled` (exit 5) when the engine reports work and none of its "
+        "progress counters has moved for this long; 0 turns it off",
+        unset=DEFAULT_STALL_AFTER,
+    ),
+    Flag("engine", "engine", "auto", "Engine whose gauges count; auto recognises it.", True),
+)
 
 
 @dataclass(frozen=True)
@@ -80,11 +155,8 @@ class WaitConfig:
 
     @property
     def deadline(self) -> float:
-        """D = min(G - R, max-wait), never before t0."""
-        d = self.grace - self.exit_reserve
-        if self.max_wait is not None:
-            d = min(d, self.max_wait)
-        return max(0.0, d)
+        """D = min(G - R, max-wait), never before t0 (failsafe.deadline: D's rule)."""
+        return failsafe.deadline(self.grace, self.exit_reserve, self.max_wait)
 
     def timeline(self) -> Timeline:
         return Timeline(

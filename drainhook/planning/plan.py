@@ -15,16 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from drainhook.engines.gauges import EngineChoice, default_port
-from drainhook.hook.config import (
-    DEFAULT_CONFIRM,
-    DEFAULT_EXIT_RESERVE,
-    DEFAULT_GRACE,
-    DEFAULT_INTERVAL,
-    DEFAULT_LINGER,
-    DEFAULT_SETTLE,
-    DEFAULT_STALL_AFTER,
-    WaitConfig,
-)
+from drainhook.hook.config import TIMELINE as TIMELINE_FLAGS
+from drainhook.hook.config import Parsed, WaitConfig
 from drainhook.hook.timeline import (
     ROUTER_DEREGISTRATION,
     TIMELINE_RULES,
@@ -34,7 +26,7 @@ from drainhook.hook.timeline import (
     instants,
 )
 from drainhook.numfmt import number, seconds
-from drainhook.reading.config import DEFAULT_READ_TIMEOUT, ReadConfig
+from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import build_url, parse_url
 
 SCHEMA = 1
@@ -88,48 +80,20 @@ class Plan:
         return prestop_command(self.config, self.binary)
 
 
-# wait_config's parameters: the timeline's flags of `wait`, which `plan` takes and
-# renders (prestop_command); inject keeps the hook's other flags as given.
-TIMELINE = (
-    "grace",
-    "settle",
-    "exit_reserve",
-    "interval",
-    "read_timeout",
-    "confirm",
-    "linger",
-    "max_wait",
-    "stall_after",
-    "engine",
-)
+# wait_config's parameters: the timeline's flags of `wait` (hook.config.TIMELINE),
+# which `plan` takes and renders (prestop_command); inject keeps the hook's other
+# flags as given.
+TIMELINE = tuple(f.name for f in TIMELINE_FLAGS)
 
 
-def wait_config(
-    *,
-    grace: float = DEFAULT_GRACE,
-    settle: float = DEFAULT_SETTLE,
-    exit_reserve: float = DEFAULT_EXIT_RESERVE,
-    interval: float = DEFAULT_INTERVAL,
-    read_timeout: float = DEFAULT_READ_TIMEOUT,
-    confirm: int = DEFAULT_CONFIRM,
-    linger: float = DEFAULT_LINGER,
-    max_wait: float | None = None,
-    stall_after: float | None = None,
-    engine: EngineChoice = "auto",
-) -> WaitConfig:
-    """The `WaitConfig` that `wait` would build from these flags (default target)."""
+def wait_config(**given: Parsed) -> WaitConfig:
+    """The `WaitConfig` that `wait` would build from these timeline flags (the others
+    at their defaults; the default target)."""
+    values: dict[str, Parsed] = {f.name: given.get(f.name, f.default) for f in TIMELINE_FLAGS}
+    engine, read_timeout = values.pop("engine"), values.pop("read_timeout")
     target = parse_url(build_url("http", "127.0.0.1", default_port(engine), "/metrics"))
-    return WaitConfig(
-        reach=ReadConfig(target=target, engine=engine, read_timeout=read_timeout),
-        grace=grace,
-        settle=settle,
-        exit_reserve=exit_reserve,
-        interval=interval,
-        confirm=confirm,
-        linger=linger,
-        max_wait=max_wait,
-        stall_after=stall_after,
-    )
+    reach = ReadConfig(target=target, engine=engine, read_timeout=read_timeout)
+    return WaitConfig(reach=reach, **values)
 
 
 def make_plan(
@@ -399,24 +363,11 @@ def _with(plan: Plan, **values: float) -> Plan:
 def prestop_command(config: WaitConfig, binary: str = DEFAULT_BINARY) -> tuple[str, ...]:
     """The preStop exec command that runs config: `--grace` always, other flags when
     they differ from the defaults."""
-    args = [binary, "wait", "--grace", number(config.grace)]
-    for flag, value, default in (
-        ("--settle", config.settle, DEFAULT_SETTLE),
-        ("--exit-reserve", config.exit_reserve, DEFAULT_EXIT_RESERVE),
-        ("--interval", config.interval, DEFAULT_INTERVAL),
-        ("--read-timeout", config.reach.read_timeout, DEFAULT_READ_TIMEOUT),
-        ("--linger", config.linger, DEFAULT_LINGER),
-    ):
-        if value != default:
-            args += [flag, number(value)]
-    if config.confirm != DEFAULT_CONFIRM:
-        args += ["--confirm", str(config.confirm)]
-    if config.max_wait is not None:
-        args += ["--max-wait", number(config.max_wait)]
-    if config.stall_after is not None and config.stall_after != DEFAULT_STALL_AFTER:
-        args += ["--stall-after", number(config.stall_after)]
-    if config.reach.engine != "auto":
-        args += ["--engine", config.reach.engine]
+    args = [binary, "wait"]
+    for f in TIMELINE_FLAGS:
+        value = f.of(config)
+        if f.name == "grace" or value not in (f.default, f.unset):
+            args += [f.flag, number(value) if f.kind == "seconds" else str(value)]
     return tuple(args)
 
 

@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Sequence
 
 from drainhook.errors import UsageError
-from drainhook.hook.config import WaitConfig
+from drainhook.hook.config import TIMELINE, WaitConfig
 from drainhook.hook.timeline import GRACE_MIN, KUBELET_MIN_STOP, PlanWarning
 from drainhook.numfmt import json_number, number, seconds
 from drainhook.planning import plan as planning
@@ -55,15 +55,11 @@ def to_json(
         "schema": SCHEMA,
         "engine": c.reach.engine,  # as given (the rules may know it otherwise: plan.engine)
         "role": plan.role,
-        "grace": json_number(c.grace),
-        "settle": json_number(c.settle),
-        "exit_reserve": json_number(c.exit_reserve),
-        "interval": json_number(c.interval),
-        "read_timeout": json_number(c.reach.read_timeout),
-        "confirm": c.confirm,
-        "linger": json_number(c.linger),
-        "max_wait": json_number(c.max_wait),
-        "stall_after": json_number(c.stall_window),
+        **{
+            f.name: json_number(f.unset if f.of(c) is None else f.of(c))
+            for f in TIMELINE
+            if f.kind != "engine"
+        },
         "instants": {
             "hook_start": 0,
             "settle_end": json_number(plan.at.settle_end),
