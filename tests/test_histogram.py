@@ -6,17 +6,18 @@ count, never a traceback) for a histogram that cannot be right.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from drainhook.engines.grammar import TimeUp
 from drainhook.planning.histogram import (
     INF,
     MAX_FAMILY_BYTES,
     MAX_SAMPLES,
     RawSeries,
-    ScanLimit,
     difference,
     exact,
     scan_families,
@@ -224,7 +225,7 @@ def test_the_samples_kept_are_bounded_per_family() -> None:
 def test_the_scan_ends_by_the_reads_deadline() -> None:
     body = family_lines(SIMPLE).encode() * 2000
     ticks = iter(range(10**6))
-    with pytest.raises(ScanLimit, match="time ran out"):
+    with pytest.raises(TimeUp, match="time ran out"):
         scan_families(body, [E2E], until=10.0, clock=lambda: float(next(ticks)))
 
 
@@ -242,7 +243,7 @@ def test_hostile_bytes_never_raise_anything_else(data: bytes, name: str) -> None
     body = data.replace(b"A", prefix + b'_bucket{le="').replace(b"B", b"\n" + prefix)
     try:
         fams = scan_families(body, [name])
-    except ScanLimit:
+    except TimeUp:
         return
     fam = fams[name]
     if fam.problem is None:
@@ -359,3 +360,37 @@ def test_changed_bounds_between_the_reads_are_a_restart() -> None:
     key = (("engine", "0"),)
     got, resets = difference({key: series(b1=2, inf=10)}, {key: series(b2=20, inf=30)})
     assert resets == 1 and got[0].buckets == {2.0: 20, INF: 30}
+
+
+LATENCY_SAMPLES = sorted(
+    p
+    for p in (Path(__file__).parent / "samples").rglob("*.txt")
+    if b"e2e_request_latency_seconds_bucket" in p.read_bytes()
+)
+
+
+@pytest.mark.parametrize("path", LATENCY_SAMPLES, ids=lambda p: p.name)
+def test_the_latency_histogram_agrees_with_prometheus_clients_parser(path: Path) -> None:
+    """The oracle (issue 58): prometheus_client's own parser on the same real bodies
+    (vLLM's and SGLang's, text and OpenMetrics) gives, summed over every series, the
+    same cumulative count at every bound and the same total as the scanner."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+    from prometheus_client.parser import text_string_to_metric_families as text
+
+    body = path.read_bytes()
+    name = SG if b"sglang:e2e_request_latency_seconds" in body else E2E
+    h = hist(body.decode(), name)
+    parse = om if body.rstrip().endswith(b"# EOF") else text
+    # The parser takes one spelling of a family's name (the scanner reads both, as
+    # contract §3 has it): its samples written with `_` are given with `:`.
+    spelled = body.decode().replace(name.replace(":", "_") + "_", name + "_")
+    summed: dict[float, float] = {}
+    for family in parse(spelled):
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket":
+                bound = float(sample.labels["le"])
+                summed[bound] = summed.get(bound, 0.0) + sample.value
+    assert summed, path
+    assert h.dropped == ()  # every series shares the bounds in these bodies
+    assert [summed[b] for b in (*h.bounds, INF)] == list(h.cumulative)
+    assert sorted(summed) == [*h.bounds, INF]

@@ -99,8 +99,10 @@ def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
 
 
 # The house's budget (issue 34): what `wait` loads of drainhook, at its start and
-# through a whole drain of either engine, in lines.
-WAIT_PATH_LINES = 5000
+# through a whole drain of either engine, in lines; 5,010 since the gauge scanner's
+# line loop became the one the histogram shares and the connection signal kept its
+# memory of each connection (issues 57, 58: 5,009 for SGLang's drain).
+WAIT_PATH_LINES = 5010
 
 
 def lines_of(modules: set[str]) -> int:

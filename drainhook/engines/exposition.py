@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from drainhook.engines import grammar
 from drainhook.engines.gauges import (
     BY_NAME,
     ENGINES,
@@ -71,51 +72,42 @@ _LONGEST_NAME = max(
 MAX_COUNTED_BYTES = 2 * 1024 * 1024  # counted lines read from one body, in bytes
 MAX_SERIES = 2048  # counted series kept (series differing only in tp_rank: one)
 MAX_LABELS_KEPT = 16384  # labels on all the counted series kept
-_CLOCK_EVERY = 256  # candidate lines between two looks at the clock
 
 
-class _Candidates:
-    """Offsets of `<prefix>[:_]num_` in body, in order, found as they are needed:
-    a body of nothing but needles costs no list, and a line already read is
-    searched no further. A progress counter's needle is found inside its name:
-    its offset is that of its line's first non-blank byte."""
+class _Candidates(grammar.Needles):
+    """Offsets of `<prefix>[:_]num_` in body (Needles), and of an engine's progress
+    counters and server count where its counted gauges are. Such a needle is found
+    inside its name: its offset is that of its line's first non-blank byte."""
 
     def __init__(self, body: Body, engines: Sequence[Engine], progress: bool = True) -> None:
-        self._body = body
-        self._needles = [n for e in engines for n in _NEEDLES[e.name]]
-        self._next = [body.find(n) for n in self._needles]
-        self._anchored = len(self._needles)
+        super().__init__(body, [n for e in engines for n in _NEEDLES[e.name]])
+        self._anchored = len(self.needles)
         # Each needle costs a pass over the body: an engine's progress counters
         # are looked for only in a body that has its counted gauges.
         first = 0
         for engine in engines:
             spelt = len(_NEEDLES[engine.name])
-            if any(at >= 0 for at in self._next[first : first + spelt]):
+            if any(at >= 0 for at in self.next[first : first + spelt]):
                 inner = (_INNER[engine.name] if progress else ()) + _SERVER[engine.name]
-                self._needles += inner
-                self._next += [body.find(n) for n in inner]
+                self.needles += inner
+                self.next += [body.find(n) for n in inner]
             first += spelt
 
-    def first_from(self, pos: int) -> int:
-        """The first offset >= pos, or -1."""
-        body = self._body
+    def first_from(self, pos: int) -> tuple[int, int]:
+        """The first offset >= pos and its needle, or (-1, -1)."""
+        body = self.body
         while True:
-            best, which = -1, -1
-            for i, at in enumerate(self._next):
-                if 0 <= at < pos:
-                    at = self._next[i] = body.find(self._needles[i], pos)
-                if at >= 0 and (best < 0 or at < best):
-                    best, which = at, i
+            best, which = super().first_from(pos)
             if which < self._anchored:
-                return best
+                return best, which
             start = body.rfind(b"\n", 0, best) + 1
             begin = BLANKS.match(body, start, best).end()  # type: ignore[union-attr]
             if body[begin : begin + 1] != b"#":
-                return begin
+                return begin, which
             # A HELP or TYPE line of a progress counter (or of the server's
             # count): looked past, not read.
             end = body.find(b"\n", best)
-            self._next[which] = -1 if end < 0 else body.find(self._needles[which], end)
+            self.next[which] = -1 if end < 0 else body.find(self.needles[which], end)
 
 
 class _ScanState:
@@ -247,7 +239,7 @@ def scan(
     state = _ScanState(pinned)
     try:
         _scan_lines(body, state, until, clock, progress)
-    except _GaveUp as exc:
+    except (_GaveUp, grammar.TimeUp) as exc:
         return Scan(Verdict.UNKNOWN, pinned.name if pinned else None, None, (), str(exc))
     return state.finish(body, progress)
 
@@ -268,14 +260,8 @@ def _scan_lines(
         "server": state.add_server,
     }
     candidates = _Candidates(body, [pinned] if pinned else ENGINES, progress)
-    pos = looked = counted_bytes = 0
-    while (at := candidates.first_from(pos)) >= 0:
-        looked += 1
-        if until is not None and looked % _CLOCK_EVERY == 0 and clock() >= until:
-            raise _GaveUp("read timed out: the read's time ran out scanning the body")
-        start, end = body.rfind(b"\n", 0, at) + 1, body.find(b"\n", at)
-        end = len(body) if end < 0 else end
-        pos = end + 1
+    counted_bytes = 0
+    for start, at, end, _ in grammar.lines(body, candidates.first_from, until, clock):
         name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
         if name_end - at > _LONGEST_NAME:
             continue  # no counted name is that long

@@ -1,18 +1,21 @@
-"""The exposition grammar both line readers share: the scanner's counted gauges
-(drainhook.engines.exposition) and `plan --observe`'s latency histogram
+"""The grammar and the bounded line loop (`lines`) both line readers share: the
+counted gauges' (drainhook.engines.exposition) and `plan --observe`'s histogram's
 (drainhook.planning.histogram). A sample line is `name{labels} value [timestamp]`,
-read as the Prometheus Go parser reads it, in Prometheus text 0.0.4 and
-OpenMetrics 1.0 alike.
+read as the Prometheus Go parser reads it, in text 0.0.4 and OpenMetrics 1.0 alike.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from drainhook.errors import Malformed
 
 MAX_LABELS = 16  # labels on one counted series
+CLOCK_EVERY = 256  # candidate lines between two looks at the clock
+Bytes = bytes | bytearray
 
 NAME_END = re.compile(rb"[{ \t\r\"]|$")  # `"`: the end of a quoted name
 BLANKS = re.compile(rb"[ \t]*")
@@ -81,3 +84,50 @@ def parse_rest(rest: str) -> tuple[tuple[tuple[str, str], ...], float]:
     if m is None:
         raise Malformed("bad value")
     return tuple(labels), float(m.group(1))
+
+
+class TimeUp(Exception):
+    """The read's time ran out while a body was scanned: nothing can be said of it."""
+
+
+class Needles:
+    """Offsets of any of some byte strings in a body, in order, each found only as it
+    is needed: a body of nothing but needles costs no list, and a line already read
+    is searched no further."""
+
+    def __init__(self, body: Bytes, needles: Sequence[bytes]) -> None:
+        self.body = body
+        self.needles = list(needles)
+        self.next = [body.find(n) for n in self.needles]
+
+    def first_from(self, pos: int) -> tuple[int, int]:
+        """The first offset >= pos and the index of its needle; (-1, -1) for none."""
+        best, which = -1, -1
+        for i, at in enumerate(self.next):
+            if 0 <= at < pos:
+                at = self.next[i] = self.body.find(self.needles[i], pos)
+            if at >= 0 and (best < 0 or at < best):
+                best, which = at, i
+        return best, which
+
+
+def lines(
+    body: Bytes,
+    first_from: Callable[[int], tuple[int, int]],
+    until: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[tuple[int, int, int, int]]:
+    """(start, at, end, which) of each line that holds a candidate at `at`, found by
+    needle `which` (`first_from`), in order, each line once; TimeUp past `until`."""
+    pos = looked = 0
+    while True:
+        at, which = first_from(pos)
+        if at < 0:
+            return
+        looked += 1
+        if until is not None and looked % CLOCK_EVERY == 0 and clock() >= until:
+            raise TimeUp("read timed out: the read's time ran out scanning the body")
+        start, end = body.rfind(b"\n", 0, at) + 1, body.find(b"\n", at)
+        end = len(body) if end < 0 else end
+        yield start, at, end, which
+        pos = end + 1

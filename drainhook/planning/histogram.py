@@ -20,6 +20,8 @@ from drainhook.engines.grammar import (
     NAME_END,
     NUMBER,
     SPECIAL,
+    Needles,
+    lines,
     parse_rest,
 )
 from drainhook.engines.verdict import Body
@@ -32,14 +34,9 @@ Labels = tuple[tuple[str, str], ...]
 # that family is a problem; the others are read on.
 MAX_FAMILY_BYTES = 4 * 1024 * 1024  # bytes of one family's lines
 MAX_SAMPLES = 32768  # bucket and _count samples of one family
-_CLOCK_EVERY = 256  # family lines between two looks at the clock
 
 _SUFFIXES = (b"_bucket", b"_count", b"_sum")
 INF = math.inf
-
-
-class ScanLimit(Exception):
-    """The read's time ran out while scanning: nothing can be said of the body."""
 
 
 @dataclass
@@ -135,42 +132,32 @@ def scan_families(
     until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Family]:
-    """Every series of each named histogram family (canonical names). Raises ScanLimit
-    past `until`; a family over its bounds or with a wrong line keeps its first
-    `problem` and is read no further, the others on."""
+    """Every series of each named histogram family (canonical names), read in the
+    gauge scanner's line loop (engines.grammar.lines). Raises TimeUp past `until`; a
+    family over its bounds or with a wrong line keeps its first `problem` and is read
+    no further, the others on."""
     families = {name: Family(name) for name in names}
-    needles: list[tuple[bytes, Family]] = []
-    for name in names:
-        needles += [(spelled.encode(), families[name]) for spelled in spellings(name)]
-    looked = 0
-    for needle, family in needles:
-        at = body.find(needle)
-        while at >= 0:
-            looked += 1
-            if until is not None and looked % _CLOCK_EVERY == 0 and clock() >= until:
-                raise ScanLimit("read timed out: the read's time ran out scanning the body")
-            start = at if at == 0 or body[at - 1] == 10 else body.rfind(b"\n", 0, at) + 1
-            end = body.find(b"\n", at)
-            end = len(body) if end < 0 else end
-            nxt = body.find(needle, end)
-            here, at = at, nxt
-            if family.problem:
-                continue
-            line = _line(body, needle, family, start, here, end)
-            if line is None:
-                continue
-            suffix = line[0]
-            family.read_bytes += end - start
-            if family.read_bytes > MAX_FAMILY_BYTES:
-                family.fail(f"lines over {MAX_FAMILY_BYTES // 1024 // 1024} MiB")
-                continue
-            if suffix == b"_sum":
-                continue
-            family.samples += 1
-            if family.samples > MAX_SAMPLES:
-                family.fail(f"more than {MAX_SAMPLES} samples")
-                continue
-            _add(family, suffix, line[1])
+    spelled = [(s.encode(), families[name]) for name in names for s in spellings(name)]
+    needles = Needles(body, [n for n, _ in spelled])
+    for start, at, end, which in lines(body, needles.first_from, until, clock):
+        needle, family = spelled[which]
+        if family.problem:
+            continue
+        line = _line(body, needle, family, start, at, end)
+        if line is None:
+            continue
+        suffix = line[0]
+        family.read_bytes += end - start
+        if family.read_bytes > MAX_FAMILY_BYTES:
+            family.fail(f"lines over {MAX_FAMILY_BYTES // 1024 // 1024} MiB")
+            continue
+        if suffix == b"_sum":
+            continue
+        family.samples += 1
+        if family.samples > MAX_SAMPLES:
+            family.fail(f"more than {MAX_SAMPLES} samples")
+            continue
+        _add(family, suffix, line[1])
     for family in families.values():
         if family.problem is None:
             _check(family)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drainhook.engines.gauges import BY_NAME, ENGINES, Engine, EngineName
+from drainhook.engines.grammar import TimeUp
 from drainhook.engines.verdict import Body, Reading, Verdict
 from drainhook.errors import NoHistogram, ObserveError, Unreachable, UsageError
 from drainhook.hook.config import WaitConfig
@@ -25,7 +26,6 @@ from drainhook.planning.histogram import (
     Histogram,
     Labels,
     RawSeries,
-    ScanLimit,
     difference,
     exact,
     scan_families,
@@ -132,7 +132,7 @@ def _scanner(engine: str) -> Callable[[Body, float], dict[str, Family] | str]:
     def scan(body: Body, until: float) -> dict[str, Family] | str:
         try:
             return scan_body(body, engine, until)
-        except ScanLimit as exc:
+        except TimeUp as exc:
             return str(exc)
 
     return scan
