@@ -39,8 +39,8 @@ from drainhook.engines.exposition import scan
 from drainhook.engines.gauges import BY_NAME
 from drainhook.engines.verdict import Reading
 from drainhook.planning import plan as planning
-from drainhook.planning.histogram import scan_families
-from drainhook.planning.observe import from_bodies, recommend
+from drainhook.planning.histogram import recommend, scan_families
+from drainhook.planning.observe import from_bodies
 from drainhook.reading.read import Reader
 from drainhook.reading.target import parse_url
 from scripts.latency_samples import VLLM_ITL, VLLM_TTFT

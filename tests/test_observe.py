@@ -10,6 +10,7 @@ and the same body served on loopback).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -24,14 +25,11 @@ import pytest
 import yaml
 
 from drainhook.engines.gauges import BY_NAME
+from drainhook.hook.config import WaitConfig
+from drainhook.hook.timeline import PlanWarning
 from drainhook.planning import plan as planning
-from drainhook.planning.histogram import INF, scan_families
-from drainhook.planning.observe import (
-    Observation,
-    ceil_sum,
-    gather,
-    recommend,
-)
+from drainhook.planning.histogram import INF, Observation, ceil_sum, recommend, scan_families
+from drainhook.planning.observe import gather
 from drainhook.reading.target import read_small_file
 from tests.conftest import HOOK_LATE, SPAWN_LATE, late
 from tests.support.docparts import part
@@ -104,6 +102,15 @@ HAND = [
 IDS = [h.file.removesuffix(".txt") for h in HAND]
 
 
+def observed_warnings(
+    config: WaitConfig, observed: Observation, quantile: float
+) -> tuple[PlanWarning, ...]:
+    """What plan's OBSERVE_RULES find in a plan of config that holds this evidence."""
+    plan = planning.make_plan(config, known_engine=observed.engine)
+    plan = dataclasses.replace(plan, observed=observed, quantile=quantile)
+    return tuple(w for w in plan.warnings if w.code.startswith("observe-"))
+
+
 def observe_file(*names: str, **flags: Any) -> tuple[Observation, Any]:
     config = planning.wait_config(**flags)
     observed = gather(
@@ -159,7 +166,8 @@ def test_recommendation_equals_the_hand_computation(hand: Hand) -> None:
     assert rec.latency == hand.quantiles[2]
     assert rec.grace == hand.grace
     assert rec.longer == pytest.approx(hand.longer, abs=1e-12)
-    assert {w.code for w in rec.warnings} == hand.warnings
+    warned = observed_warnings(planning.wait_config(), observed, 0.999)
+    assert {w.code for w in warned} == hand.warnings
 
 
 @pytest.mark.parametrize("hand", HAND, ids=IDS)
@@ -231,12 +239,14 @@ def test_over_an_hour_is_recommended_with_a_warning() -> None:
     observed, _ = observe_file("vllm-long-tail-inf.txt")
     rec = recommend(planning.wait_config(), observed, 0.99)
     assert rec.grace == 7690
-    assert "observe-grace-range" in {w.code for w in rec.warnings}
+    warned = observed_warnings(planning.wait_config(), observed, 0.99)
+    assert "observe-grace-range" in {w.code for w in warned}
 
 
 def test_inf_warning_names_the_largest_bound_and_the_engines_flag() -> None:
     observed, rec = observe_file("vllm-long-tail-inf.txt")
-    (inf,) = [w for w in rec.warnings if w.code == "observe-inf"]
+    warned = observed_warnings(planning.wait_config(), observed, 0.999)
+    (inf,) = [w for w in warned if w.code == "observe-inf"]
     assert (rec.latency, observed.histogram.largest_bound) == (INF, 7680)
     assert BY_NAME["vllm"].latency.bucket_flag in inf.reason  # the engine's own flag
     assert "--bucket-e2e-request-latency" in BY_NAME["sglang"].latency.bucket_flag
@@ -342,7 +352,7 @@ def test_every_observe_warning_is_documented() -> None:
         ("sglang-short-openmetrics.txt", 0.999, {}),
     ):
         observed, _ = observe_file(name)
-        seen |= {w.code for w in recommend(planning.wait_config(**flags), observed, q).warnings}
+        seen |= {w.code for w in observed_warnings(planning.wait_config(**flags), observed, q)}
     seen |= {"observe-reset", "observe-bounds"}  # tested below, through real reads
     text = part(OPERATIONS, "observe-warnings")
     for code in seen:

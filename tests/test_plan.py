@@ -6,6 +6,7 @@ on the same config: what `plan` promises is what `wait` does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -409,27 +410,31 @@ def test_apply_advice_leaves_the_other_values_alone() -> None:
     assert c.reach == given.config.reach
 
 
+def observed(
+    plan: planning.Plan, latency: float, engine: typing.Literal["vllm", "sglang"] = "sglang"
+) -> planning.Plan:
+    """plan holding the evidence that 1,000 requests all took `latency` s or less."""
+    from drainhook.planning.histogram import Histogram, Observation
+
+    h = Histogram("e2e", (latency,), (1000.0, 1000.0), 1)
+    return dataclasses.replace(plan, observed=Observation(engine, h, "test"))
+
+
 def test_evidence_replaces_g_for_the_applied_reserve_then_the_floors_act() -> None:
-    seen: list[float] = []
-
-    def evidence(config: WaitConfig) -> tuple[float, str]:
-        seen.append(config.exit_reserve)
-        return config.settle + 1 + config.exit_reserve, "the evidence"
-
-    done = planning.apply_advice(make("decode", engine="sglang"), evidence)
-    assert seen == [20]  # G from evidence is computed with the R the advice chose
+    done = planning.apply_advice(observed(make("decode", engine="sglang"), 1.0))
+    # G from the evidence is computed with the R the advice chose (20, not the 5 given).
     assert done.plan.at.grace == 45  # 5 + 1 + 20 = 26, raised to the SGLang floor
     (r, g) = done.changes
     assert (g.field, g.given, g.applied) == ("grace", 30, 45)
-    assert g.because[0] == "observed: the evidence"
+    assert g.because[0] == "observed: G = ceil(S 5 + p99.9 1 + R 20) = 26"
     assert g.because[1].startswith("sglang-pd-exit: ")
     assert r.text().startswith("--exit-reserve 5 -> 20 (sglang-pd-exit: an SGLang decode")
 
-    lower = planning.apply_advice(make(grace=60.0), lambda c: (40.0, "40 s"))
+    lower = planning.apply_advice(observed(make(grace=60.0), 30.0, "vllm"))
     assert [ch.text() for ch in lower.changes] == [
-        "terminationGracePeriodSeconds 60 -> 40 (observed: 40 s)"
+        "terminationGracePeriodSeconds 60 -> 40 (observed: G = ceil(S 5 + p99.9 30 + R 5) = 40)"
     ]
-    assert planning.apply_advice(make(), lambda c: None).changes == ()
+    assert planning.apply_advice(make()).changes == ()
 
 
 def test_vllm_shutdown_timeout_advice_follows_the_applied_reserve() -> None:

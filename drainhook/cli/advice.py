@@ -118,17 +118,24 @@ def plan(
     **params: Parsed,
 ) -> int:
     from drainhook.planning import plan as planning
-    from drainhook.planning.render import observe_render, render
+    from drainhook.planning.render import render
 
     config = planning.wait_config(**{name: params[name] for name in planning.TIMELINE})
     if observe or from_file:
-        from drainhook.planning.observe import ObserveRequest, run_observe
+        from drainhook.planning.observe import observe_plan
 
         reach = None if from_file else reach_of(ctx, params, source="metrics")
-        request = ObserveRequest(
-            config, role, binary, output, reach, from_file, quantile, window, params["max_body"]
+        observed = observe_plan(
+            config,
+            role,
+            binary,
+            reach=reach,
+            files=from_file,
+            quantile=quantile,
+            window=window,
+            max_body=params["max_body"],
         )
-        write_out(observe_render(*run_observe(request), output))
+        write_out(render(observed, output))
         return 0
     observe_only = [p.name for p in ctx.command.params if p.name in params]
     observe_only = [n for n in observe_only if n not in planning.TIMELINE] + ["quantile", "window"]

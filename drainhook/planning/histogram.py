@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from drainhook.engines.gauges import spellings
+from drainhook.engines.gauges import EngineName, spellings
 
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
 from drainhook.engines.grammar import (
@@ -25,7 +25,10 @@ from drainhook.engines.grammar import (
     parse_rest,
 )
 from drainhook.engines.verdict import Body
-from drainhook.errors import Malformed
+from drainhook.errors import Malformed, ObserveError
+from drainhook.hook.config import WaitConfig
+from drainhook.hook.timeline import GRACE_MIN
+from drainhook.numfmt import json_number, number, seconds
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -306,3 +309,110 @@ def _bound(bound: float) -> str:
 def _show(key: Labels) -> str:
     text = ",".join(f'{k}="{v[:40]}"' for k, v in key)
     return f"{{{text[:200]}}}"
+
+
+# ---- the evidence: what the histogram recommends ----------------------------------
+
+DEFAULT_QUANTILE = 0.999
+SMALL_SAMPLE = 100  # fewer requests than this: the quantile says little
+QUANTILES = (0.5, 0.99, 0.999)  # shown as evidence whatever --quantile is
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the engine's histogram says: the summed histogram and where it came from."""
+
+    engine: EngineName
+    histogram: Histogram
+    source: str
+    window: float | None = None  # seconds between the two reads, or None: one read
+    resets: int = 0  # series reset (engine restarted) between the two reads
+
+    @property
+    def requests(self) -> float:
+        return self.histogram.total
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The evidence against a plan: the observation, the quantile's bound, G, the
+    share cut."""
+
+    observed: Observation
+    quantile: float
+    latency: float | None  # INF: in the +Inf bucket; None: nothing observed
+    quantiles: dict[float, float | None]
+    grace: int | None  # recommended G, or None when latency is not finite
+    raw_grace: int | None  # ceil(S + latency + R) before the 15 s floor
+    window_s: float  # D - S of the plan as given
+    longer: float | None  # requests not known to end within D - S, or None: none observed
+
+
+GRACE_LIMIT = 2**63 - 1  # terminationGracePeriodSeconds is an int64
+
+
+def ceil_sum(*values: float) -> int:
+    """ceil of the exact decimal sum: 5 + 0.3 + 5 is 10.3, never 10.299999..."""
+    num, den = 0, 1
+    for n, d in map(exact, values):
+        num, den = num * d + n * den, den * d
+    return -(-num // den)
+
+
+def recommend(config: WaitConfig, observed: Observation, quantile: float) -> Recommendation:
+    """G for the observed latency, and the share of requests the given G would cut."""
+    h = observed.histogram
+    latency = h.quantile(quantile)
+    quantiles = {q: h.quantile(q) for q in QUANTILES}
+    raw = None
+    if latency is not None and latency != INF:
+        raw = ceil_sum(config.settle, latency, config.exit_reserve)
+        if raw > GRACE_LIMIT:
+            raise ObserveError(
+                f"a latency of {latency:.3g} s gives a G of {len(str(raw))} digits, past "
+                "what Kubernetes accepts (terminationGracePeriodSeconds is an int64): "
+                "the histogram cannot be right"
+            )
+    grace = None if raw is None else max(raw, int(GRACE_MIN))
+    window = config.deadline - config.settle
+    longer = None
+    if h.total > 0:
+        longer = (h.total - (h.at_most(window) if window > 0 else 0.0)) / h.total
+    return Recommendation(observed, quantile, latency, quantiles, grace, raw, window, longer)
+
+
+def formula(config: WaitConfig, rec: Recommendation) -> str:
+    """`G = ceil(S 5 + p99.9 30 + R 5) = 40` (and the floor when it acted)."""
+    assert rec.latency is not None
+    raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
+    return (
+        f"G = ceil(S {number(config.settle)} + "
+        f"{quantile_label(rec.quantile)} {number(rec.latency)} "
+        f"+ R {number(config.exit_reserve)}) = {rec.raw_grace}{raised}"
+    )
+
+
+def quantile_label(q: float) -> str:
+    """0.999 as p99.9, 0.5 as p50."""
+    return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
+
+
+def bound_text(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "+Inf" if value == INF else seconds(value)
+
+
+def count_text(n: float) -> str:
+    return f"{number(n)} request" + ("" if n == 1 else "s")
+
+
+def pct(share: float) -> str:
+    return f"{share * 100:.3g}%"
+
+
+def finite(value: float | None) -> float | int | None:
+    """A number for JSON; null for none or +Inf (JSON has no infinity)."""
+    if value is None or value == INF:
+        return None
+    return json_number(value)

@@ -1,6 +1,6 @@
 """The outputs of `plan` (CONTRACT §4): text, its stable JSON (schema 1) and the
-Pod-spec fragment (`--output yaml`, written by hand: no YAML library), and those of
-`plan --observe`, which add the evidence."""
+Pod-spec fragment (`--output yaml`, written by hand: no YAML library), each with the
+evidence of `plan --observe` where the plan holds it."""
 
 from __future__ import annotations
 
@@ -10,20 +10,19 @@ import textwrap
 from collections.abc import Sequence
 
 from drainhook.errors import UsageError
-from drainhook.hook.config import TIMELINE, WaitConfig
+from drainhook.hook.config import TIMELINE
 from drainhook.hook.timeline import GRACE_MIN, KUBELET_MIN_STOP, PlanWarning
 from drainhook.numfmt import json_number, number, seconds
-from drainhook.planning import plan as planning
-from drainhook.planning.histogram import INF, Histogram
-from drainhook.planning.observe import (
-    Observation,
+from drainhook.planning.histogram import (
+    INF,
+    Histogram,
     Recommendation,
     bound_text,
     count_text,
     finite,
+    formula,
     pct,
     quantile_label,
-    recommend,
 )
 from drainhook.planning.plan import (
     SCHEMA,
@@ -38,19 +37,24 @@ BAR = 40
 
 
 def render(plan: Plan, output: Output) -> str:
-    """The plan as `text`, `json` or `yaml`, ending with a newline."""
+    """The plan as `text`, `json` or `yaml`, ending with a newline; each with the
+    evidence of `plan --observe` where the plan holds it."""
     if output == "json":
         return json.dumps(to_json(plan), indent=2) + "\n"
-    return to_yaml(plan) if output == "yaml" else to_text(plan)
+    if output == "yaml":
+        return to_yaml(plan)
+    rec = plan.recommendation
+    return to_text(plan) if rec is None else evidence_text(plan, rec)
 
 
-def to_json(
-    plan: Plan, applied: Applied | None = None, more: Sequence[PlanWarning] = ()
-) -> dict[str, object]:
-    """The stable JSON form (schema 1): inputs, every instant, the command, warnings.
-    `applied`: the advice as applied with evidence (plan --observe), and `more`:
-    the evidence's own warnings, after the plan's."""
+def to_json(plan: Plan) -> dict[str, object]:
+    """The stable JSON form (schema 1): inputs, every instant, the command, warnings,
+    the advice applied; with evidence, `observed` and `recommended_grace` too."""
     c = plan.config
+    rec = plan.recommendation
+    evidence = {}
+    if rec is not None:
+        evidence = {"observed": observed_json(rec), "recommended_grace": rec.grace}
     return {
         "schema": SCHEMA,
         "engine": c.reach.engine,  # as given (the rules may know it otherwise: plan.engine)
@@ -75,8 +79,9 @@ def to_json(
         "exit_window": json_number(plan.at.kill - plan.at.sigterm_latest),
         "termination_grace_period_seconds": int(c.grace) if c.grace == int(c.grace) else None,
         "command": list(plan.command),
-        "warnings": warnings_json((*plan.warnings, *more)),
-        "applied": applied_json(apply_advice(plan) if applied is None else applied),
+        "warnings": warnings_json(plan.warnings),
+        "applied": applied_json(apply_advice(plan)),
+        **evidence,
     }
 
 
@@ -197,13 +202,12 @@ def warnings_text(warnings: tuple[PlanWarning, ...]) -> list[str]:
     return lines
 
 
-def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = None) -> str:
-    """A Pod-spec fragment for the plan with its advice applied (`applied`, when the
-    caller has applied evidence too): terminationGracePeriodSeconds and the preStop,
-    each change, the caller's notes and the standing warnings as comments. Every
-    string is written as JSON, which YAML reads as a double-quoted scalar."""
-    if applied is None:
-        applied = apply_advice(plan)
+def to_yaml(plan: Plan) -> str:
+    """A Pod-spec fragment for the plan with its advice applied (the evidence's G
+    too): terminationGracePeriodSeconds and the preStop, each change, what the
+    evidence says of it and the standing warnings as comments. Every string is
+    written as JSON, which YAML reads as a double-quoted scalar."""
+    applied = apply_advice(plan)
     chosen = applied.plan
     c = chosen.config
     if c.grace != int(c.grace):
@@ -217,9 +221,11 @@ def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = Non
         f"# --grace must equal terminationGracePeriodSeconds. Container name: yours ({name}).",
     ]
     lines += [f"# changed: {ch.text()}" for ch in applied.changes]
-    lines += notes
-    for w in chosen.warnings:
-        lines.append(f"# warning: {w.code}: {w.message}")
+    if plan.recommendation is not None:
+        lines += evidence_notes(plan, applied)
+    # The share the G given leaves uncovered (observe-cuts) is text's and JSON's.
+    shown = [w for w in chosen.warnings if w.code != "observe-cuts"]
+    lines += [f"# warning: {w.code}: {w.message}" for w in shown]
     lines += [
         f"terminationGracePeriodSeconds: {int(c.grace)}",
         "containers:",
@@ -233,8 +239,9 @@ def to_yaml(plan: Plan, notes: Sequence[str] = (), applied: Applied | None = Non
     return "\n".join(lines) + "\n"
 
 
-def observed_json(observed: Observation, rec: Recommendation) -> dict[str, object]:
+def observed_json(rec: Recommendation) -> dict[str, object]:
     """The `observed` object of `plan --observe --output json`."""
+    observed = rec.observed
     return {
         "requests": json_number(observed.requests),
         "quantile": rec.quantile,
@@ -250,22 +257,11 @@ def observed_json(observed: Observation, rec: Recommendation) -> dict[str, objec
     }
 
 
-def observe_json(plan: Plan, observed: Observation, rec: Recommendation) -> str:
-    """The plan's JSON for the values given (the observation's warnings after the
-    plan's, the advice applied with the evidence), then `observed` and
-    `recommended_grace`."""
-    whole = {
-        **to_json(plan, applied(plan, observed, rec), rec.warnings),
-        "observed": observed_json(observed, rec),
-        "recommended_grace": rec.grace,
-    }
-    return json.dumps(whole, indent=2) + "\n"
-
-
-def observe_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
+def evidence_text(plan: Plan, rec: Recommendation) -> str:
     """The evidence, a histogram drawn in the terminal with the line where D - S
     falls, the recommendation, and the warnings of the plan as given and of the
     evidence."""
+    observed = rec.observed
     h = observed.histogram
     c = plan.config
     label = quantile_label(rec.quantile)
@@ -292,9 +288,9 @@ def observe_text(plan: Plan, observed: Observation, rec: Recommendation) -> str:
             f"with G = {seconds(c.grace)} now: D - S = {seconds(rec.window_s)}; at most "
             f"{pct(rec.longer)} of observed requests ran longer"
         )
-    done = applied(plan, observed, rec)
+    done = apply_advice(plan)
     lines += applied_text(done) or ["", "preStop: " + " ".join(done.plan.command)]
-    lines += warnings_text((*plan.warnings, *rec.warnings))
+    lines += warnings_text(plan.warnings)
     return "\n".join(lines) + "\n"
 
 
@@ -332,65 +328,21 @@ def draw(h: Histogram, rec: Recommendation) -> list[str]:
     return out
 
 
-def evidence(observed: Observation, quantile: float) -> planning.Evidence:
-    """G from the observation for a config's S and R, and how: what
-    `planning.apply_advice` applies for `plan --observe`."""
-
-    def grace(config: WaitConfig) -> tuple[float, str] | None:
-        rec = recommend(config, observed, quantile)
-        if rec.grace is None or rec.latency is None:
-            return None
-        return float(rec.grace), formula(config, rec)
-
-    return grace
-
-
-def formula(config: WaitConfig, rec: Recommendation) -> str:
-    """`G = ceil(S 5 + p99.9 30 + R 5) = 40` (and the floor when it acted)."""
-    assert rec.latency is not None
-    raised = f", raised to {int(GRACE_MIN)}" if rec.raw_grace != rec.grace else ""
-    return (
-        f"G = ceil(S {number(config.settle)} + "
-        f"{quantile_label(rec.quantile)} {number(rec.latency)} "
-        f"+ R {number(config.exit_reserve)}) = {rec.raw_grace}{raised}"
-    )
-
-
-def applied(plan: Plan, observed: Observation, rec: Recommendation) -> planning.Applied:
-    """The plan's advice applied, the recommended G for the exit reserve so chosen,
-    for the engine the histogram showed (so vLLM's advice comes with --engine auto)."""
-    if plan.known_engine != observed.engine:
-        plan = planning.make_plan(plan.config, plan.role, plan.binary, observed.engine)
-    return planning.apply_advice(plan, evidence(observed, rec.quantile))
-
-
-def observe_yaml(plan: Plan, observed: Observation, rec: Recommendation) -> str:
-    """The Pod-spec fragment for the recommended G (the given one when there is
-    none) and the plan's other advice applied, with the evidence as comments."""
-    done = applied(plan, observed, rec)
-    c = done.plan.config
-    mine = recommend(c, observed, rec.quantile)  # for the fragment's own S, R and G
-    notes = [f"# observed: {count_text(observed.requests)} in {observed.histogram.name}"]
+def evidence_notes(plan: Plan, applied: Applied) -> list[str]:
+    """What the evidence says of the fragment (for its own S, R and G), as comments."""
+    c = applied.plan.config
+    mine = applied.plan.recommendation
+    assert mine is not None and plan.recommendation is not None
+    notes = [f"# observed: {count_text(mine.observed.requests)} in {mine.observed.histogram.name}"]
     if mine.grace is None or mine.latency is None:
         kept = "keeps" if c.grace == plan.at.grace else "has"
         notes.append(f"# no recommended G: the fragment {kept} --grace {number(c.grace)}")
-    elif not any(ch.field == "grace" for ch in done.changes):
+    elif not any(ch.field == "grace" for ch in applied.changes):
         notes.append(f"# {formula(c, mine)}")  # else the change names it
-    if rec.grace is not None and mine.longer is not None:
+    if plan.recommendation.grace is not None and mine.longer is not None:
         # What the fragment's G leaves uncovered; the share for the G given is text's and JSON's.
         notes.append(
             f"# with G = {number(c.grace)}: D - S = {seconds(mine.window_s)}; at most "
             f"{pct(mine.longer)} of observed requests ran longer"
         )
-    notes += [
-        f"# warning: {w.code}: {w.message}" for w in mine.warnings if w.code != "observe-cuts"
-    ]
-    return to_yaml(plan, notes, done)
-
-
-def observe_render(plan: Plan, observed: Observation, rec: Recommendation, output: Output) -> str:
-    if output == "json":
-        return observe_json(plan, observed, rec)
-    if output == "yaml":
-        return observe_yaml(plan, observed, rec)
-    return observe_text(plan, observed, rec)
+    return notes
