@@ -222,6 +222,47 @@ def test_a_vendors_image_running_one_engines_flags_is_named_with_the_wiring() ->
     assert prestop(wired["spec"]["template"]["spec"]["containers"][0])[1] == "wait"
 
 
+WIDE_EP = """\
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata:
+  name: wide-ep-decode
+spec:
+  leaderWorkerTemplate:
+    size: 2
+    workerTemplate:
+      spec:
+        containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.18.0
+            command: [/bin/bash, -c]
+            args:
+              - |-
+                START_RANK=$(( ${LWS_WORKER_INDEX:-0} * DP_SIZE_LOCAL ))
+                exec vllm serve deepseek-ai/DeepSeek-R1-0528 --port 8200 \\
+                  --data-parallel-hybrid-lb --enable-expert-parallel \\
+                  --data-parallel-size $((LWS_GROUP_SIZE * DP_SIZE_LOCAL)) \\
+                  --data-parallel-size-local $DP_SIZE_LOCAL \\
+                  --data-parallel-start-rank $START_RANK
+            env:
+              - {name: DP_SIZE_LOCAL, value: "8"}
+"""
+
+
+def test_wide_expert_parallel_over_a_leader_worker_set_is_named_from_its_script() -> None:
+    """Issue 58: llm-d's wide-EP decode shape, its data- and expert-parallel flags in the
+    container's shell script with counts the script computes: named for what it means
+    to the drain, as when the flags sit in `args` (it passed in silence)."""
+    (doc,), result = run(("wide-ep.yaml", WIDE_EP))
+    assert result.code == 0
+    (named,) = [ln for ln in result.lines if "over Pods" in ln]
+    assert ": warning: " in named
+    assert "a vLLM data- and expert-parallel engine over Pods (its ranks set in a script)" in named
+    assert "each Pod's API server serves its own ranks" in named
+    spec = doc["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert prestop(containers(spec)["vllm"])[1] == "wait"  # wired, and named
+
+
 def test_leader_worker_set_leader_drains_worker_waits_on_it() -> None:
     (doc,), result = run(file(MANIFESTS / "lws-vllm.yaml"))
     assert result.code == 0
@@ -1742,12 +1783,12 @@ def test_vllm_data_parallel_over_a_leader_worker_set_is_named_for_the_drain() ->
         [
             ln
             for ln in result.lines
-            if f"/{name}: warning: " in ln and "a vLLM data-parallel engine" in ln
+            if f"/{name}: warning: " in ln and "-parallel engine over Pods" in ln
         ]
         for name in ("vllm-dp-ep", "vllm-dp-hybrid")
     )
     (leader,) = internal  # the headless worker has nothing of its own to say
-    assert "leaderTemplate.spec: container vllm-leader: a vLLM data-parallel" in leader
+    assert "leaderTemplate.spec: container vllm-leader: a vLLM data- and expert-parallel" in leader
     assert "8 of 16 ranks here" in leader and "only rank 0's Pod serves HTTP" in leader
     assert "each worker's hook waits on it (DRAINHOOK_HOST=$(LWS_LEADER_ADDRESS))" in leader
     assert "point the other Pods' hooks" not in leader

@@ -144,6 +144,7 @@ def _switch(argv: Argv, *flags: str) -> bool:
 
 
 DP, DP_LOCAL = ("--data-parallel-size", "-dp"), ("--data-parallel-size-local", "-dpl")
+HYBRID = ("--data-parallel-hybrid-lb", "--data-parallel-start-rank")
 
 
 def balancer(argv: Argv) -> str:
@@ -274,8 +275,15 @@ def _spread(engine: EngineChoice, argv: Argv | None, leads: bool) -> str:
         what, served = f"an SGLang over {nodes} nodes (--nnodes)", "only rank 0 serves HTTP"
     elif engine == "vllm" and _switch(argv, "--headless"):
         what, served = "a headless vLLM (--headless)", "its ranks serve no HTTP, the leader's do"
-    elif engine == "vllm" and ranks is not None and here is not None and ranks > here:
-        what = f"a vLLM data-parallel engine over Pods ({here} of {ranks} ranks here)"
+    elif engine == "vllm" and (
+        (ranks is not None and here is not None and ranks > here)
+        or ((ranks is None or here is None) and _switch(argv, *DP_LOCAL, "-dph", *HYBRID))
+    ):
+        # Counts a script computes ($((LWS_GROUP_SIZE * DP_SIZE_LOCAL))) are not read:
+        # its local size or hybrid balancing says the ranks span Pods all the same.
+        shown = f"{here} of {ranks} ranks here" if here and ranks else "its ranks set in a script"
+        expert = "- and expert" if _switch(argv, "--enable-expert-parallel", "-ep") else ""
+        what = f"a vLLM data{expert}-parallel engine over Pods ({shown})"
         served = (
             "each Pod's API server serves its own ranks (a hybrid or external balancer)"
             if own
