@@ -9,6 +9,7 @@ WAIT = {
     "deadline": 3,  # D reached without confirmation
     "unreachable": 4,
     "stalled": 5,  # work reported, no progress for --stall-after seconds (§2b)
+    "misconfigured": 6,  # held to D on a wrong target (§2): fix the flags, not G
 }
 # `probe`: the verdict's exit code.
 PROBE = {"idle": 0, "busy": 1, "unknown": 3, "unreachable": 4}

@@ -142,12 +142,13 @@ def test_a_remote_target_is_refused_before_any_read(
 
 @needs_netns
 def test_allow_remote_reads_the_remote_target(entry: list[str]) -> None:
-    """The empty namespace has no route: not a refusal, so doubt, held to D (§2)."""
+    """The empty namespace has no route: not a refusal, so doubt, held to D (§2), and
+    named as the wrong target it is (misconfigured, exit 6)."""
     args = ["wait", "--host", "10.1.2.3", "--allow-remote", "--settle", "0", "--grace", "3"]
     run = spawn([*UNSHARE, *entry, *args, "--exit-reserve", "1"])
-    assert run.code == 3, run.stderr
+    assert run.code == 6, run.stderr
     summary = fields(run.summary)
-    assert summary["outcome"] == "deadline" and int(summary["reads"]) >= 2
+    assert summary["outcome"] == "misconfigured" and int(summary["reads"]) >= 2
     assert summary["reason"].startswith("misconfigured: cannot connect: network is unreachable")
     assert summary["target"] == "http://10.1.2.3:8000/metrics"
 

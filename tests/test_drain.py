@@ -505,3 +505,37 @@ def test_a_read_d_cut_short_leaves_the_result_the_read_before_it() -> None:
     assert (result.outcome, result.reads) == (Outcome.DEADLINE, 3)
     assert result.last is not None
     assert (result.last.verdict, result.last.in_flight) == (BUSY, 3.0)
+
+
+def test_a_wrong_target_held_to_d_ends_misconfigured_not_deadline() -> None:
+    """Issue 59 (CONTRACT §2, §5): held to D like the sleep, then its own outcome, so that
+    "fix the flags" is told from "raise G"; a wrong target that started answering and
+    is busy at D ends `deadline`, as any busy engine."""
+    from drainhook.reading.failures import MISCONFIGURED
+
+    wrong = Reading.failed(UNKNOWN, f"{MISCONFIGURED}: HTTP 404: no metrics here", 1.0)
+    several = Reading.failed(UNKNOWN, f"http://a/metrics: {MISCONFIGURED}: HTTP 404", 1.0)
+    doubt = Reading.failed(UNKNOWN, "HTTP 503", 1.0)
+    busy = Reading(BUSY, "vllm", 2.0, (), None, 1.0)
+    for readings, outcome in (
+        ([wrong], Outcome.MISCONFIGURED),
+        ([several], Outcome.MISCONFIGURED),
+        ([wrong, busy], Outcome.DEADLINE),
+        ([busy, wrong], Outcome.MISCONFIGURED),
+        ([wrong, doubt], Outcome.DEADLINE),
+    ):
+        clock = FakeClock()
+        timeline = Timeline(5.0, 25.0, 1.0, 1.0)
+        got = drain(timeline, Replay(clock, readings), t0=T0, clock=clock, sleep=clock.sleep)
+        assert (got.outcome, got.elapsed) == (outcome, pytest.approx(25.0)), readings
+
+
+class Replay:
+    """Readings in turn (the last repeats), each taking 2 ms on the clock."""
+
+    def __init__(self, clock: FakeClock, readings: Sequence[Reading]) -> None:
+        self.clock, self.readings = clock, list(readings)
+
+    def __call__(self, _left: float) -> Reading:
+        self.clock.now += 0.002
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]

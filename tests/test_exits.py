@@ -28,6 +28,7 @@ CONTRACT_WAIT = {
     "deadline": 3,
     "unreachable": 4,
     "stalled": 5,
+    "misconfigured": 6,
     "interrupted by SIGINT": 130,
     "interrupted by SIGTERM": 143,
     "usage error": 2,

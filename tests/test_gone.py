@@ -156,15 +156,16 @@ TIMELINE = ("--grace", "3", "--exit-reserve", "1", "--settle", "0.5", "--interva
 def test_a_refused_port_while_the_engine_listens_here_holds_to_d(
     pod_command: Pod, entry: list[str]
 ) -> None:
-    """The engine moved to 8001 of the hook's own container: `--port 8000` is held to D
-    (exit 3), every I, and the summary names the port, its process and the fix; a
-    sidecar on 15090 in a container of its own (the harness) changes nothing."""
+    """The engine moved to 8001 of the hook's own container: `--port 8000` is held to D,
+    every I, and ends `misconfigured` (exit 6); the summary names the port, its
+    process and the fix; a sidecar on 15090 in a container of its own (the harness)
+    changes nothing."""
     shell = f'{sys.executable} -c "{ENGINE}" & exec "$@"'
     argv = contained("sh", "-c", shell, "sh", *entry, "wait", "--port", "8000", *TIMELINE)
     run = pod_command([sidecar("mesh", 15090)], argv, timeout=30)
-    assert run.code == 3, run.stderr
+    assert run.code == 6, run.stderr
     summary = fields(run.summary)
-    assert summary["outcome"] == "deadline"
+    assert summary["outcome"] == "misconfigured"
     assert summary["reason"].startswith("misconfigured: connection refused; TCP ports 8001,15090")
     assert "8001 by pid" in summary["reason"] and summary["reason"].endswith("at the engine")
     assert int(summary["reads"]) >= 4  # every I (0.25 s) from S (0.5 s) to D (2 s)
@@ -217,14 +218,15 @@ def test_a_listener_handed_from_process_to_process_holds_to_d(
     pod_command: Pod, entry: list[str]
 ) -> None:
     """CONTRACT §2: a wrong port (8000) while the engine's listener passes from parent
-    to child every 3 ms. Before: the one-listing walk read a pid that had just
-    exited, found no holder and ended `unreachable` (exit 4) at S."""
+    to child every 3 ms: held to D, `misconfigured` (exit 6). Before: the one-listing
+    walk read a pid that had just exited, found no holder and ended `unreachable`
+    (exit 4) at S."""
     shell = f'{sys.executable} -c "$1" & shift; exec "$@"'
     argv = contained("sh", "-c", shell, "sh", HANDOVER, *entry, "wait", "--port", "8000")
     run = pod_command([], [*argv, *TIMELINE, "--interval", "0.1"], timeout=30)
-    assert run.code == 3, run.stderr
+    assert run.code == 6, run.stderr
     summary = fields(run.summary)
-    assert summary["outcome"] == "deadline"
+    assert summary["outcome"] == "misconfigured"
     assert summary["reason"].startswith("misconfigured: connection refused; TCP ports 8001")
     assert int(summary["reads"]) >= 10  # every I (0.1 s) from S (0.5 s) to D (2 s)
     assert 2.0 - 0.05 <= float(summary["elapsed"]) <= late(2.0, POD_LATE)

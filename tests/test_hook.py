@@ -225,15 +225,15 @@ def test_wait_ends_at_once_when_unreachable_and_gone(
 def test_wait_holds_to_d_when_refused_while_the_engine_listens_elsewhere(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """CONTRACT §2: a wrong port is doubt, held to D like the blind sleep (exit 3),
-    read every I, and the summary names what listens and the fix."""
+    """CONTRACT §2: a wrong port is doubt, held to D like the blind sleep, read every
+    I, and ends `misconfigured` (exit 6); the summary names what listens and the fix."""
     held = "TCP ports 8001 listen here (held: 8001 by pid 7 (vllm))"
     asked = shown(monkeypatch, gone.Found(False, held))
     start = time.monotonic()
     code = run_wait(config(f"http://127.0.0.1:{free_port()}/metrics"), start)
     took = time.monotonic() - start
     end = summary(capfd.readouterr().err)
-    assert (code, end["outcome"]) == (3, "deadline")
+    assert (code, end["outcome"]) == (6, "misconfigured")
     assert (
         end["reason"]
         == f"misconfigured: connection refused; {held}: point --port or --url at the engine"

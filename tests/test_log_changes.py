@@ -129,3 +129,18 @@ def test_the_hook_logs_changes_by_default(hook: Hook, flag: tuple[str, ...]) -> 
         reads -= 1
     assert len(lines) == (reads if flag else 1), run.stderr
     assert Outcome.DEADLINE.value in summary
+
+
+def test_a_wrong_targets_cause_is_said_once_whatever_listens() -> None:
+    """Issue 59 (CONTRACT §5): a misconfigured target's read line is written once per
+    cause, not again when only the set of listening ports (or their holders) changes;
+    a new cause is a new line."""
+    stream = io.StringIO()
+    log = Log("json", stream=stream)
+    why = "misconfigured: connection refused; TCP ports {} listen here: point --port"
+    for t, ports in enumerate(("8001", "8001,9090", "9090", "8001")):
+        log.read(float(t), Reading.failed(Verdict.UNKNOWN, why.format(ports), 1.0))
+    log.read(4.0, Reading.failed(Verdict.UNKNOWN, "misconfigured: HTTP 404: check --path", 1.0))
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    reasons = [e["reason"] for e in lines if e["event"] == "read"]
+    assert reasons == [why.format("8001"), "misconfigured: HTTP 404: check --path"]

@@ -156,9 +156,9 @@ def test_another_uid_cannot_read_the_engine_and_a_wrong_port_holds(
         denied.communicate(timeout=30)
         assert denied.returncode != 0  # the descriptors are unreadable indeed
         kubelet = p.delete(G, [*FLAGS, "--port", "8001"], user=65533)
-    assert kubelet.hook_exit == 3, kubelet.hook_stderr
+    assert kubelet.hook_exit == 6, kubelet.hook_stderr
     found = summary(kubelet)
-    assert found["outcome"] == "deadline"
+    assert found["outcome"] == "misconfigured"
     reason = str(found["reason"])
     assert reason.startswith("misconfigured: connection refused; TCP ports 8000 listen"), reason
     assert "unreadable" in reason

@@ -71,9 +71,9 @@ def test_an_unauthorized_loads_read_is_a_wrong_target_held_to_d(hook: Hook) -> N
         url = f"http://127.0.0.1:{srv.port}/v1/loads"
         short = ("--settle", "0.2", "--interval", "0.2", "--grace", "3", "--exit-reserve", "1")
         run = hook("wait", "--source", "loads", "--url", url, "--log-format", "json", *short)
-    assert run.code == 3
+    assert run.code == 6
     (summary,) = events(run.stderr, "summary")
-    assert (summary["outcome"], summary["exit"]) == ("deadline", 3)
+    assert (summary["outcome"], summary["exit"]) == ("misconfigured", 6)
     assert summary["reason"] == "misconfigured: HTTP 401: the engine wants a key: --api-key-file"
 
 

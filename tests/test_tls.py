@@ -68,9 +68,10 @@ def assert_drained(run: Run, connections: int) -> None:
 
 def assert_held(run: Run, connections: int, *words: str) -> None:
     """A wrong target (CONTRACT §2): held to D like the blind sleep, read every I (each
-    read failing at once, never waiting out a timeout), the TLS reason and its fix named."""
-    assert run.code == 3, run.stderr
-    assert "outcome=deadline" in run.summary
+    read failing at once, never waiting out a timeout), the TLS reason and its fix named,
+    and its own outcome: `misconfigured`, exit 6 (fix the flags, not G)."""
+    assert run.code == 6, run.stderr
+    assert "outcome=misconfigured" in run.summary
     reads = int(fields(run.summary)["reads"])
     assert connections >= 0.5 * (DEADLINE - 0.1) / 0.1  # about one an I, S to D
     # One connection a read; the last read may be one D cut short before it connected.

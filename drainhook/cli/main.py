@@ -84,7 +84,8 @@ def cli() -> None:
 def wait(ctx: click.Context, /, **params: Parsed) -> int:
     """The preStop hook: settle, then read until idle is confirmed or the deadline.
 
-    Exit: 0 drained, 3 deadline, 4 unreachable, 5 stalled, 143/130 SIGTERM/SIGINT, 2 usage.
+    Exit: 0 drained, 3 deadline, 4 unreachable, 5 stalled, 6 misconfigured (held to D on a
+    wrong target), 143/130 SIGTERM/SIGINT, 2 usage.
     At the deadline or stalled, with vLLM requests in flight, the summary adds
     after_sigterm=hang-until-kill: most often they hang until the kill at G; the other
     endings (an error event, an abort) cut them too.

@@ -13,6 +13,7 @@ from drainhook.failsafe import sleep_until
 from drainhook.hook.config import Timeline
 from drainhook.hook.signals import Interrupted
 from drainhook.hook.stall import Stall, StallWatch
+from drainhook.reading.failures import is_misconfigured
 
 
 class Outcome(str, enum.Enum):
@@ -21,6 +22,7 @@ class Outcome(str, enum.Enum):
     UNREACHABLE = "unreachable"
     INTERRUPTED = "interrupted"
     STALLED = "stalled"  # work reported, no progress for --stall-after (CONTRACT §2b)
+    MISCONFIGURED = "misconfigured"  # held to D on a wrong target (CONTRACT §2)
 
     def __str__(self) -> str:
         return self.value
@@ -117,7 +119,8 @@ def drain(
         while True:
             now = clock()
             if now >= deadline:
-                return result(Outcome.DEADLINE)
+                wrong = last is not None and is_misconfigured(last.reason)
+                return result(Outcome.MISCONFIGURED if wrong else Outcome.DEADLINE)
             if now < due:
                 wait_until(due)
                 continue

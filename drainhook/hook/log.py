@@ -20,6 +20,7 @@ from drainhook.hook.drain import Result
 from drainhook.hook.stall import Stall
 from drainhook.hook.termination import hang_note
 from drainhook.numfmt import json_number, shown
+from drainhook.reading.failures import is_misconfigured
 
 Value = str | int | float | None | list[str] | dict[str, object]
 
@@ -108,6 +109,9 @@ def what_changes(reading: Reading) -> tuple[object, ...]:
     """What a read line is written for when it changes (CONTRACT §5): the verdict,
     the total, the signals that hold, the targets that answer, the reason."""
     event = dict(read_event(0.0, 0, reading).fields)
+    # A wrong target's cause, once: not again when only the ports that listen change.
+    reason = reading.reason
+    event["reason"] = reason.split("; ", 1)[0] if is_misconfigured(reason) else reason
     return tuple(event[k] for k in ("verdict", "in_flight", "held_by", "answering", "reason"))
 
 

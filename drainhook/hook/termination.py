@@ -51,6 +51,9 @@ def message(result: Result) -> str:
         return (
             f"interrupted by {name} at {elapsed} after {reads}; {_work(result, 'at the last read')}"
         )
+    if result.outcome is Outcome.MISCONFIGURED:
+        why = (last.reason if last is not None else None) or "-"
+        return f"misconfigured: held to D at {elapsed} after {reads}; {why}"
     line = f"deadline at {elapsed} after {reads}; {_work(result, 'still in flight at SIGTERM')}"
     note = hang_note(result)
     return line if note is None else f"{line}; {note[1]}"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+from typing import TypeGuard
 
 import httpcore
 
@@ -56,6 +57,13 @@ class NoBody(Exception):
 
 
 MISCONFIGURED = "misconfigured"
+
+
+def is_misconfigured(reason: str | None) -> TypeGuard[str]:
+    """Whether a read's reason (or one target's of several) says its target is wrong."""
+    return reason is not None and f"{MISCONFIGURED}: " in reason
+
+
 # The fix for a 3xx or 4xx from a target that never answered 2xx (CONTRACT §2).
 _STATUS_FIX = {
     401: "the engine wants a key: --api-key-file",

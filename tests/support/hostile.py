@@ -193,7 +193,7 @@ CASES = [
     Case("tls-stalls-mid-handshake", lambda: tls_stall,
          3, "unknown", "connect timed out", https=True),
     Case("expired-cert-under-cacert", lambda: serve(IDLE),
-         3, "unknown", "misconfigured: cannot connect: TLS verification failed (certificate "
+         6, "unknown", "misconfigured: cannot connect: TLS verification failed (certificate "
          "has expired)", tls=expired_tls, cacert=True),
     Case("closes-after-status-line", lambda: close_after(b"HTTP/1.1 200 OK\r\n"),
          3, "unknown", BROKEN),
@@ -204,7 +204,7 @@ CASES = [
          response_bytes(IDLE, headers={"Content-Length": str(len(IDLE) + 100)})),
          3, "unknown", TIMED_OUT),
     Case("redirect-loop", lambda: serve(b"", 302, "Found", {"Location": "/metrics"}),
-         3, "unknown", "misconfigured: HTTP 302"),
+         6, "unknown", "misconfigured: HTTP 302"),
     Case("200-html-login-page", lambda: serve(
          b"<!doctype html><html><body><form action=/login method=post>"
          b"<input name=password type=password></form></body></html>\n",
