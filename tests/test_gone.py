@@ -128,10 +128,7 @@ def test_a_view_that_never_stands_still_holds(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path, {7: 8001}, {"1": [7], "2": []})
     clock = Handover(tmp_path, every=True)
     found = engine_gone(far(), proc=proc, clock=clock)
-    assert (found.gone, found.said) == (
-        False,
-        "TCP ports listen here; the processes changed at each walk",
-    )
+    assert (found.gone, found.said) == (False, f"{PORTS}; the processes changed at each walk")
 
 
 def test_no_time_and_no_proc_are_doubt(tmp_path: Path) -> None:

@@ -92,7 +92,8 @@ def engine_gone(
         if not found.gone or (again := _view(proc)) == view:
             return found
         view = again
-    return Found(False, "TCP ports listen here; the processes changed at each walk")
+    where = "TCP ports listen here" if isinstance(view, Found) else _listen(view[0])
+    return Found(False, f"{where}; the processes changed at each walk")
 
 
 def _view(proc: str) -> tuple[tuple[Listener, ...], list[str]] | Found:
