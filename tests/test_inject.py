@@ -323,7 +323,7 @@ def test_sglang_prefill_grace_rises_as_plan_says() -> None:
     )
     assert fragment["terminationGracePeriodSeconds"] == 45
     want = fragment["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
-    assert prestop(containers(spec)["sglang"]) == [*want, *LOG]
+    assert prestop(containers(spec)["sglang"]) == want  # --log-file too, as plan writes
 
 
 # -- what passes through, what is refused -------------------------------------------

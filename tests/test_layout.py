@@ -199,12 +199,12 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # 58: a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
-# (planning/ 1,531; inject/ 2,031 when it moved, 2,097 once it named what it used to
+# (planning/ 1,531, 1,536 with plan's --log-file; inject/ 2,031 when it moved, 2,097 once it named what it used to
 # rewrite and four more shapes; flags.py 247); uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
 PACKAGE_LINES = 9700
-ROOM_LINES = {"planning": 1535, "inject": 2100}
+ROOM_LINES = {"planning": 1540, "inject": 2100}
 FLAGS_LINES = 300
 MOST_ANY = 10
 

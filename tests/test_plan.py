@@ -51,7 +51,9 @@ def test_default_timeline() -> None:
     assert p.at.idle_drains
     assert p.at.reads_max == 20  # t = 5, 6, ..., 24
     assert p.warnings == ()
-    assert p.command == ("/usr/local/bin/drainhook", "wait", "--grace", "30")
+    assert p.command == (
+        "/usr/local/bin/drainhook", "wait", "--grace", "30", "--log-file", "/proc/1/fd/1"
+    )  # fmt: skip
 
 
 def test_deadline_is_the_hooks_own() -> None:
@@ -480,8 +482,11 @@ def test_command_carries_the_chosen_flags_and_parses() -> None:
 
 
 def test_command_leaves_defaults_out_but_always_names_grace() -> None:
-    assert make(grace=30.0).command[1:] == ("wait", "--grace", "30")
-    assert make(grace=90.0, settle=5.0).command[1:] == ("wait", "--grace", "90")
+    """And --log-file /proc/1/fd/1 (issue 59): the kubelet keeps a hook's own output to
+    itself, so without it the hook's lines never reach `kubectl logs`."""
+    log = ("--log-file", "/proc/1/fd/1")
+    assert make(grace=30.0).command[1:] == ("wait", "--grace", "30", *log)
+    assert make(grace=90.0, settle=5.0).command[1:] == ("wait", "--grace", "90", *log)
 
 
 # -- the outputs, through the CLI ----------------------------------------------------
@@ -533,6 +538,8 @@ def test_json_output(hook: Hook) -> None:
         "60",
         "--engine",
         "vllm",
+        "--log-file",
+        "/proc/1/fd/1",
     ]
     assert data["warnings"] == []  # with S = 5 s no --shutdown-timeout is advised
     short = json.loads(hook("plan", "--engine", "vllm", "--settle", "3", "--output", "json").stdout)
@@ -570,7 +577,9 @@ def test_yaml_output_is_a_pod_spec_fragment(hook: Hook) -> None:
     assert command == [
         "/hook/drainhook/drainhook",
         *("wait", "--grace", "45", "--exit-reserve", "20", "--engine", "sglang"),
+        *("--log-file", "/proc/1/fd/1"),  # the kubelet keeps a hook's own output to itself
     ]
+    assert str(parse_hook(command)[1]["log_file"]) == "/proc/1/fd/1"
     assert all(isinstance(arg, str) for arg in command)
     name, params, _ = parse_hook(command)
     assert (name, params["grace"]) == ("wait", spec.termination_grace_period_seconds)

@@ -20,9 +20,6 @@ from drainhook.hook.config import DEFAULT_GRACE, DEFAULT_SETTLE
 from drainhook.inject.manifests import Node
 from drainhook.planning.plan import DEFAULT_BINARY, Role, Via, wait_config
 
-# The kubelet throws a hook's output away (its event says only "PreStopHook
-# failed"): the container's PID 1's stdout puts the hook's lines in `kubectl logs`.
-LOG_FILE = "/proc/1/fd/1"
 # Where the Dockerfile's default image (FROM scratch) holds the directory build:
 # /drainhook/drainhook/ (the launcher `drainhook`, its bootloader, _internal/).
 IMAGE_BUILD_DIR = "drainhook/drainhook"

@@ -37,7 +37,6 @@ from drainhook.inject.manifests import Document, Node, insert_before
 from drainhook.inject.pods import (
     DRAIN_WINDOW,
     KSERVE_MAIN,
-    LOG_FILE,
     WORKER_MARGIN,
     Level,
     Message,
@@ -64,6 +63,7 @@ from drainhook.inject.pods import (
 from drainhook.inject.via import bring_binary, named_list, upsert
 from drainhook.numfmt import number
 from drainhook.planning.plan import (
+    LOG_FILE,
     TIMELINE,
     Applied,
     EngineFlag,

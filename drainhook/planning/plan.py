@@ -51,6 +51,9 @@ SPLIT_ROLES: tuple[Role, ...] = ("prefill", "decode")
 # How inject brings the binary: in the engine image, an image volume, an init container.
 Via = Literal["image", "image-volume", "init"]
 DEFAULT_BINARY = "/usr/local/bin/drainhook"
+# The kubelet throws a hook's output away (its event says only "PreStopHook
+# failed"): the container's PID 1's stdout puts the hook's lines in `kubectl logs`.
+LOG_FILE = "/proc/1/fd/1"
 
 # What an engine takes to exit after SIGTERM, and what vLLM's `--shutdown-timeout N`
 # (>= 0.18, vllm-project/vllm#34730) costs: CONTRACT §7, measured in benchmarks/.
@@ -101,7 +104,9 @@ class Plan:
 
     @property
     def command(self) -> tuple[str, ...]:
-        return prestop_command(self.config, self.binary)
+        """The preStop as it runs in a Pod: the timeline's flags, and --log-file on PID
+        1's stdout, for the kubelet keeps a hook's own output to itself."""
+        return (*prestop_command(self.config, self.binary), "--log-file", LOG_FILE)
 
 
 # wait_config's parameters: the timeline's flags of `wait` (hook.config.TIMELINE),
