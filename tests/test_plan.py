@@ -774,3 +774,26 @@ def test_every_timeline_flag_is_one_row_that_everything_reads() -> None:
     assert {f.name: shown[f.name] for f in TIMELINE} == off
     # At the defaults, the command is `wait --grace G` alone.
     assert planning.prestop_command(planning.wait_config())[1:] == ("wait", "--grace", "30")
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("--grace", "60", "--engine", "vllm"), 0),  # no warning
+        (("--grace", "30", "--engine", "sglang"), 1),  # sglang-exit stands
+        (("--grace", "8", "--settle", "5"), 1),  # no-room, and its G: 8 is raised to 12
+    ],
+)
+def test_strict_exits_1_while_a_warning_stands(
+    hook: Hook, args: tuple[str, ...], code: int
+) -> None:
+    """Issue 59: `plan --strict` for CI, its output written all the same; a "raise G"
+    gives the number."""
+    run = hook("plan", *args, "--strict", "--output", "json")
+    assert run.code == code, run.stderr
+    warned = json.loads(run.stdout)["warnings"]
+    assert bool(warned) is bool(code)
+    assert hook("plan", *args).code == 0  # without --strict, warnings never fail
+    for w in warned:
+        if w["code"] == "no-room":
+            assert "raise G to 12 s" in w["reason"]  # 5 + (2 - 1) x 1 + 1 + 5

@@ -65,6 +65,11 @@ def write_out(text: str) -> None:
     help="json: every instant; yaml: the Pod-spec fragment.",
 )
 @click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 1 while any warning stands (for CI): the output is written all the same.",
+)
+@click.option(
     "--binary",
     metavar="PATH",
     default=DEFAULT_BINARY,
@@ -109,6 +114,7 @@ def plan(
     /,
     role: Role,
     output: Output,
+    strict: bool,
     binary: str,
     api_servers: int | None,
     observe: bool,
@@ -136,7 +142,7 @@ def plan(
             max_body=params["max_body"],
         )
         write_out(render(observed, output))
-        return 0
+        return int(strict and bool(observed.warnings))
     observe_only = [p.name for p in ctx.command.params if p.name in params]
     observe_only = [n for n in observe_only if n not in planning.TIMELINE] + ["quantile", "window"]
     given = [n for n in observe_only if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE]
@@ -144,7 +150,7 @@ def plan(
         raise UsageError(f"{', '.join('--' + n.replace('_', '-') for n in given)} need --observe")
     made = planning.make_plan(config, role, binary, api_servers=api_servers)
     write_out(render(made, output))
-    return 0
+    return int(strict and bool(made.warnings))  # the values given: what to fix
 
 
 @click.command()

@@ -142,7 +142,14 @@ def _settle_past_deadline(t: Instants) -> PlanWarning | None:
         f"the settle S = {seconds(s)} lasts to the deadline D = {seconds(d)} or past it: "
         "not a single read",
         "the hook returns at D with `deadline` without knowing whether the engine "
-        "is idle; raise G, or lower --settle or --exit-reserve",
+        f"is idle; raise G to {_room(t.config)} s, or lower --settle or --exit-reserve",
+    )
+
+
+def _room(c: WaitConfig) -> int:
+    """The least whole G that leaves room after S for the confirming reads before D."""
+    return math.ceil(
+        c.settle + (c.confirm - 1) * c.interval + c.reach.read_timeout + c.exit_reserve
     )
 
 
@@ -157,8 +164,8 @@ def _no_room(t: Instants) -> PlanWarning | None:
         f"D - S = {seconds(t.deadline - c.settle)} leaves no room for the {c.confirm} "
         f"confirming reads (they need {seconds(need)}: {c.confirm - 1} x interval + "
         "read timeout)",
-        "even an idle engine's hook then runs to the deadline; raise G, or lower "
-        "--settle, --exit-reserve or --interval",
+        f"even an idle engine's hook then runs to the deadline; raise G to {_room(c)} s, "
+        "or lower --settle, --exit-reserve or --interval",
     )
 
 

@@ -218,7 +218,8 @@ def _stall_after_deadline(plan: Plan) -> PlanWarning | None:
         f"{seconds(start)} plus W is {seconds(start + c.stall_after)}, not before "
         f"D = {seconds(plan.at.deadline)}",
         "a stalled engine then holds the replica to D as a busy one does; lower "
-        "--stall-after (above the longest healthy flat stretch) or raise G",
+        "--stall-after (above the longest healthy flat stretch) or raise G to "
+        f"{math.ceil(start + c.stall_after + c.exit_reserve)} s",
     )
 
 
@@ -414,8 +415,8 @@ def help_text() -> str:
     (every series and target summed) and recommends G = ceil(S + latency + R),
     latency being the upper bound of the bucket holding --quantile; it shows
     p50/p99/p99.9 and the share of requests longer than D - S for the G given.
-    Exit: 0, 2 usage or no histogram, 3 unreadable or malformed histogram (or a G
-    past an int64), 4 unreachable, 74 output not written.
+    Exit: 0, 1 a warning stands (--strict), 2 usage or no histogram, 3 unreadable or
+    malformed histogram (or a G past an int64), 4 unreachable, 74 output not written.
     """
 
 
