@@ -15,6 +15,7 @@ from drainhook.hook.stall import counter_totals
 from drainhook.numfmt import json_number, shown
 from drainhook.reading.assemble import hook_reader
 from drainhook.reading.config import LOADS_PATH, ReadConfig
+from drainhook.reading.pid1 import shell_pid1
 
 SCHEMA = 1
 
@@ -194,6 +195,8 @@ def run_probe(reach: ReadConfig, as_json: bool) -> tuple[str, int]:
         return shown, PROBE_EXIT[pair[0].verdict]
     # Every signal read, whatever the scheduler's count, to show each apart (§2a).
     reading = read_once(dataclasses.replace(reach, every_signal=True))
+    if (said := shell_pid1()) is not None:  # SIGTERM would stop at the shell
+        reading = dataclasses.replace(reading, warnings=(*reading.warnings, said))
     out = probe_json if as_json else probe_text
     return out(reading, reach.display), PROBE_EXIT[reading.verdict]
 

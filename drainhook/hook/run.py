@@ -18,6 +18,7 @@ from drainhook.hook.stall import StallWatch
 from drainhook.hook.timeline import instants, timeline_warnings
 from drainhook.reading import TargetReader
 from drainhook.reading.assemble import hook_reader
+from drainhook.reading.pid1 import shell_pid1
 
 
 def run_wait(config: WaitConfig, t0: float) -> int:
@@ -56,6 +57,8 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
         reader = hook_reader(reach)
         for w in timeline_warnings(config):  # what `plan` says of this timeline, once
             log.warning(w.message, code=w.code, reason=w.reason)
+        if (said := shell_pid1()) is not None:  # SIGTERM would stop at the shell
+            log.warning(said, code="shell-pid1")
         result = drain(
             config.timeline(),
             reader.read,
