@@ -1,6 +1,7 @@
 """The log says what changed (CONTRACT §5): a read line when the verdict, the
 total, the signal that holds, the targets that answer or the reason changed;
-otherwise one line every 10 s standing for the reads since; `--log-reads all`
+otherwise one line every 5 s while work may remain, every 10 s while idle, standing
+for the reads since; `--log-reads all`
 writes every read. The summary is the same either way.
 
 The drain loop runs under a fake clock with the real `Log` (a ten-minute drain
@@ -18,7 +19,8 @@ import pytest
 from drainhook.engines.verdict import Reading, Signals, Verdict
 from drainhook.hook.config import Timeline
 from drainhook.hook.drain import Outcome, drain
-from drainhook.hook.log import HEARTBEAT, Log
+from drainhook.hook.log import HEARTBEAT, PULSE, Log
+from drainhook.planning import plan as planning
 from tests.support.clock import Clock
 from tests.support.loopback import Loopback, serve
 from tests.support.process import Hook
@@ -34,10 +36,12 @@ def run_log(
     counts: list[tuple[float, float]], deadline: float, reads: str = "changes"
 ) -> tuple[list[dict[str, object]], int]:
     """Drain an engine whose count is `n` from each `(since, n)` on (seconds from
-    t0), under a fake clock, through a real Log in JSON; its lines and reads."""
+    t0), under a fake clock, through a real Log in JSON; its lines (less their
+    time of day) and reads."""
     clock = Clock()
     stream = io.StringIO()
     log = Log("json", stream=stream, reads=reads)
+    log.start(planning.wait_config(grace=deadline + 5.0, exit_reserve=5.0), "t", 0.0)
 
     def read(timeout: float) -> Reading:
         t = clock.now
@@ -53,7 +57,9 @@ def run_log(
         on_read=log.read,
     )
     log.summary(result, 0, "t", deadline)
-    return [json.loads(line) for line in stream.getvalue().splitlines()], result.reads
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert all(line.pop("logger") == "drainhook" and line.pop("time") for line in lines)
+    return lines, result.reads
 
 
 def read_lines(lines: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -62,16 +68,20 @@ def read_lines(lines: list[dict[str, object]]) -> list[dict[str, object]]:
 
 def test_a_ten_minute_drain_of_one_request_writes_tens_of_lines() -> None:
     # The last request runs ten minutes: read every I/4 (2,400 reads), written on
-    # the first read and then once every 10 s, each heartbeat standing for its reads.
+    # the first read and then once every 5 s, each heartbeat standing for its reads
+    # and saying the time left to D.
     lines, reads = run_log([(0.0, 1.0), (605.0, 0.0)], deadline=900.0)
+    assert lines[0]["event"] == "start" and lines[0]["deadline"] == 900
     written = read_lines(lines)
     assert reads > 2300
-    assert len(written) <= 64, len(written)
+    assert len(written) <= 600 / PULSE + 4, len(written)
     heartbeats = [e for e in written if e["reads"] is not None]
     assert all(e["in_flight"] == 1 for e in heartbeats)
+    assert all(e["left"] == pytest.approx(900.0 - float(e["t"])) for e in written)  # type: ignore[arg-type]
     pairs = list(itertools.pairwise(written))
     gaps = [float(b["t"]) - float(a["t"]) for a, b in pairs]  # type: ignore[arg-type]
-    assert all(g >= HEARTBEAT - 1e-9 for g in gaps[: len(heartbeats)]), gaps
+    # A line every 5 s while busy, never sooner and never later than the next read.
+    assert all(PULSE - 1e-9 <= g <= PULSE + 0.25 for g in gaps[: len(heartbeats)]), gaps
     # Every read is numbered, and a heartbeat stands for the reads since the last line.
     # The first idle read is a change; the confirming one is not (the summary says it).
     assert (written[-1]["in_flight"], written[-1]["read"]) == (0, reads - 1)
@@ -79,6 +89,18 @@ def test_a_ten_minute_drain_of_one_request_writes_tens_of_lines() -> None:
     for a, b in pairs:
         if b["reads"] is not None:
             assert b["reads"] == int(b["read"]) - int(a["read"])  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(("n", "every"), [(1.0, PULSE), (0.0, HEARTBEAT)], ids=["busy", "idle"])
+def test_a_line_every_5_s_while_work_remains_and_10_s_while_idle(n: float, every: float) -> None:
+    # 30 s of reads every 0.25 s, nothing changing: the first read, then one line
+    # per pulse (busy) or per heartbeat (idle: no work, the hook only confirms).
+    stream = io.StringIO()
+    log = Log("json", stream=stream)
+    for k in range(121):
+        log.read(k * 0.25, counted(n))
+    written = [json.loads(line)["t"] for line in stream.getvalue().splitlines()]
+    assert written == [k * every for k in range(int(30 / every) + 1)]
 
 
 def test_a_change_of_the_count_is_written_at_once() -> None:

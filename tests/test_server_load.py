@@ -257,6 +257,7 @@ def test_a_missing_signal_is_said_once(hook: Hook) -> None:
         )  # fmt: skip
     assert run.code == 0, run.stderr
     events = [json.loads(line) for line in run.lines]
+    assert all(e.pop("logger") == "drainhook" and e.pop("time") for e in events)
     said = [e for e in events if e["event"] == "signal"]
     assert said == [
         {

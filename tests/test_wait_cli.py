@@ -8,6 +8,7 @@ redirect or waited out a hung listener past D would fail it.
 
 from __future__ import annotations
 
+import datetime
 import gzip
 import json
 import math
@@ -20,7 +21,7 @@ import pytest
 
 from drainhook.hook.config import EXIT_ALLOWANCE
 from tests.conftest import SPAWN_LATE, WAKE_LATE, late
-from tests.support.logs import connections_fit, fields, hook_lines
+from tests.support.logs import connections_fit, fields, hook_lines, start_line
 from tests.support.loopback import (
     Behaviour,
     Loopback,
@@ -485,6 +486,54 @@ def test_json_log_format(hook: Hook) -> None:
     # From the process start, which the kernel records in whole ticks.
     # busy, idle, then the confirming read I/4 later (the server's own zero).
     assert SETTLE + INTERVAL + INTERVAL / 4 <= summary["elapsed"] <= late(run.elapsed, TICK)
+
+
+def wall(at: str) -> float:
+    """A line's time of day (`2026-12-06T04:41:10.123Z`) as seconds since the epoch."""
+    return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.reads
+def test_the_start_line_says_the_timeline_and_every_line_its_time_of_day(hook: Hook) -> None:
+    """No --grace: the start line marks G's default (30 s, so D = 25 s) and says D as a
+    time of day; every line has one, in order; each read line says the time left."""
+    before = time.time()
+    with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
+        run, url = hook("wait", "--url", srv.url, *TIMELINE), srv.url
+    after = time.time()
+    assert run.code == 0, run.stderr
+    start, *rest = [fields(line) for line in run.lines]
+    assert start_line(run.lines[0]) and start["start"] == "0"
+    got = {k: start[k] for k in ("target", "engine", "grace", "grace_from", "deadline")}
+    assert got == {"target": url, "engine": "auto", "grace": "30", "grace_from": "default",
+                   "deadline": "25"}  # fmt: skip
+    assert (start["settle"], start["interval"], start["exit_reserve"]) == ("0.2", "0.1", "5")
+    # The start line's time of day is t = 0's (the process start, in whole ticks); D is
+    # 25 s after it; the other lines follow in order, written as they happen.
+    assert wall(start["deadline_at"]) - wall(start["at"]) == pytest.approx(25, abs=0.0011)
+    times = [wall(f["at"]) for f in (start, *rest)]
+    assert times == sorted(times) and before - TICK <= times[0] and times[-1] <= after
+    reads = [f for f in rest if "read" in f]
+    assert len(reads) == 3 and all(
+        float(f["left"]) == pytest.approx(25 - float(f["t"]), abs=0.0011) for f in reads
+    )
+
+
+@pytest.mark.parametrize("given", ["flag", "variable"])
+def test_a_grace_given_is_not_marked_default_and_json_names_drainhook(
+    hook: Hook, given: str
+) -> None:
+    flag = ("--grace", "2.5") if given == "flag" else ()
+    env = {"DRAINHOOK_GRACE": "2.5"} if given == "variable" else {}
+    with Loopback(serve(IDLE)) as srv:
+        run = hook("wait", "--url", srv.url, *TIMELINE, *flag, "--exit-reserve", "0.5",
+                   "--log-format", "json", env=env)  # fmt: skip
+    assert run.code == 0, run.stderr
+    lines = [json.loads(line) for line in run.lines]
+    assert all(e["logger"] == "drainhook" and wall(e["time"]) for e in lines)
+    start = lines[0]
+    assert (start["event"], start["grace"], start["deadline"]) == ("start", 2.5, 2)
+    assert start["grace_from"] is None  # given, so no mark
 
 
 def test_json_summary_of_a_failure_carries_the_reason(hook: Hook) -> None:

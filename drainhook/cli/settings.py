@@ -113,6 +113,7 @@ def wait_config_of(ctx: click.Context, params: Mapping[str, Parsed]) -> WaitConf
     config = WaitConfig(
         reach=reach_of(ctx, params),
         termination_log=choose_termination_log(params["termination_log"]),
+        grace_default=not _explicit(ctx, "grace"),
         **{name: params[name] for name in same},
     )
     config.check()

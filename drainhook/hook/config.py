@@ -147,6 +147,7 @@ class WaitConfig:
     termination_log: TerminationLog | None = None  # the outcome's line for the Pod's status
     # W (CONTRACT §2b): None is the default (DEFAULT_STALL_AFTER); 0 turns it off.
     stall_after: float | None = None
+    grace_default: bool = False  # neither --grace nor its variable gave G (the start line)
 
     @property
     def stall_window(self) -> float:

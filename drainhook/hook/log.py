@@ -10,12 +10,14 @@ import contextlib
 import errno
 import json
 import os
+import time
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from drainhook.engines.verdict import Reading
+from drainhook.engines.verdict import Reading, Verdict
 from drainhook.failsafe import write_now
+from drainhook.hook.config import WaitConfig
 from drainhook.hook.drain import Result
 from drainhook.hook.stall import Stall
 from drainhook.hook.termination import hang_note
@@ -34,15 +36,28 @@ class Event:
     fields: tuple[tuple[str, Value], ...]
     shown: frozenset[str] = frozenset({"in_flight"})
 
-    def json(self) -> str:
-        return json.dumps({"event": self.kind, **dict(self.fields)})
+    def json(self, at: str = "") -> str:
+        """The event as one JSON object; `at`: its time of day, beside `"logger":
+        "drainhook"`, so that lines in the engine's stdout can be picked out."""
+        head = {"event": self.kind, **({"logger": "drainhook", "time": at} if at else {})}
+        return json.dumps({**head, **dict(self.fields)})
 
-    def text(self) -> str:
+    def text(self, at: str = "") -> str:
+        """The event as one text line; `at`, its time of day, follows the first field
+        (`t=` on a read line), so the first still says what the line is."""
         out = ["drainhook"]
         for key, value in self.fields:
             if value is not None or key in self.shown:
                 out.append(f"{key}={text_value(value)}")
+        if at:
+            out.insert(2, f"at={at}")
         return " ".join(out)
+
+
+def wall_time(seconds: float) -> str:
+    """A wall-clock instant as UTC to the millisecond: `2026-12-06T04:41:10.123Z`."""
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    return f"{whole}.{int(seconds % 1 * 1000):03d}Z"
 
 
 def text_value(value: Value) -> str:
@@ -77,19 +92,26 @@ def signal_fields(reading: Reading | None) -> tuple[tuple[str, Value], ...]:
     )
 
 
-# While nothing changes, a read line this often (seconds), standing for the reads since.
+# While nothing changes, a read line this often (seconds), standing for the reads since;
+# PULSE as often while work may remain (any verdict but idle), so that a person
+# watching sees the hook alive and the time left.
 HEARTBEAT = 10.0
+PULSE = 5.0
 
 
-def read_event(t: float, n: int, reading: Reading, stands_for: int | None = None) -> Event:
-    """A read's line: when, its number, verdict, count, time, source, each signal and what
-    held, the targets answering, why; `reads`: the reads a heartbeat line stands for."""
+def read_event(
+    t: float, n: int, reading: Reading, stands_for: int | None = None, left: float | None = None
+) -> Event:
+    """A read's line: when, the time left to D, its number, verdict, count, time, source,
+    each signal and what held, the targets answering, why; `reads`: the reads a
+    heartbeat line stands for."""
     parts = reading.parts
     answering = sum(1 for _, r in parts if r.verdict.value != "unreachable")
     return Event(
         "read",
         (
             ("t", round(t, 3)),
+            ("left", None if left is None else round(max(0.0, left), 3)),
             ("read", n),
             ("reads", stands_for),
             ("verdict", reading.verdict.value),
@@ -185,6 +207,7 @@ class Log:
         self._stream = stream
         self._fd: int | None = None
         self._warned: set[str] = set()
+        self._deadline: float | None = None  # D, for each read line's time left
 
     def open_file(self, path: Path) -> None:
         """Also write to path (O_NONBLOCK: a FIFO with no reader refuses at once, a full pipe
@@ -206,14 +229,15 @@ class Log:
 
     def read(self, t: float, reading: Reading) -> None:
         """A read at t (seconds since the hook's start): its line when something
-        changed since the last line, or HEARTBEAT has passed; then its warnings."""
+        changed since the last line, or HEARTBEAT (PULSE) has passed; then its warnings."""
         self._reads += 1
         state = what_changes(reading)
+        left = None if self._deadline is None else self._deadline - t
         if self._every_read or self._said is None or self._said[0] != state:
-            self.emit(read_event(t, self._reads, reading))
+            self.emit(read_event(t, self._reads, reading, left=left))
             self._said = (state, t, self._reads)
-        elif t - self._said[1] >= HEARTBEAT:
-            self.emit(read_event(t, self._reads, reading, self._reads - self._said[2]))
+        elif t - self._said[1] >= (HEARTBEAT if reading.verdict is Verdict.IDLE else PULSE):
+            self.emit(read_event(t, self._reads, reading, self._reads - self._said[2], left))
             self._said = (state, t, self._reads)
         for warning in reading.warnings:
             # Once per kind (CONTRACT §5): its text up to the values it names, which
@@ -228,15 +252,37 @@ class Log:
                 self._warned.add(said)
                 self.emit(event)
 
+    def start(self, config: WaitConfig, target: str, elapsed: float) -> None:
+        """The line at t = 0 (CONTRACT §5): the targets, the engine, G (`grace_from=default`
+        when neither --grace nor its variable gave it), S, R, I, and D from the start and
+        as a time of day; `elapsed`: the seconds since t = 0."""
+        self._deadline = config.deadline
+        t0 = time.time() - elapsed  # its `at` is t = 0's time of day, as its `start=0` says
+        fields: tuple[tuple[str, Value], ...] = (
+            ("start", 0),
+            ("target", target),
+            ("engine", config.reach.engine),
+            ("grace", json_number(config.grace)),
+            ("grace_from", "default" if config.grace_default else None),
+            ("settle", json_number(config.settle)),
+            ("exit_reserve", json_number(config.exit_reserve)),
+            ("interval", json_number(config.interval)),
+            ("deadline", json_number(config.deadline)),
+            ("deadline_at", wall_time(t0 + config.deadline)),
+        )
+        self.emit(Event("start", fields), t0)
+
     def warning(self, text: str, *, code: str | None = None, reason: str | None = None) -> None:
         self.emit(warning_event(text, code, reason))
 
     def summary(self, result: Result, exit_code: int, target: str, deadline: float) -> None:
         self.emit(summary_event(result, exit_code, target, deadline))
 
-    def emit(self, event: Event) -> None:
-        """Write one event's line; the summary is written even when quiet."""
-        line = event.json() if self._json else event.text()
+    def emit(self, event: Event, when: float | None = None) -> None:
+        """Write one event's line, with its time of day (by default now: printed, never
+        used to decide); the summary is written even when quiet."""
+        at = wall_time(time.time() if when is None else when)
+        line = event.json(at) if self._json else event.text(at)
         if event.kind == "summary" or not self._quiet:
             self._stderr(line)
         if self._fd is not None:

@@ -55,6 +55,7 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
     reach = dataclasses.replace(config.reach, progress=can_stall)
     try:
         reader = hook_reader(reach)
+        log.start(config, reader.name, time.monotonic() - t0)
         for w in timeline_warnings(config):  # what `plan` says of this timeline, once
             log.warning(w.message, code=w.code, reason=w.reason)
         if (said := shell_pid1()) is not None:  # SIGTERM would stop at the shell

@@ -33,10 +33,16 @@ def signal_line(line: str) -> bool:
     return line.startswith("drainhook signal=")
 
 
+def start_line(line: str) -> bool:
+    """The line `wait` writes at t = 0: its targets and timeline."""
+    return line.startswith(('{"event": "start"', "drainhook start="))
+
+
 def hook_lines(lines: list[str]) -> list[str]:
-    """The lines of a run but its timeline warnings and missing-signal notes: reads,
-    summary, other warnings."""
-    return [line for line in lines if not timeline_warning(line) and not signal_line(line)]
+    """The lines of a run but its start line, timeline warnings and missing-signal
+    notes: reads, summary, other warnings."""
+    skip = (start_line, timeline_warning, signal_line)
+    return [line for line in lines if not any(said(line) for said in skip)]
 
 
 def fields(line: str) -> dict[str, str]:
