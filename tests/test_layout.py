@@ -196,8 +196,9 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # one module, of the package (9,489 when it was set to the lean-house budget, 9,500;
 # raised to 9,650 for inject's exactness, issue 53; to 9,700 for the third round of
 # doubt, issue 57, at 9,689; 9,672 once the timeline's flags were one table, issue
-# 58; to 9,750 for issue 59's first steps, at 9,748; to 9,800 for the lines a
-# person watches a drain by (start line, time of day, time left, pulse), at 9,797:
+# 58; to 9,750 for issue 59's first steps, at 9,748; to 9,810 for the lines a
+# person watches a drain by (start line, time of day, time left, pulse, the ending
+# in words), at 9,805:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
@@ -206,7 +207,7 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
-PACKAGE_LINES = 9800
+PACKAGE_LINES = 9810
 ROOM_LINES = {"planning": 1540, "inject": 2100}
 FLAGS_LINES = 300
 MOST_ANY = 10

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from drainhook.hook.termination import HANG_UNTIL_KILL, HANG_WHY
+from drainhook.hook.termination import HANG_SAID, HANG_UNTIL_KILL, HANG_WHY
 from tests.conftest import HOOK_LATE, SPAWN_LATE, late
 from tests.support.logs import fields
 from tests.support.loopback import Behaviour, Loopback, read_request, response_bytes, sample, serve
@@ -113,7 +113,7 @@ def test_frozen_counters_are_released_stalled_at_s_plus_w(hook: Hook, tmp_path: 
     # vLLM's requests of a wedged engine hang after SIGTERM until the kill at G (its API
     # server stays while their clients are connected): the summary and message say so.
     assert summary["after_sigterm"] == HANG_UNTIL_KILL
-    assert message.read_text().rstrip("\n").endswith(HANG_WHY)
+    assert message.read_text().rstrip("\n").endswith(HANG_SAID)
 
 
 def test_the_json_summary_carries_the_stall(hook: Hook) -> None:

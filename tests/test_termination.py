@@ -51,12 +51,15 @@ def reading(verdict: Verdict, in_flight: float | None, reason: str | None = None
          "drained in 8.0 s after 4 reads; nothing in flight"),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.BUSY, 3)),
          "deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; "
-         + termination.HANG_WHY),
+         "SIGTERM cuts them (most hang until the kill at G: docs/contract.md §7); "
+         "raise G past the longest request (drainhook plan --observe measures it)"),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.BUSY, 1)),
          "deadline at 25.0 s after 20 reads; 1 request still in flight at SIGTERM; "
-         + termination.HANG_WHY),
+         "SIGTERM cuts them (most hang until the kill at G: docs/contract.md §7); "
+         "raise G past the longest request (drainhook plan --observe measures it)"),
         (Result(Outcome.DEADLINE, 25.0, 20, Reading(Verdict.BUSY, "sglang", 2, (), None, 1.0)),
-         "deadline at 25.0 s after 20 reads; 2 requests still in flight at SIGTERM"),
+         "deadline at 25.0 s after 20 reads; 2 requests still in flight at SIGTERM; "
+         "raise G past the longest request (drainhook plan --observe measures it)"),
         (Result(Outcome.DEADLINE, 25.0, 20, reading(Verdict.IDLE, 0)),
          "deadline at 25.0 s after 20 reads; nothing in flight at the last read"),
         (Result(Outcome.DEADLINE, 25.0, 19, reading(Verdict.UNKNOWN, None, "read timed out")),
@@ -159,6 +162,8 @@ def test_drained(hook: Hook, tmp_path: Path) -> None:
     assert (outcome, reads, work) == ("drained", 2, "nothing in flight")
     assert elapsed == pytest.approx(float(summary(run).split("elapsed=")[1].split()[0]), abs=0.06)
     assert "warning" not in "".join(hook_lines(run.lines))
+    # The same sentence on stderr, just before the summary (which stays the last line).
+    assert run.lines[-2:] == [path.read_text(), summary(run)]
 
 
 @pytest.mark.reads
@@ -169,6 +174,7 @@ def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
         run = wait(hook, url, *SHORT, "--termination-log", str(path))
         reads = srv.connections
     assert run.code == 3, run.stderr
+    assert run.lines[-2] == path.read_text()  # said on stderr too, before the summary
     outcome, elapsed, n, work = parse(path)
     lines = [fields(line) for line in run.lines if " read=" in line]
     # A read that D cut short (one started less than --read-timeout before the loop's
@@ -182,7 +188,9 @@ def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
         assert "after_sigterm=" not in summary(run)
     else:
         # vLLM's requests left at SIGTERM hang until the kill at G: the line says so.
-        assert work == f"3 requests still in flight at SIGTERM; {termination.HANG_WHY}"
+        assert work == "; ".join(
+            ("3 requests still in flight at SIGTERM", termination.HANG_SAID, termination.RAISE_G)
+        )
         assert fields(summary(run))["after_sigterm"] == termination.HANG_UNTIL_KILL
     assert outcome == "deadline"
     assert n == len(lines) >= 5

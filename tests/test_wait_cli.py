@@ -21,7 +21,7 @@ import pytest
 
 from drainhook.hook.config import EXIT_ALLOWANCE
 from tests.conftest import SPAWN_LATE, WAKE_LATE, late
-from tests.support.logs import connections_fit, fields, hook_lines, start_line
+from tests.support.logs import connections_fit, end_line, fields, hook_lines, start_line
 from tests.support.loopback import (
     Behaviour,
     Loopback,
@@ -502,7 +502,8 @@ def test_the_start_line_says_the_timeline_and_every_line_its_time_of_day(hook: H
         run, url = hook("wait", "--url", srv.url, *TIMELINE), srv.url
     after = time.time()
     assert run.code == 0, run.stderr
-    start, *rest = [fields(line) for line in run.lines]
+    assert run.lines[-2].startswith("drainhook: drained in ")  # the ending in words
+    start, *rest = [fields(line) for line in run.lines if not end_line(line)]
     assert start_line(run.lines[0]) and start["start"] == "0"
     got = {k: start[k] for k in ("target", "engine", "grace", "grace_from", "deadline")}
     assert got == {"target": url, "engine": "auto", "grace": "30", "grace_from": "default",

@@ -15,7 +15,7 @@ from drainhook.engines.verdict import Verdict
 from drainhook.hook.timeline import timeline_warnings
 from drainhook.planning import plan as planning
 from tests.conftest import HOOK_LATE, late
-from tests.support.logs import connections_fit, fields, hook_lines, start_line
+from tests.support.logs import connections_fit, end_line, fields, hook_lines, start_line
 from tests.support.loopback import Loopback, sample, serve
 from tests.support.process import Hook, Run
 
@@ -116,7 +116,8 @@ def test_grace_5_says_why_it_returns_at_once(hook: Hook) -> None:
     assert [(w.code, w.message, w.reason) for w in expected] == [
         (f["code"], f["warning"], f["reason"]) for f in timeline_lines(run)
     ]  # the same rules and wording, one line each
-    assert start_line(run.lines[0]) and run.lines[-1] == run.summary and len(run.lines) == 4
+    assert start_line(run.lines[0]) and run.lines[-1] == run.summary and len(run.lines) == 5
+    assert run.lines[-2].startswith("drainhook: deadline at ")  # the ending in words
 
 
 def test_a_settle_past_the_deadline_is_said_before_the_sleep(hook: Hook) -> None:
@@ -128,8 +129,8 @@ def test_a_settle_past_the_deadline_is_said_before_the_sleep(hook: Hook) -> None
         assert srv.connections == 0
     assert run.code == 3
     lines = [json.loads(line) for line in run.lines]
-    assert [line["event"] for line in lines] == ["start"] + ["warning"] * 4 + ["summary"]
-    assert [line["code"] for line in lines[1:-1]] == codes_of(*flags)
+    assert [line["event"] for line in lines] == ["start", *["warning"] * 4, "end", "summary"]
+    assert [line["code"] for line in lines[1:-2]] == codes_of(*flags)
     (past,) = [line for line in lines if line.get("code") == "settle-past-deadline"]
     assert "not a single read" in past["warning"] and past["reason"]
     assert lines[-1]["outcome"] == "deadline" and lines[-1]["reads"] == 0
@@ -161,20 +162,19 @@ def test_warnings_come_once_before_any_read_and_into_the_log_file(
         if log_format == "json":
             got = json.loads(line)
             return f"{got['event']}:{got.get('code', '')}"
-        return (
-            "start:"
-            if start_line(line)
-            else "read:"
-            if " read=" in line
-            else ("summary:" if " outcome=" in line else "warning:" + fields(line).get("code", ""))
-        )
+        for name, said in (("start", start_line), ("end", end_line)):
+            if said(line):
+                return f"{name}:"
+        if " read=" in line or " outcome=" in line:
+            return "read:" if " read=" in line else "summary:"
+        return "warning:" + fields(line).get("code", "")
 
     kinds = [kind(line) for line in run.lines]
     warnings = [k.split(":")[1] for k in kinds if k.startswith("warning:")]
     assert warnings == codes_of(*flags)  # each once, in plan's order
     first_read = kinds.index("read:")
     assert kinds[0] == "start:" and all(k.startswith("warning:") for k in kinds[1:first_read])
-    assert kinds.count("read:") >= 3 and kinds[-1] == "summary:"
+    assert kinds.count("read:") >= 3 and kinds[-2:] == ["end:", "summary:"]
     reads = [json.loads(line) if log_format == "json" else fields(line)
              for line, k in zip(run.lines, kinds, strict=True) if k == "read:"]  # fmt: skip
     assert connections_fit(answered, reads), run.stderr
@@ -187,7 +187,8 @@ def test_quiet_keeps_them_in_the_log_file_only(hook: Hook, tmp_path: Path) -> No
     assert len(run.lines) == 1 and run.lines[0] == run.summary
     logged = log.read_text().splitlines()
     assert start_line(logged[0])
-    assert [fields(line).get("code") for line in logged[1:-1]] == codes_of("--grace", "5")
+    assert end_line(logged[-2])  # the file has every line; stderr the summary alone
+    assert [fields(line).get("code") for line in logged[1:-2]] == codes_of("--grace", "5")
 
 
 @pytest.mark.reads

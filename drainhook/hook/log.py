@@ -278,11 +278,17 @@ class Log:
     def summary(self, result: Result, exit_code: int, target: str, deadline: float) -> None:
         self.emit(summary_event(result, exit_code, target, deadline))
 
-    def emit(self, event: Event, when: float | None = None) -> None:
+    def end(self, sentence: str) -> None:
+        """The drain's ending in words, the termination message's line, before the
+        summary: `drainhook: drained in 5.3 s after 2 reads; nothing in flight`."""
+        event = Event("end", (("message", sentence),))
+        self.emit(event, plain=f"drainhook: {sentence}")
+
+    def emit(self, event: Event, when: float | None = None, plain: str = "") -> None:
         """Write one event's line, with its time of day (by default now: printed, never
-        used to decide); the summary is written even when quiet."""
+        used to decide), or `plain` as the text line; the summary even when quiet."""
         at = wall_time(time.time() if when is None else when)
-        line = event.json(at) if self._json else event.text(at)
+        line = event.json(at) if self._json else plain or event.text(at)
         if event.kind == "summary" or not self._quiet:
             self._stderr(line)
         if self._fd is not None:

@@ -74,9 +74,10 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
     finally:
         signals.disarm()
     code = exit_code(result, config.exit_zero)
+    line = termination.message(result)
     if config.termination_log is not None:
-        line = termination.message(result)
         termination.write(config.termination_log, line, log.warning)
+    log.end(line)
     target = reader.name if reader is not None else config.reach.display
     log.summary(result, code, target, config.deadline)
     log.close()

@@ -33,7 +33,8 @@ def choose(
 def message(result: Result) -> str:
     """The outcome, when, how many reads and the work still in flight, in one line
     (`deadline at 25.0 s after 20 reads; 3 requests still in flight at SIGTERM; ...`),
-    with what becomes of vLLM work (`hang_note`), or why the engine is gone."""
+    with what becomes of vLLM work (`hang_note`) and, at the deadline with work in
+    flight, what to change; or why the engine is gone."""
     reads = f"{result.reads} read" + ("" if result.reads == 1 else "s")
     last = result.last
     elapsed = f"{result.elapsed:.1f} s"
@@ -44,8 +45,7 @@ def message(result: Result) -> str:
         return f"unreachable at {elapsed} after {reads}; no work could be measured{why}"
     if result.outcome is Outcome.STALLED and result.stall is not None:
         line = f"stalled at {elapsed} after {reads}; {result.stall.describe()}"
-        note = hang_note(result)
-        return line if note is None else f"{line}; {note[1]}"
+        return line if hang_note(result) is None else f"{line}; {HANG_SAID}"
     if result.outcome is Outcome.INTERRUPTED:
         name = signal.Signals(result.signum or signal.SIGTERM).name
         return (
@@ -56,16 +56,17 @@ def message(result: Result) -> str:
         return f"misconfigured: held to D at {elapsed} after {reads}; {why}"
     line = f"deadline at {elapsed} after {reads}; {_work(result, 'still in flight at SIGTERM')}"
     note = hang_note(result)
-    return line if note is None else f"{line}; {note[1]}"
+    line = line if note is None else f"{line}; {HANG_SAID}"
+    busy = last is not None and last.verdict is Verdict.BUSY and bool(last.in_flight)
+    return f"{line}; {RAISE_G}" if busy else line
 
 
-# What becomes of vLLM work left at SIGTERM (CONTRACT §7 has what was measured).
+# What becomes of vLLM work left at SIGTERM (CONTRACT §7 has what was measured): a
+# short code and where the docs say why, for the summary; a short clause for the line.
 HANG_UNTIL_KILL = "hang-until-kill"
-HANG_WHY = (
-    "they will most often hang until the kill at G (vLLM kills its engine core on "
-    "SIGTERM); otherwise they end with an error event or an abort: every ending cuts "
-    "them (with --shutdown-timeout N, only those that end within N complete)"
-)
+HANG_WHY = "docs/contract.md#7-what-the-engine-does-after-the-hook"
+HANG_SAID = "SIGTERM cuts them (most hang until the kill at G: docs/contract.md §7)"
+RAISE_G = "raise G past the longest request (drainhook plan --observe measures it)"
 
 
 def hang_note(result: Result) -> tuple[str, str] | None:

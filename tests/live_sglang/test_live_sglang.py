@@ -100,7 +100,7 @@ def test_a_lone_short_request_is_held(spawn_hook: Any, engine: LiveSglang, recor
     )  # fmt: skip
     spawned = time.monotonic()
     assert proc.stderr is not None
-    proc.stderr.readline()  # the settle-short warning: written at the hook's start
+    proc.stderr.readline()  # the start line: written at the hook's start
     started = time.monotonic()
     seen: list[float] = []
     time.sleep(max(0.0, started + settle - 0.2 - time.monotonic()))  # in flight at the first read

@@ -38,10 +38,18 @@ def start_line(line: str) -> bool:
     return line.startswith(('{"event": "start"', "drainhook start="))
 
 
+ENDINGS = ("drained", "deadline", "unreachable", "stalled", "interrupted", "misconfigured")
+
+
+def end_line(line: str) -> bool:
+    """The ending in words, just before the summary: the termination message's line."""
+    return line.startswith(('{"event": "end"', *(f"drainhook: {e}" for e in ENDINGS)))
+
+
 def hook_lines(lines: list[str]) -> list[str]:
-    """The lines of a run but its start line, timeline warnings and missing-signal
-    notes: reads, summary, other warnings."""
-    skip = (start_line, timeline_warning, signal_line)
+    """The lines of a run but its start line, timeline warnings, missing-signal notes
+    and the ending in words: reads, summary, other warnings."""
+    skip = (start_line, timeline_warning, signal_line, end_line)
     return [line for line in lines if not any(said(line) for said in skip)]
 
 
