@@ -99,14 +99,16 @@ def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_kept() -
     assert engine["command"] == ["vllm", "serve"]
     # The native sidecar (the routing proxy) is as it was.
     assert spec["initContainers"] == before["spec"]["template"]["spec"]["initContainers"]
-    assert levels(result) == ["injected", "replaced", "warning", "warning"]
-    assert "preStop sleep 15" in result.lines[1]
+    # --via image on llm-d's own image, which holds no drainhook: said first.
+    assert levels(result) == ["injected", "warning", "replaced", "warning", "warning"]
+    assert "ghcr.io/llm-d/llm-d-cuda is an engine's own image" in result.lines[1]
+    assert "preStop sleep 15" in result.lines[2]
     assert (
         "--shutdown-timeout 45 kept as written; plan advises --shutdown-timeout 0"
-        in (result.lines[2])
+        in (result.lines[3])
     )
-    assert "--enable-server-load-tracking not written" in result.lines[3]
-    assert "names no vllm version" in result.lines[3] and "--engine-version" in result.lines[3]
+    assert "--enable-server-load-tracking not written" in result.lines[4]
+    assert "names no vllm version" in result.lines[4] and "--engine-version" in result.lines[4]
     (told,), _ = run(file(path), options=Options(engine_version="0.32", wait_params=WAIT))
     told_args = containers(told["spec"]["template"]["spec"])["vllm"]["args"]
     assert told_args[-1] == "--enable-server-load-tracking"
@@ -137,7 +139,9 @@ def test_kserve_llm_inference_service_decode_and_prefill() -> None:
     assert len(warned) == 2 and all("spec.prefill.template: container main:" in w for w in warned)
     assert "vllm-prefill-linger" in warned[0]
     # The decode template's image is llm-d's: /load's flag named, not written.
-    (unversioned,) = [ln for ln in lines if ": warning: spec.template: container main:" in ln]
+    (unversioned,) = [
+        ln for ln in lines if ": warning: spec.template: container main: --enable" in ln
+    ]
     assert "--enable-server-load-tracking not written" in unversioned
     # Multi-node: the CR had no command, so none is written; the worker waits on the
     # leader (LWS underneath), its deadline after the leader's kill.
@@ -308,7 +312,8 @@ def test_sglang_statefulset_gets_metrics_and_the_grace_plan_advises() -> None:
         "/usr/local/bin/drainhook", "wait", "--grace", "35", "--exit-reserve", "10",
         "--engine", "sglang", *LOG,
     ]  # fmt: skip
-    assert levels(result) == ["injected", "changed", "changed", "changed"]
+    assert levels(result) == ["injected", "changed", "warning", "changed", "changed"]
+    assert "lmsysorg/sglang is an engine's own image" in result.lines[2]
 
 
 def test_sglang_prefill_grace_rises_as_plan_says() -> None:
@@ -856,7 +861,7 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
     ok = cli("tests/manifests/llm-d-decode.yaml")
     assert ok.returncode == 0
     assert [LINE.match(ln).group(5) for ln in ok.stderr.splitlines()] == [  # type: ignore[union-attr]
-        "injected", "replaced", "warning", "warning",
+        "injected", "warning", "replaced", "warning", "warning",
     ]  # fmt: skip
     refused = cli("tests/manifests")
     assert refused.returncode == 1
@@ -1330,6 +1335,39 @@ def test_a_grace_it_cannot_read_is_refused_not_overwritten(grace: str) -> None:
     assert result.stdout == text  # written as it came, the value untouched
 
 
+@pytest.mark.parametrize(
+    ("image", "options", "named"),
+    [
+        ("vllm/vllm-openai:v0.18.0", Options(wait_params=WAIT), "vllm/vllm-openai"),
+        ("docker.io/vllm/vllm-openai@sha256:" + "0" * 64, Options(wait_params=WAIT),
+         "vllm/vllm-openai"),
+        ("lmsysorg/sglang:v0.5.23-cu126", Options(wait_params=WAIT), "lmsysorg/sglang"),
+        ("registry.example/team/vllm-openai:v0.18.0", Options(wait_params=WAIT), None),
+        ("vllm/vllm-openai:v0.18.0", VIA_INIT, None),
+        ("vllm/vllm-openai:v0.18.0", VIA_IMAGE, None),
+    ],
+    ids=["vllm", "vllm-digest", "sglang", "own-image", "via-init", "via-image-volume"],
+)  # fmt: skip
+def test_via_image_on_an_engines_own_image_names_the_via_that_fits(
+    image: str, options: Options, named: str | None
+) -> None:
+    """An upstream engine image holds no drainhook: `--via image` there is a preStop
+    that fails at once, and SIGTERM at once. Wired all the same (a user may build
+    FROM it), but said, with the --via that fits; an image of the user's, or another
+    --via, says nothing of it."""
+    container = f"        - name: vllm\n          image: {image}\n          args: [m]\n"
+    (doc,), result = run(("d.yaml", _deployment(container)), options=options)
+    assert result.code == 0 and prestop(containers(doc["spec"]["template"]["spec"])["vllm"])
+    said = [ln for ln in result.lines if "holds no drainhook" in ln]
+    if named is None:
+        assert said == []
+    else:
+        (line,) = said
+        assert LINE.match(line).group(5) == "warning"  # type: ignore[union-attr]
+        assert f"--via image, but {named} is an engine's own image" in line
+        assert "--via image-volume --image REF" in line and "--via init --image REF" in line
+
+
 def test_a_vendors_image_tag_is_not_an_engine_version() -> None:
     """NGC's vLLM image is tagged year.month (26.02-py3): read as vLLM 26.2, a flag
     that vLLM version would take was written. Now it is named for the user to add."""
@@ -1337,7 +1375,8 @@ def test_a_vendors_image_tag_is_not_an_engine_version() -> None:
     (doc,), result = run(("ngc.yaml", _deployment(ngc + "          args: [m]\n")))
     args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["m"]  # no flag written on a guessed version
-    (warning,) = [ln for ln in result.lines if ": warning: " in ln]
+    via, warning = [ln for ln in result.lines if ": warning: " in ln]
+    assert "nvcr.io/nvidia/vllm is an engine's own image" in via  # (--via image)
     assert "--enable-server-load-tracking not written" in warning and "--engine-version" in warning
     tagged = _deployment(VLLM.replace("v0.18.0", "v0.19.1-cu128") + "          args: [m]\n")
     (doc,), _ = run(("tagged.yaml", tagged))
@@ -1363,7 +1402,7 @@ def test_placeholders_refuse_only_a_document_inject_would_wire() -> None:
     deployment = _deployment(VLLM + "          args: [m]\n")
     result = said(("s.yaml", secret), ("r.yaml", runtime), ("d.yaml", deployment))
     assert result.code == 0, result.lines
-    assert levels(result) == ["skipped", "injected", "changed", "changed"]
+    assert levels(result) == ["skipped", "injected", "changed", "warning", "changed"]
     assert "ServingRuntime: containers at spec not wired" in result.lines[0]
     assert "unrendered" not in " ".join(result.lines)
     helm = _deployment(VLLM + "          args: ['{{ .Values.model }}']\n")

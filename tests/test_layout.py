@@ -198,17 +198,19 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # doubt, issue 57, at 9,689; 9,672 once the timeline's flags were one table, issue
 # 58; to 9,750 for issue 59's first steps, at 9,748; to 9,810 for the lines a
 # person watches a drain by (start line, time of day, time left, pulse, the ending
-# in words), at 9,805:
+# in words), at 9,805; to 9,840 with inject's warning of an upstream image under
+# --via image, at 9,834:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
 # (planning/ 1,531, then 1,536 with plan's --log-file; inject/ 2,031 when it moved,
-# 2,097 once it named what it used to rewrite and four more shapes; flags.py 247);
+# 2,097 once it named what it used to rewrite and four more shapes, 2,123 with the
+# warning of an upstream image under --via image; flags.py 247);
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
-PACKAGE_LINES = 9810
-ROOM_LINES = {"planning": 1540, "inject": 2100}
+PACKAGE_LINES = 9840
+ROOM_LINES = {"planning": 1540, "inject": 2125}
 FLAGS_LINES = 300
 MOST_ANY = 10
 

@@ -474,6 +474,23 @@ def image_name(container: Mapping[str, Node]) -> tuple[str, str]:
     return name.lower(), tag
 
 
+# The engines' own published images (their repositories, Docker Hub's prefix dropped):
+# none holds drainhook, so `--via image` on one is a preStop that cannot start.
+UPSTREAM = (
+    "vllm/vllm-openai", "vllm/vllm-openai-rocm", "rocm/vllm", "lmsysorg/sglang",
+    "ghcr.io/llm-d/llm-d", "ghcr.io/llm-d/llm-d-cuda", "nvcr.io/nvidia/vllm",
+    "nvcr.io/nvidia/sglang"
+)  # fmt: skip
+
+
+def upstream_image(container: Mapping[str, Node]) -> str | None:
+    """The container's image when it is an engine's own published one (UPSTREAM)."""
+    ref = str(container.get("image", "")).split("@", 1)[0]
+    repo = re.sub(r":[^/]*$", "", ref).lower()
+    repo = re.sub(r"^(index\.)?docker\.io/(library/)?", "", repo)
+    return repo if repo in UPSTREAM else None
+
+
 def engine_image(container: Mapping[str, Node]) -> EngineName | None:
     """The engine an image is named after (not a router's, a proxy's...)."""
     name, _ = image_name(container)

@@ -58,6 +58,7 @@ from drainhook.inject.pods import (
     runs,
     sites,
     templated,
+    upstream_image,
     version_in,
 )
 from drainhook.inject.via import bring_binary, named_list, upsert
@@ -435,6 +436,8 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
     names = []
     for w, early, applied in zip(wirings, first, final, strict=True):
         name = w.container.get("name")
+        if options.via == "image" and (upstream := upstream_image(w.container)):
+            say("warning", f"container {name}: {NOT_IN_UPSTREAM.format(upstream)}")
         _say_changes(w, early, applied, say)
         if not worker:
             for text in caveats(w.container, w.engine, w.argv, site.leads):
@@ -449,6 +452,15 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
         names.append(str(name))
     site.wired = Wired(grace, wirings[0].engine, wirings[0].port, wirings[0].https)
     return names
+
+
+# A preStop whose binary the image does not hold fails at once, and the kubelet then
+# sends SIGTERM at once: worse than the sleep it replaced (CONTRACT §4).
+NOT_IN_UPSTREAM = (
+    "--via image, but {} is an engine's own image, which holds no drainhook: its preStop "
+    "would fail at once and SIGTERM come at once; use --via image-volume --image REF "
+    "(Kubernetes >= 1.35) or --via init --image REF, or an image built FROM it with the binary"
+)
 
 
 def _write_grace(site: Site, grace: float, given: float, why: str, say: Say) -> None:
