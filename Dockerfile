@@ -18,7 +18,8 @@
 # In an engine image's Dockerfile:
 #
 #   COPY --from=drainhook:0.1.0 /drainhook/drainhook/ /opt/drainhook/
-#   # preStop: ["/opt/drainhook/drainhook", "wait", "--grace", "30"]
+#   RUN ln -s /opt/drainhook/drainhook /usr/local/bin/drainhook
+#   # preStop: ["/usr/local/bin/drainhook", "wait", "--grace", "30", "--log-file", "/proc/1/fd/1"]
 #
 # CI builds this file with buildah for both platforms from base images made by
 # debootstrap, into a manifest list (scripts/build-image); a pip behind a

@@ -27,6 +27,7 @@ from drainhook import exits
 from drainhook.cli.main import all_commands
 from drainhook.hook.config import DEFAULT_GRACE
 from drainhook.hook.timeline import TIMELINE_RULES, PlanWarning
+from drainhook.inject.pods import Options
 from drainhook.planning import plan as planning
 from drainhook.planning.render import render as render_plan
 from tests.support.docparts import names, part
@@ -437,3 +438,21 @@ def test_checked_parts_are_where_the_tests_look() -> None:
     assert {"pod", "setup"} <= set(names(README))
     assert {"verdicts", "gauges", "exits"} <= set(names(CONTRACT))
     assert {"plan-warnings", "observe-warnings"} <= set(names(OPERATIONS))
+
+
+def test_the_binary_s_path_is_the_same_in_every_snippet() -> None:
+    """The path `plan` writes is `inject --via image`'s default, and the README's,
+    docs/packaging.md's and the Dockerfile's way to bake the hook into an engine
+    image puts the launcher there."""
+    assert planning.DEFAULT_BINARY == Options().binary == "/usr/local/bin/drainhook"
+    link = f"RUN ln -s /opt/drainhook/drainhook {planning.DEFAULT_BINARY}"
+    copy = "/drainhook/drainhook/ /opt/drainhook/"
+    bake = part(README, "bake").splitlines()
+    assert bake[0] == "```dockerfile" and bake[-2:] == [link, "```"] and copy in bake[2]
+    for text in (
+        (ROOT / "docs" / "packaging.md").read_text(),
+        (ROOT / "Dockerfile").read_text(),
+        (ROOT / "docs" / "inject.md").read_text(),
+    ):
+        assert copy in text and link.removeprefix("RUN ") in text
+        assert '"/opt/drainhook/drainhook", "wait"' not in text  # no second path
