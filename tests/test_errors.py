@@ -122,3 +122,38 @@ def test_a_build_that_cannot_import_its_modules_exits_70() -> None:
     assert done.returncode == 70, done.stderr
     assert done.stderr.startswith("drainhook: cannot start: ModuleNotFoundError")
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_bare_drainhook_prints_its_help_formatted(capfd: pytest.CaptureFixture[str]) -> None:
+    """Not click's help folded into one line: the help as `--help` writes it, on
+    stderr, exit 2 (no command was run)."""
+    assert cli.run([]) == exits.USAGE
+    out, err = capfd.readouterr()
+    lines = err.splitlines()
+    assert out == "" and lines[0] == "Usage: drainhook [OPTIONS] COMMAND [ARGS]..."
+    listed = lines[lines.index("Commands:") + 1 :]
+    assert [line.split()[0] for line in listed if line.startswith("  ") and line[2] != " "] == [
+        "inject", "install", "plan", "probe", "wait",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["probe", "--por", "8000"],
+         "drainhook probe: no such option '--por'; did you mean '--port', '--source' or '--url'?"),
+        (["probe", "--watc"], "drainhook probe: no such option '--watc'; did you mean '--path'?"),
+        (["plan", "--grace"], "drainhook plan: option '--grace' requires an argument"),
+        (["probe", "extra"], "drainhook probe: got unexpected extra argument (extra)"),
+        (["nosuch"], "drainhook: no such command 'nosuch'"),
+        (["probe", "--interval", "banana"],
+         "drainhook probe: no such option '--interval'; did you mean '--insecure'?"),
+    ],
+)  # fmt: skip
+def test_a_usage_error_reads_as_one_sentence(
+    argv: list[str], said: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """One line, the command named, no sentence after a full stop, the hints joined."""
+    assert cli.run(argv) == exits.USAGE
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", said + "\n")

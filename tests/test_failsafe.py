@@ -117,14 +117,14 @@ def test_a_bug_while_idle_holds_too(tmp_path: Path) -> None:
     ("args", "env", "first"),
     [
         (["--interval", "banana", *TIMELINE[4:]], {},
-         "drainhook wait: Invalid value for '--interval'"),
-        (["--no-such-flag", *TIMELINE], {}, "drainhook wait: No such option '--no-such-flag'"),
+         "drainhook wait: invalid value for '--interval'"),
+        (["--no-such-flag", *TIMELINE], {}, "drainhook wait: no such option '--no-such-flag'"),
         # D from the variables, read plainly, when the flags do not say it.
         (["--settle", "x"], {"DRAINHOOK_GRACE": "3", "DRAINHOOK_EXIT_RESERVE": "1s"},
-         "drainhook wait: Invalid value for '--settle'"),
+         "drainhook wait: invalid value for '--settle'"),
         # A cap read plainly: D = min(G - R, max-wait) = min(29, 2).
         (["--port", "0", "--grace=31", "--exit-reserve", "2", "--max-wait", "2000ms"], {},
-         "drainhook wait: Invalid value for '--port'"),
+         "drainhook wait: invalid value for '--port'"),
     ],
     ids=["value", "flag", "from-variables", "max-wait"],
 )  # fmt: skip

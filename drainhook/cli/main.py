@@ -5,6 +5,7 @@ where explicit flags (command line or environment) win over `--annotations`."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 
 import click
@@ -114,6 +115,17 @@ def probe(ctx: click.Context, /, as_json: bool, **params: Parsed) -> int:
     return code
 
 
+def one_sentence(message: str) -> str:
+    """Click's usage message as one sentence: `No such option '--por'. (Did you mean
+    one of: '--port', '--url'?)` reads `no such option '--por'; did you mean '--port'
+    or '--url'?`."""
+    said = message[:1].lower() + message[1:]
+    if not (m := re.fullmatch(r"(.*?)\.? \(?Did you mean (?:one of: )?(.*?)\?\)?", said)):
+        return said.rstrip(".")
+    *most, last = m.group(2).split(", ")
+    return f"{m.group(1)}; did you mean {', '.join(most)}{' or ' if most else ''}{last}?"
+
+
 def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
     """Run the CLI on argv; every failure is an exit code with a one-line message. `hold`
     (`wait`'s): a usage error or a bug that ends the command holds until D (CONTRACT §5)."""
@@ -126,9 +138,14 @@ def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
         code = cli.main(args=argv, prog_name="drainhook", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:  # a bare `drainhook`: its help
+        with contextlib.suppress(OSError):
+            click.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+        return exits.USAGE
     except click.UsageError as exc:
-        where = f"drainhook {exc.ctx.info_name}" if exc.ctx and exc.ctx.parent else "drainhook"
-        return error(f"{where}: {exc.format_message()}", exits.USAGE)
+        named = argv[:1] if argv[:1] and argv[0] in (*cli.commands, *ADVICE) else []
+        where = " ".join(["drainhook", *named])
+        return error(f"{where}: {one_sentence(exc.format_message())}", exits.USAGE)
     except click.ClickException as exc:
         return error(f"drainhook: {exc.format_message()}", exits.USAGE)
     except click.Abort:
