@@ -1,0 +1,137 @@
+"""A drain as people see it (issue 59, CONTRACT §5): `wait` and `probe` with a
+pseudo-terminal for their output, in a container whose PID 1 is a shell that started
+the engine as its child, with `--log-file /proc/1/fd/1`, so that PID 1's stdout (a
+file here, the container's log there) holds the lines `kubectl logs` shows. Each
+case is a Pod of its own: a network namespace with the engine's listener, and the
+hook's container in a PID namespace of its own."""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.logs import fields
+from tests.support.podns import Pod, engine
+from tests.support.process import container
+
+# A stand-in engine, `vllm serve m`, started by PID 1's shell without `exec`; it
+# listens on 8001 of the hook's container when asked (a wrong --port's engine).
+ENGINE = """#!{python}
+import socket, sys, time
+if sys.argv[-1] == "8001":
+    s = socket.socket(); s.bind(("127.0.0.1", 8001)); s.listen()
+time.sleep(30)
+"""
+# (The hook's redirection in a subshell: dash redirects a command's descriptors in the
+# shell itself around its vfork, and PID 1's stdout would be the terminal meanwhile.)
+PID1 = (
+    'exec >"$LOG"; "$VLLM" serve m $PORT & (exec "$@" >"$TTY" 2>&1); code=$?; kill %1; exit $code'
+)
+
+
+@pytest.fixture
+def tty() -> Iterator[tuple[int, str]]:
+    """A pseudo-terminal: its master side, and the path of the side the hook writes to."""
+    master, slave = os.openpty()
+    try:
+        yield master, os.ttyname(slave)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def drained(master: int) -> list[str]:
+    """What the terminal shows, line by line (a tty ends each with CR LF)."""
+    out = b""
+    while select.select([master], [], [], 0)[0] and (chunk := os.read(master, 65536)):
+        out += chunk
+    return out.decode().replace("\r\n", "\n").splitlines()
+
+
+def in_pod(
+    pod_command: Pod, tmp_path: Path, entry: list[str], tty: str, args: list[str], port: str = ""
+) -> tuple[int, list[str]]:
+    """The hook with args in the shell's container beside a busy engine on 8000; its
+    exit code and PID 1's stdout, the container's log."""
+    vllm = tmp_path / "vllm"
+    vllm.write_text(ENGINE.format(python=sys.executable))
+    vllm.chmod(0o755)
+    log = tmp_path / "container.log"
+    env = {"LOG": str(log), "VLLM": str(vllm), "TTY": tty, "PORT": port}
+    argv = [*container(), "sh", "-c", PID1, "sh", *entry, *args]
+    run = pod_command([engine("engine", 8000, "vllm-single-dp2.txt")], argv, env=env, timeout=40)
+    return run.code, log.read_text().splitlines()
+
+
+def test_a_busy_drain_seen_at_a_terminal_and_in_the_container_log(
+    pod_command: Pod, tmp_path: Path, entry: list[str], tty: tuple[int, str]
+) -> None:
+    """No --grace (G = 30 s, the default: marked), D = 6 s by --max-wait, 6 requests
+    in flight throughout: the start line, the shell PID 1 named once, the first read
+    with the time left, a pulse 5 s later, the ending in words, the summary."""
+    master, path = tty
+    args = ["wait", "--settle", "0.2", "--interval", "0.5", "--max-wait", "6",
+            "--log-file", "/proc/1/fd/1", "--termination-log", ""]  # fmt: skip
+    code, logged = in_pod(pod_command, tmp_path, entry, path, args)
+    shown = drained(master)
+    assert code == 3, shown
+    assert shown == logged  # the terminal and `kubectl logs` show the same lines
+    start = fields(shown[0])
+    assert shown[0].startswith("drainhook start=0 at=")
+    assert (start["grace"], start["grace_from"], start["deadline"]) == ("30", "default", "6")
+    (pid1,) = [line for line in shown if "code=shell-pid1" in line]
+    assert "PID 1 is sh, which drops SIGTERM" in pid1
+    reads = [fields(line) for line in shown if " read=" in line]
+    first, pulse = reads[0], reads[-1]
+    assert (first["verdict"], first["in_flight"]) == ("busy", "6")
+    assert float(first["left"]) == pytest.approx(6 - float(first["t"]), abs=0.002)
+    assert "reads" in pulse and float(pulse["t"]) - float(first["t"]) >= 5
+    assert float(pulse["left"]) < 1 and len(reads) == 2  # nothing changed: one pulse
+    assert shown[-2].startswith("drainhook: deadline at 6.0 s after ")
+    assert "; 6 requests still in flight at SIGTERM; SIGTERM cuts them" in shown[-2]
+    assert shown[-2].endswith("raise G past the longest request (drainhook plan --observe "
+                              "measures it)")  # fmt: skip
+    summary = fields(shown[-1])
+    assert (summary["outcome"], summary["exit"], summary["in_flight"]) == ("deadline", "3", "6")
+
+
+def test_a_wrong_port_is_misconfigured_at_a_terminal_and_in_the_container_log(
+    pod_command: Pod, tmp_path: Path, entry: list[str], tty: tuple[int, str]
+) -> None:
+    """The engine listens on 8001 of the hook's container, the hook reads port 9
+    (another container's engine listens on 8000, which is not the hook's): held to
+    D = 2 s, then `misconfigured`, exit 6, its cause said once."""
+    master, path = tty
+    args = ["wait", "--port", "9", "--settle", "0.2", "--interval", "0.25", "--grace", "3",
+            "--exit-reserve", "1", "--log-file", "/proc/1/fd/1",
+            "--termination-log", ""]  # fmt: skip
+    code, logged = in_pod(pod_command, tmp_path, entry, path, args, port="8001")
+    shown = drained(master)
+    assert code == 6, shown
+    assert shown == logged
+    reads = [fields(line) for line in shown if " read=" in line]
+    assert len(reads) == 1 and reads[0]["reason"].startswith("misconfigured: connection refused")
+    assert shown[-2].startswith("drainhook: misconfigured: held to D at 2.0 s after ")
+    summary = fields(shown[-1])
+    assert (summary["outcome"], summary["exit"]) == ("misconfigured", "6")
+    assert "8001 by pid" in summary["reason"]
+
+
+def test_probe_at_a_terminal_names_the_shell_pid_1(
+    pod_command: Pod, tmp_path: Path, entry: list[str], tty: tuple[int, str]
+) -> None:
+    """`probe` by hand in the engine's container: its read, busy (exit 1), and the
+    warning that SIGTERM would stop at the shell; nothing in the container's log."""
+    master, path = tty
+    code, logged = in_pod(pod_command, tmp_path, entry, path, ["probe", "--port", "8000"])
+    shown = drained(master)
+    assert code == 1, shown
+    rows = dict(line.split(None, 1) for line in shown if line and not line.startswith("PID"))
+    assert (rows["verdict"], rows["in_flight"]) == ("busy", "6"), shown
+    assert any("PID 1 is sh, which drops SIGTERM" in line for line in shown), shown
+    assert logged == []
