@@ -6,6 +6,7 @@ the network one shared, a PID namespace per container (`unshare -p`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -167,6 +168,21 @@ def test_a_refused_port_while_the_engine_listens_here_holds_to_d(
     assert "8001 by pid" in summary["reason"] and summary["reason"].endswith("at the engine")
     assert int(summary["reads"]) >= 4  # every I (0.25 s) from S (0.5 s) to D (2 s)
     assert 2.0 - 0.05 <= float(summary["elapsed"]) <= late(2.0, POD_LATE)
+
+
+def test_plan_observe_names_a_wrong_port_as_probe_does(pod_command: Pod, entry: list[str]) -> None:
+    """`plan --observe --port 8000` while the engine listens on 8001 of its container:
+    exit 4, and the reason `probe` gives, the listening port and its process named
+    (it said `connection refused` alone)."""
+    listening = "until grep -q ':1F41 00000000:0000 0A' /proc/net/tcp; do sleep 0.01; done"
+    shell = (f'{sys.executable} -c "{ENGINE}" & {listening}; "$@" probe --port 8000 --json; '
+             '"$@" plan --observe --port 8000')  # fmt: skip
+    run = pod_command([], contained("sh", "-c", shell, "sh", *entry), timeout=30)
+    assert run.code == 4, run.stderr
+    probed = json.loads(run.stdout)["reason"]
+    assert probed.startswith("misconfigured: connection refused; TCP ports 8001")
+    assert "8001 by pid" in probed and probed.endswith("point --port or --url at the engine")
+    assert run.stderr == f"drainhook: cannot read http://127.0.0.1:8000/metrics: {probed}\n"
 
 
 def test_a_refused_port_with_nothing_of_its_container_listening_ends_at_once(

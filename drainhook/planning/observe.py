@@ -72,7 +72,7 @@ def scan_body(body: Body, engine: str, until: float | None = None) -> dict[str, 
 def _read_histograms(reach: ReadConfig) -> list[tuple[str, dict[str, Family]]]:
     """Each target read once (drainhook.reading.assemble makes the readers, as for probe);
     the scan runs inside the read's time, as for a verdict."""
-    from drainhook.reading.assemble import plain_reader
+    from drainhook.reading.assemble import plain_reader, shown_gone
 
     found = []
     for target in reach.targets:
@@ -82,10 +82,10 @@ def _read_histograms(reach: ReadConfig) -> list[tuple[str, dict[str, Family]]]:
         finally:
             reader.close()
         if isinstance(got, Reading):
-            what = f"{target.display}: {got.reason}"
-            if got.verdict is Verdict.UNREACHABLE:
-                raise Unreachable(f"cannot read {what}")
-            raise ObserveError(f"cannot read {what}")
+            if got.verdict is Verdict.UNREACHABLE:  # refused: gone, or a wrong port (as probe)
+                got = shown_gone(got, time.monotonic() + reach.read_timeout)
+                raise Unreachable(f"cannot read {target.display}: {got.reason}")
+            raise ObserveError(f"cannot read {target.display}: {got.reason}")
         if isinstance(got, str):
             raise ObserveError(f"cannot read {target.display}: {got}")
         found.append((target.display, got))

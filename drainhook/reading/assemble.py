@@ -119,15 +119,19 @@ class ShownGone:
         got = self._inner.read(left)
         if got.verdict is not Verdict.UNREACHABLE:
             return got
-        from drainhook.reading import gone  # a refused read only
+        return shown_gone(got, min(until, self._clock() + self._read_timeout))
 
-        found = gone.engine_gone(min(until, self._clock() + self._read_timeout))
-        if found.gone:
-            return dataclasses.replace(
-                got, reason=f"{got.reason}; the engine is gone: {found.said}"
-            )
-        why = f"{MISCONFIGURED}: {got.reason}; {found.said}: point --port or --url at the engine"
-        return dataclasses.replace(got, verdict=Verdict.UNKNOWN, reason=why)
+
+def shown_gone(got: Reading, until: float) -> Reading:
+    """A refused read as the hook takes it (CONTRACT §2): `unreachable` with why the
+    engine is gone, or `unknown`, misconfigured, naming the ports that listen here."""
+    from drainhook.reading import gone  # a refused read only
+
+    found = gone.engine_gone(until)
+    if found.gone:
+        return dataclasses.replace(got, reason=f"{got.reason}; the engine is gone: {found.said}")
+    why = f"{MISCONFIGURED}: {got.reason}; {found.said}: point --port or --url at the engine"
+    return dataclasses.replace(got, verdict=Verdict.UNKNOWN, reason=why)
 
 
 def hook_reader(reach: ReadConfig) -> TargetReader:
