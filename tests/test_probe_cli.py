@@ -110,7 +110,9 @@ def test_probe_text_shows_the_target_the_verdict_and_every_series(hook: Hook, na
 
     def block(header: str) -> list[str]:
         """The indented lines under a header row."""
-        start = next(i for i, line in enumerate(lines) if line.startswith(header + " "))
+        start = next((i for i, line in enumerate(lines) if line.startswith(header + " ")), None)
+        if start is None:  # no such rows (an engine that exports no progress counter)
+            return []
         rest = [*lines[start + 1 :], ""]
         return [
             line.strip() for line in rest[: next(i for i, x in enumerate(rest) if x[:1] != " ")]
@@ -185,8 +187,8 @@ def test_probe_connection_refused_is_unreachable(hook: Hook) -> None:
     rows = dict(line.split(None, 1) for line in run.stdout.splitlines())
     assert rows["verdict"] == "unreachable"
     assert "refused" in rows["reason"]
-    assert rows["in_flight"] == "-"
-    assert rows["series"] == "0"
+    # Nothing answered: only the rows that mean something (no engine, count, series).
+    assert list(rows) == ["target", "verdict", "reason", "read_ms"]
 
 
 def test_probe_target_never_shows_userinfo(hook: Hook, tmp_path: Path) -> None:

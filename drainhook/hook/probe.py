@@ -107,27 +107,32 @@ def _part_json(name: str, reading: Reading) -> dict[str, object]:
 
 def probe_text(reading: Reading, target: str) -> str:
     """`probe` for people: a key/value block, then every counted series, and each
-    target's read (with several)."""
+    target's read (with several). A read that counted nothing shows only what it
+    found: the target, the verdict, why, and the time it took."""
+    counted = reading.counted
     rows = [
         ("target", target),
         ("engine", reading.engine or "-"),
         ("verdict", reading.verdict.value),
         ("reason", reading.reason or "-"),
         ("in_flight", shown(reading.in_flight)),
-        ("source", (reading.source if reading.counted else None) or "-"),
+        ("source", reading.source or "-"),
         ("signals", _signals_text(reading)),
-        ("held_by", ",".join(held_by(reading)) or "-"),
+        ("held_by", ",".join(UNANSWERED.get(h, h) for h in held_by(reading)) or "-"),
         ("read_ms", f"{reading.read_ms:.1f}"),
         ("series", str(len(reading.series))),
     ]
-    lines = [f"{k:<10} {v}" for k, v in rows]
+    kept = ("target", "verdict", "reason", "read_ms")
+    lines = [f"{k:<10} {v}" for k, v in rows if counted or k in kept]
     width = max((len(series_text(s)) for s in reading.series), default=0)
     lines += [f"  {series_text(s):<{width}}  {shown(s.value)}" for s in reading.series]
     counters = progress_of(reading)
-    outside = external_of(reading)
-    lines.append(f"progress   {len(counters)}  waiting_outside={shown(outside)}")
+    if counters:  # what a stall is read by (CONTRACT §2b)
+        lines.append(f"progress   {len(counters)} counters that move while the engine works")
     width = max((len(series_text(s)) for s in counters), default=0)
     lines += [f"  {series_text(s):<{width}}  {shown(s.value)}" for s in counters]
+    if (outside := external_of(reading)) is not None:
+        lines.append(f"waiting    {shown(outside)} on something outside the engine (never a stall)")
     if reading.parts:
         lines.append(f"targets    {len(reading.parts)}")
         for name, part in reading.parts:
@@ -136,18 +141,23 @@ def probe_text(reading: Reading, target: str) -> str:
                 f"  read_ms={part.read_ms:.1f}  reason={text_value(part.reason)}"
             )
     lines += [f"warning    {w}" for w in reading.warnings]
-    if reading.signals is not None and reading.counted:
+    if reading.signals is not None and counted:
         lines += [f"missing    {name}: {why}" for name, why in reading.signals.missing]
     return "\n".join(lines)
 
 
+# The connection signal in probe's text: what it counts, connections whose request
+# has no answer yet (CONTRACT §2a), by that name.
+UNANSWERED = {"connections": "unanswered"}
+
+
 def _signals_text(reading: Reading) -> str:
-    """`scheduler=N server=N connections=N`, `-` for a signal not answered."""
+    """`scheduler=N server=N unanswered=N`, `-` for a signal not answered."""
     found = signals_json(reading)
     if found is None:
         return "-"
     return " ".join(
-        f"{k}={shown(v) if isinstance(v, (int, float)) else '-'}"
+        f"{UNANSWERED.get(k, k)}={shown(v) if isinstance(v, (int, float)) else '-'}"
         for k, v in found.items()
         if k != "missing"
     )
