@@ -20,11 +20,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 
 from drainhook import exits
-from drainhook.cli.main import all_commands
+from drainhook.cli.main import all_commands, cli
 from drainhook.hook.config import DEFAULT_GRACE
 from drainhook.hook.timeline import TIMELINE_RULES, PlanWarning
 from drainhook.inject.pods import Options
@@ -456,3 +457,40 @@ def test_the_binary_s_path_is_the_same_in_every_snippet() -> None:
     ):
         assert copy in text and link.removeprefix("RUN ") in text
         assert '"/opt/drainhook/drainhook", "wait"' not in text  # no second path
+
+
+def test_every_help_ends_with_examples_that_parse() -> None:
+    """Each command's --help, and the group's, ends with examples; every example that
+    runs drainhook is a command line its parser takes (flags that exist, values of
+    their types), so an example cannot drift from the flags."""
+    for name, command in {"": cli, **all_commands()}.items():
+        epilog = command.epilog or ""
+        assert epilog.startswith("Examples:\n"), name
+        context = click.Context(command, info_name=f"drainhook {name}".strip())
+        shown = context.get_help().rstrip().splitlines()
+        examples = [line.strip() for line in epilog.split("\b\n", 1)[1].splitlines()]
+        assert [line.strip() for line in shown[-len(examples) :]] == examples, name
+        for line in examples:
+            words = shlex.split(line, comments=True)
+            words = words[: words.index(">")] if ">" in words else words
+            at = [i for i, w in enumerate(words) if Path(w).name == "drainhook"]
+            if not at:
+                continue  # the completion line
+            sub, *args = words[at[0] + 1 :]
+            all_commands()[sub].make_context(sub, args)  # raises on a flag that is not there
+
+
+def test_shell_completion_as_documented(hook: Hook) -> None:
+    """The README's completion line: the script it sources, and what a tab then
+    completes (a command, a flag), from the build users run."""
+    assert 'eval "$(_DRAINHOOK_COMPLETE=bash_source drainhook)"' in README.read_text()
+    script = hook(env={"_DRAINHOOK_COMPLETE": "bash_source"})
+    assert (
+        script.code == 0
+        and "complete -o nosort -F _drainhook_completion drainhook" in script.stdout
+    )
+    for words, cword, want in (("drainhook pro", "1", "plain,probe"),
+                               ("drainhook probe --po", "2", "plain,--port")):  # fmt: skip
+        env = {"_DRAINHOOK_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": cword}
+        done = hook(env=env)
+        assert (done.code, done.stdout.split()) == (0, [want]), done.stderr

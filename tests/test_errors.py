@@ -131,7 +131,8 @@ def test_a_bare_drainhook_prints_its_help_formatted(capfd: pytest.CaptureFixture
     out, err = capfd.readouterr()
     lines = err.splitlines()
     assert out == "" and lines[0] == "Usage: drainhook [OPTIONS] COMMAND [ARGS]..."
-    listed = lines[lines.index("Commands:") + 1 :]
+    start = lines.index("Commands:") + 1
+    listed = lines[start : lines.index("", start)]
     assert [line.split()[0] for line in listed if line.startswith("  ") and line[2] != " "] == [
         "inject", "install", "plan", "probe", "wait",
     ]  # fmt: skip

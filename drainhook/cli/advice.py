@@ -14,6 +14,7 @@ from click.core import ParameterSource
 
 from drainhook.cli.flags import (
     DURATION,
+    examples,
     option,
     target_options,
     timeline_options,
@@ -48,6 +49,11 @@ def write_out(text: str) -> None:
 @click.command(
     cls=_PlanCommand,
     short_help="The timeline of `wait` for these values, with warnings; or its Pod-spec fragment.",
+    epilog=examples(
+        "drainhook plan --grace 120 --engine vllm --output yaml",
+        "drainhook plan --grace 60 --strict              # exit 1 while a warning stands",
+        "kubectl exec POD -c vllm -- /usr/local/bin/drainhook plan --observe",
+    ),
 )
 @timeline_options
 @option(
@@ -153,7 +159,7 @@ def plan(
     return int(strict and bool(made.warnings))  # the values given: what to fix
 
 
-@click.command()
+@click.command(epilog=examples("/drainhook/drainhook/drainhook install /hook"))
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 def install(directory: Path) -> int:
     """Copy this packaged build into DIRECTORY (an initContainer's emptyDir).
@@ -166,7 +172,13 @@ def install(directory: Path) -> int:
     return run_install(directory)
 
 
-@click.command(short_help="Wire the hook into manifests: YAML in, YAML with the hook out.")
+@click.command(
+    short_help="Wire the hook into manifests: YAML in, YAML with the hook out.",
+    epilog=examples(
+        "drainhook inject --via image k8s/ > k8s.wired.yaml",
+        "kubectl kustomize overlay | drainhook inject --via init --image REF > out.yaml",
+    ),
+)
 @click.argument("paths", nargs=-1, metavar="[PATH ...]")
 @click.option(
     "--via",

@@ -76,6 +76,11 @@ def env_name(name: str) -> str:
     return "DRAINHOOK_" + name.upper().replace("-", "_")
 
 
+def examples(*lines: str) -> str:
+    """A command's help ends with examples, each line kept as written (click's `\b`)."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def option(flag: str, *names: str, **kwargs: Parsed) -> Callable[[F], F]:
     """A click option that also reads DRAINHOOK_<FLAG> (set but empty: unset, as click
     has it), and shows its default if it has one."""

@@ -12,6 +12,7 @@ import click
 
 from drainhook import __version__, exits, failsafe
 from drainhook.cli.flags import (
+    examples,
     log_options,
     option,
     source_options,
@@ -59,6 +60,12 @@ def all_commands() -> dict[str, click.Command]:
 @click.group(
     cls=_Commands,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=examples(
+        "drainhook probe                  # one read of this Pod's engine, now",
+        "drainhook plan --grace 120 --engine vllm --output yaml",
+        "drainhook inject --via init --image REF k8s/ > wired.yaml",
+        'eval "$(_DRAINHOOK_COMPLETE=bash_source drainhook)"   # completion: bash, zsh, fish',
+    ),
 )
 @click.option(
     "--version",
@@ -76,7 +83,12 @@ def cli() -> None:
     """
 
 
-@cli.command()
+@cli.command(
+    epilog=examples(
+        "drainhook wait --grace 120 --log-file /proc/1/fd/1",
+        "drainhook wait --grace 90 --engine sglang --exit-reserve 10 --port 30000",
+    )
+)
 @target_options
 @source_options(both=False)
 @timeline_options
@@ -95,7 +107,12 @@ def wait(ctx: click.Context, /, **params: Parsed) -> int:
     return run_wait(wait_config_of(ctx, params), t0)
 
 
-@cli.command()
+@cli.command(
+    epilog=examples(
+        "kubectl exec POD -c vllm -- /usr/local/bin/drainhook probe",
+        "drainhook probe --port 30000 --json",
+    )
+)
 @target_options
 @source_options(both=True)
 @option("--json", "as_json", is_flag=True, help="Print one JSON object (schema 1).")
