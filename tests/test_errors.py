@@ -143,12 +143,15 @@ def test_a_bare_drainhook_prints_its_help_formatted(capfd: pytest.CaptureFixture
     [
         (["probe", "--por", "8000"],
          "drainhook probe: no such option '--por'; did you mean '--port', '--source' or '--url'?"),
-        (["probe", "--watc"], "drainhook probe: no such option '--watc'; did you mean '--path'?"),
+        (["probe", "--jsn"], "drainhook probe: no such option '--jsn'; did you mean '--json'?"),
         (["plan", "--grace"], "drainhook plan: option '--grace' requires an argument"),
         (["probe", "extra"], "drainhook probe: got unexpected extra argument (extra)"),
         (["nosuch"], "drainhook: no such command 'nosuch'"),
-        (["probe", "--interval", "banana"],
-         "drainhook probe: no such option '--interval'; did you mean '--insecure'?"),
+        (["probe", "--watch", "--interval", "banana"],
+         "drainhook probe: invalid value for '--interval' (env var: 'DRAINHOOK_INTERVAL'): "
+         "'banana' is not a duration (seconds, e.g. 30, 0.5, 250ms)"),
+        (["probe", "--settle", "5"],
+         "drainhook probe: no such option '--settle'; did you mean '--scheme'?"),
     ],
 )  # fmt: skip
 def test_a_usage_error_reads_as_one_sentence(

@@ -200,7 +200,8 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # person watches a drain by (start line, time of day, time left, pulse, the ending
 # in words), at 9,805; to 9,840 with inject's warning of an upstream image under
 # --via image, at 9,834; to 9,860 with a usage error in one sentence, at 9,851; to
-# 9,900 with the examples each --help ends with and probe's rows, at 9,899:
+# 9,900 with the examples each --help ends with and probe's rows, at 9,899; to
+# 9,960 with probe --watch, at 9,954:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
@@ -210,7 +211,7 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
-PACKAGE_LINES = 9900
+PACKAGE_LINES = 9960
 ROOM_LINES = {"planning": 1540, "inject": 2125}
 FLAGS_LINES = 300
 MOST_ANY = 10

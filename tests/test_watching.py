@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from drainhook.hook.probe import watch_reads
+from drainhook.hook.signals import Interrupted
+from drainhook.reading.config import ReadConfig
+from drainhook.reading.target import parse_url
 from tests.support.logs import fields
+from tests.support.loopback import Loopback, sample, sequence, serve
 from tests.support.podns import Pod, engine
 from tests.support.process import container
 
@@ -54,17 +59,24 @@ def drained(master: int) -> list[str]:
 
 
 def in_pod(
-    pod_command: Pod, tmp_path: Path, entry: list[str], tty: str, args: list[str], port: str = ""
+    pod_command: Pod,
+    tmp_path: Path,
+    entry: list[str],
+    tty: str,
+    args: list[str],
+    port: str = "",
+    samples: tuple[str, ...] = ("vllm-single-dp2.txt",),
 ) -> tuple[int, list[str]]:
-    """The hook with args in the shell's container beside a busy engine on 8000; its
-    exit code and PID 1's stdout, the container's log."""
+    """The hook with args in the shell's container beside an engine on 8000 (busy, or
+    these bodies read after read); its exit code and PID 1's stdout, the container's
+    log."""
     vllm = tmp_path / "vllm"
     vllm.write_text(ENGINE.format(python=sys.executable))
     vllm.chmod(0o755)
     log = tmp_path / "container.log"
     env = {"LOG": str(log), "VLLM": str(vllm), "TTY": tty, "PORT": port}
     argv = [*container(), "sh", "-c", PID1, "sh", *entry, *args]
-    run = pod_command([engine("engine", 8000, "vllm-single-dp2.txt")], argv, env=env, timeout=40)
+    run = pod_command([engine("engine", 8000, *samples)], argv, env=env, timeout=40)
     return run.code, log.read_text().splitlines()
 
 
@@ -135,3 +147,63 @@ def test_probe_at_a_terminal_names_the_shell_pid_1(
     assert (rows["verdict"], rows["in_flight"]) == ("busy", "6"), shown
     assert any("PID 1 is sh, which drops SIGTERM" in line for line in shown), shown
     assert logged == []
+
+
+def test_probe_watch_at_a_terminal_writes_a_line_per_change_until_interrupted(
+    pod_command: Pod, tmp_path: Path, entry: list[str], tty: tuple[int, str]
+) -> None:
+    """`probe --watch` every 0.25 s, busy twice then idle, until SIGINT at 3 s: the shell
+    PID 1 named once, a read line for the first read and one for the change to idle
+    (not one per read), then the interruption, exit 130; nothing in the log."""
+    master, path = tty
+    watch = ["timeout", "--preserve-status", "-s", "INT", "3", *entry]
+    args = ["probe", "--port", "8000", "--watch", "--interval", "0.25"]
+    samples = ("vllm-single-dp2.txt", "vllm-single-dp2.txt", "vllm-single-dp2-idle.txt")
+    code, logged = in_pod(pod_command, tmp_path, watch, path, args, samples=samples)
+    shown = drained(master)
+    assert code == 130, shown
+    assert "PID 1 is sh, which drops SIGTERM" in shown[0] and shown[0].count("drainhook ") == 1
+    reads = [fields(line) for line in shown if " read=" in line]
+    assert [(r["read"], r["verdict"], r["in_flight"]) for r in reads] == [
+        ("1", "busy", "6"), ("3", "idle", "0"),
+    ], shown  # fmt: skip
+    assert float(reads[1]["t"]) == pytest.approx(0.5, abs=0.2)
+    assert all(" at=" in line for line in shown[:-1])
+    assert shown[-1] == "drainhook: interrupted by SIGINT" and logged == []
+
+
+def test_probe_watch_reads_every_interval_and_writes_only_changes() -> None:
+    """Driven by a fake clock on a real loopback engine: busy, busy, idle, idle, busy.
+    Lines at reads 1, 3 and 5 with their t, the sleeps keep the interval from each
+    read's start, and a closed output ends the watch with the last read's code."""
+    busy, idle = sample("vllm-single-dp2.txt"), sample("vllm-single-dp2-idle.txt")
+    bodies = (busy, busy, idle, idle, busy, idle)
+    now, sleeps, lines = [100.0], list[float](), list[str]()
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        now[0] += s
+        if len(sleeps) == 5:
+            raise Interrupted(2)
+
+    def clock() -> float:  # 0.05 s passes between two looks: a read takes 0.05 s
+        now[0] += 0.05
+        return now[0]
+
+    with Loopback(sequence(*(serve(b) for b in bodies))) as srv:
+        reach = ReadConfig(target=parse_url(srv.url), connections=False)
+        with pytest.raises(Interrupted):
+            watch_reads(reach, False, 1.0, lines.append, clock, sleep, lambda: 0.0)
+    reads = [fields(line) for line in lines]
+    assert [(r["read"], r["verdict"]) for r in reads] == [("1", "busy"), ("3", "idle"),
+                                                          ("5", "busy")]  # fmt: skip
+    assert [float(r["t"]) for r in reads] == pytest.approx([0.05, 2.15, 4.25])
+    assert sleeps == pytest.approx([0.95] * 5)
+    assert all(r["at"] == "1970-01-01T00:00:00.000Z" for r in reads)
+
+    def closed(line: str) -> None:
+        raise BrokenPipeError
+
+    with Loopback(serve(idle)) as srv:
+        reach = ReadConfig(target=parse_url(srv.url), connections=False)
+        assert watch_reads(reach, True, 1.0, closed, sleep=sleep) == 0

@@ -12,6 +12,7 @@ import click
 
 from drainhook import __version__, exits, failsafe
 from drainhook.cli.flags import (
+    DURATION,
     examples,
     log_options,
     option,
@@ -22,7 +23,7 @@ from drainhook.cli.flags import (
 from drainhook.cli.settings import reach_of, wait_config_of
 from drainhook.errors import DrainhookError
 from drainhook.hook.clock import start_time
-from drainhook.hook.config import Parsed
+from drainhook.hook.config import DEFAULT_INTERVAL, Parsed
 from drainhook.hook.run import run_wait
 
 # The advisory commands (drainhook.cli.advice), loaded only when one is named
@@ -111,20 +112,34 @@ def wait(ctx: click.Context, /, **params: Parsed) -> int:
     epilog=examples(
         "kubectl exec POD -c vllm -- /usr/local/bin/drainhook probe",
         "drainhook probe --port 30000 --json",
+        "drainhook probe --watch --interval 0.5   # a line per change, until Ctrl-C",
     )
 )
 @target_options
 @source_options(both=True)
 @option("--json", "as_json", is_flag=True, help="Print one JSON object (schema 1).")
+@option(
+    "--watch",
+    is_flag=True,
+    help="Read again every --interval until interrupted; a read line (as `wait` writes "
+    "it) on each change, JSON lines with --json.",
+)
+@option("--interval", type=DURATION, default=DEFAULT_INTERVAL, help="I: with --watch.")
 @click.pass_context
-def probe(ctx: click.Context, /, as_json: bool, **params: Parsed) -> int:
+def probe(
+    ctx: click.Context, /, as_json: bool, watch: bool, interval: float, **params: Parsed
+) -> int:
     """One read now: engine, counted series, total, verdict and reason.
 
-    Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage.
+    Exit: 0 idle, 1 busy, 3 unknown, 4 unreachable, 2 usage; --watch: 130/143 on
+    SIGINT/SIGTERM, or the last read's code if its output is closed.
     """
-    from drainhook.hook.probe import run_probe
+    from drainhook.hook.probe import run_probe, watch_reads
 
-    shown, code = run_probe(reach_of(ctx, params), as_json)
+    reach = reach_of(ctx, params)
+    if watch:
+        return watch_reads(reach, as_json, interval, click.echo)
+    shown, code = run_probe(reach, as_json)
     # The verdict's code whether or not it could be written (CONTRACT §5): a closed
     # pipe or a full disk is never read as busy or as a bug.
     with contextlib.suppress(OSError, ValueError):

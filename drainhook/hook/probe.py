@@ -7,10 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
+from collections.abc import Callable
 
 from drainhook import exits
 from drainhook.engines.verdict import Reading, Series, Verdict
-from drainhook.hook.log import text_value
+from drainhook.hook.log import read_event, text_value, wall_time, warning_event, what_changes
 from drainhook.hook.stall import counter_totals
 from drainhook.numfmt import json_number, shown
 from drainhook.reading.assemble import hook_reader
@@ -217,5 +219,43 @@ def read_once(reach: ReadConfig) -> Reading:
     reader = hook_reader(reach)
     try:
         return reader.read(math.inf)
+    finally:
+        reader.close()
+
+
+def watch_reads(
+    reach: ReadConfig,
+    as_json: bool,
+    every: float,
+    write: Callable[[str], object],
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] = time.sleep,
+    wall: Callable[[], float] = time.time,
+) -> int:
+    """`probe --watch`: read every `every` seconds, with one reader as `wait` has, until
+    a signal ends it (drainhook.hook.signals raises) or the output is closed (then the
+    last read's code); a read line when what `wait` writes one for changes, and each
+    warning once. `--source both` watches /metrics."""
+    reach = dataclasses.replace(reach, source="metrics") if reach.source == "both" else reach
+    reader = hook_reader(dataclasses.replace(reach, every_signal=True))
+    start, n, last, said = clock(), 0, None, set[str]()
+    pending = [w for w in (shell_pid1(),) if w is not None]
+    try:
+        while True:
+            began, n = clock(), n + 1
+            reading = reader.read(math.inf)
+            pending += [w for w in reading.warnings if w not in said and w not in pending]
+            events = [warning_event(w) for w in pending]
+            if (changed := what_changes(reading)) != last or events:
+                events.append(read_event(began - start, n, reading))
+            at = wall_time(wall())
+            try:
+                for event in events:
+                    write(event.json(at) if as_json else event.text(at))
+            except OSError:  # stdout closed (`| head`): the watch is over
+                return PROBE_EXIT[reading.verdict]
+            said.update(pending)
+            pending, last = [], changed
+            sleep(max(0.0, every - (clock() - began)))
     finally:
         reader.close()
