@@ -219,7 +219,7 @@ def test_a_signal_ends_a_held_hook_at_once_and_says_so(
 
 
 def test_other_commands_exit_at_once_on_a_usage_error(hook: Hook) -> None:
-    run = hook("probe", "--interval", "1")
+    run = hook("probe", "--settle", "1")
     assert run.code == exits.USAGE
     assert run.elapsed < late(0.0, 2 * SPAWN_LATE, run.starved)
     assert "holding" not in run.stderr
