@@ -37,7 +37,7 @@ def test_loopback_rule(url: str, loopback: bool) -> None:
 
 def test_non_loopback_is_a_usage_error_unless_allowed() -> None:
     target = parse_url("http://10.0.0.1:8000/metrics")
-    with pytest.raises(UsageError, match="not a loopback"):
+    with pytest.raises(UsageError, match="neither loopback nor an address of this Pod"):
         ReadConfig(target).check()
     ReadConfig(target, allow_remote=True).check()
 

@@ -57,7 +57,8 @@ def plain_reader(reach: ReadConfig, target: Target, scanner: Scanner | None = No
 def target_reader(reach: ReadConfig, target: Target) -> TargetReader:
     """The reader of one target: a Reader of reach's source; with `auto`, /metrics
     with SGLang's /v1/loads (an engine that may be SGLang's) and vLLM's /load (one
-    that may be vLLM's) beside it; and, for a target in the Pod (loopback), the
+    that may be vLLM's) beside it; and, for a target in the Pod (loopback, or an
+    address of its own), the
     connection signal on its port (CONTRACT §2a)."""
     metrics = plain_reader(reach, target)
     sides: dict[str, Callable[[], Reader]] = {}
@@ -68,7 +69,7 @@ def target_reader(reach: ReadConfig, target: Target) -> TargetReader:
             sides[side.path] = functools.partial(
                 lambda s, w: plain_reader(reach, w, side_scanner(s)), side, where
             )
-    port = target.port if reach.connections and target.is_loopback else None
+    port = target.port if reach.connections and target.in_pod else None
     if not sides and port is None:
         return metrics
     return EngineReader(

@@ -64,10 +64,11 @@ class ReadConfig:
 
     def check(self) -> None:
         for target in self.targets:
-            if not target.is_loopback and not self.allow_remote:
+            if not self.allow_remote and not target.in_pod:
                 raise UsageError(
-                    f"{target.display} is not a loopback address; a read through a Service "
-                    "lands on whichever replica answers (use --allow-remote to override)"
+                    f"{target.display} is neither loopback nor an address of this Pod; a read "
+                    "through a Service lands on whichever replica answers (use "
+                    "--allow-remote to override)"
                 )
         if self.source == "loads" and self.engine == "vllm":
             raise UsageError("--source loads is SGLang's /v1/loads: it cannot read vLLM")

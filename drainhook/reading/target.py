@@ -12,6 +12,7 @@ import os
 import re
 import ssl
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -77,6 +78,12 @@ class Target:
         return "Basic " + base64.b64encode(pair).decode("ascii")
 
     @property
+    def in_pod(self) -> bool:
+        """Loopback, or an address an interface of the hook's own network namespace
+        holds (the Pod's IP, for an engine bound to it alone): CONTRACT §6."""
+        return self.is_loopback or _held_here(self.host)
+
+    @property
     def is_loopback(self) -> bool:
         if _is_localhost(self.host):
             return True
@@ -92,6 +99,32 @@ class Target:
         """This listener, another path (`probe --source both`: /v1/loads beside /metrics)."""
         url = build_url(self.scheme, self.host, self.port, path)
         return dataclasses.replace(self, path=path, url=url)
+
+
+def _held_here(host: str) -> bool:
+    """An IP literal that an interface of this network namespace holds: a LOCAL /32 of
+    its routing trie, or an address of its IPv6 interfaces (a bind test is no proof:
+    an address binds in a namespace whose loopback is down). Unreadable: not held."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    try:
+        if isinstance(addr, ipaddress.IPv4Address):
+            last, held = "", set()
+            for line in read_small_file(Path("/proc/net/fib_trie"), 1 << 20, "").splitlines():
+                words = line.decode().split()
+                if words[:1] == ["|--"]:
+                    last = words[1]
+                elif words == ["/32", "host", "LOCAL"]:
+                    held.add(last)
+            return str(addr) in held
+        lines = read_small_file(Path("/proc/net/if_inet6"), 1 << 20, "").splitlines()
+        return any(int(line.split()[0], 16) == int(addr) for line in lines if line.strip())
+    except (UsageError, ValueError, IndexError):
+        return False
 
 
 def _is_localhost(host: str) -> bool:
@@ -151,9 +184,23 @@ def parse_url(url: str) -> Target:
     return Target(url.strip(), scheme, host, port, path)
 
 
-def check_host(host: str) -> str:
-    """`--host` as given, or a usage error for what is not a host name or an address
-    (a `/`, `?`, `#`, `@` or blank would move the port into the path: CONTRACT §5)."""
+# `$(NAME)`: a value Kubernetes left as written, its variable defined after the one
+# that names it (an operator's, appended to the container's env: Kthena's ENTRY_ADDRESS).
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def check_host(host: str, environ: Mapping[str, str] = os.environ) -> str:
+    """`--host` as given (`$(NAME)`: NAME's value here, CONTRACT §4), or a usage error
+    for what is not a host name or an address (a `/`, `?`, `#`, `@` or blank would move
+    the port into the path: CONTRACT §5), or a `$(NAME)` whose NAME is unset or empty
+    (a worker that read no leader would release at once)."""
+    if m := _REFERENCE.fullmatch(host):
+        host = environ.get(m.group(1), "")
+        if not host:
+            raise UsageError(
+                f"--host is {m.group(0)}, and {m.group(1)} is unset or empty in the hook's "
+                "environment: no host to read"
+            )
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not bare or any(c in bare for c in "/?#@ \t\n") or _wire_host(bare) is None:
         raise UsageError(f"--host {host[:80]!r} is not a host name or an address")
@@ -222,8 +269,9 @@ def read_small_file(path: Path, cap: int, what: str) -> bytes:
 
 def ssl_context(target: Target, cacert: Path | None, insecure: bool) -> ssl.SSLContext | None:
     """The TLS context of an https target (None for http): `--cacert` alone, or, without
-    it, a loopback listener (in the Pod) unverified and a remote one verified against
-    the system store unless `--insecure`; SSL_CERT_FILE is read only for that last."""
+    it, a listener in the Pod (loopback, or its own address) unverified and a remote one
+    verified against the system store unless `--insecure`; SSL_CERT_FILE is read only
+    for that last."""
     if target.scheme != "https":
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -237,7 +285,7 @@ def ssl_context(target: Target, cacert: Path | None, insecure: bool) -> ssl.SSLC
         except (OSError, ssl.SSLError) as exc:
             raise UsageError(f"cannot load --cacert {cacert}: {exc}") from None
         return ctx
-    if target.is_loopback or insecure:
+    if target.in_pod or insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         return ctx
