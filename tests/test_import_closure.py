@@ -108,8 +108,10 @@ def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
 # (issue 59: 5,129); 5,150 with a usage error in one sentence and a bare
 # `drainhook`'s help (issue 59: 5,146); 5,175 with the examples each --help ends
 # with and probe's rows named for what they count (issue 59: 5,172); 5,190 with
-# probe's --watch and --interval in the CLI every command loads (issue 59: 5,187).
-WAIT_PATH_LINES = 5190
+# probe's --watch and --interval in the CLI every command loads (issue 59: 5,187);
+# 5,240 with the Pod's own address read as loopback and a `$(NAME)` host (issue 60:
+# 5,237).
+WAIT_PATH_LINES = 5240
 
 
 def lines_of(modules: set[str]) -> int:

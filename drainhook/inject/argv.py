@@ -109,6 +109,35 @@ def engine_port(argv: Argv | None, container: Mapping[str, Node]) -> tuple[int |
     return (int(value), "") if value.isdigit() else (None, given)
 
 
+# Hosts an engine serves loopback on: every address, or loopback itself.
+LOOPBACK_REACHES = ("0.0.0.0", "::", "[::]", "127.0.0.1", "localhost", "::1", "[::1]")
+POD_IP_FIELDS = ("status.podIP", "status.podIPs")
+
+
+def engine_host(argv: Argv | None, container: Mapping[str, Node]) -> str | None:
+    """Where the hook reads an engine bound to the Pod's own address alone (CONTRACT
+    §4, §6): `$(VAR)`, VAR the container's variable from the downward API's
+    status.podIP; None for an engine loopback reaches. Any other host is refused: the
+    hook would read nothing there."""
+    given = argv.value("--host") if argv is not None else None
+    if not isinstance(given, str) or given in LOOPBACK_REACHES or given.startswith("127."):
+        return None
+    m = _EXPANSION.fullmatch(given)
+    name = m and (m.group(1) or m.group(2) or m.group(3))
+    for e in listed(container.get("env")):
+        if not isinstance(e, Mapping) or not name or e.get("name") != name:
+            continue
+        source = e.get("valueFrom")
+        field = source.get("fieldRef") if isinstance(source, Mapping) else None
+        if isinstance(field, Mapping) and field.get("fieldPath") in POD_IP_FIELDS:
+            return f"$({name})"
+    raise Refused(
+        f"container {container.get('name')}: the engine listens on --host {given} alone, "
+        "which the hook in its Pod cannot read: bind it to 0.0.0.0, or to the Pod's IP from "
+        "an env var (valueFrom.fieldRef.fieldPath: status.podIP) named in --host as $(VAR)"
+    )
+
+
 def role_of(site: Site, argv: Argv | None) -> Role:
     """unified, prefill or decode: the platform's word (KServe's prefill template,
     llm-d's llm-d.ai/role label), else the engine's own flags."""

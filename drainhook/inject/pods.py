@@ -140,6 +140,10 @@ class Site:
     # What wiring its engine left (for a worker of it): grace, port, engine.
     wired: Wired | None = None  # once its hook is wired: what a worker waits on
     leads: bool = False  # a leader's: its workers wait on it
+    # A worker's: the variable its platform sets to the leader's address.
+    leader_address: str = "LWS_LEADER_ADDRESS"
+    named: str | None = None  # an operator's role: named when it holds no engine
+    not_wired: str | None = None  # why its engine is named, not wired
 
 
 APPS = ("Deployment", "StatefulSet", "DaemonSet")
@@ -156,16 +160,16 @@ def sites(doc: Node, options: Options) -> list[Site]:
     if not isinstance(spec, dict):
         return []
     if api == "v1" and kind == "Pod":  # a pod template itself: metadata and spec
-        return _templates([("", doc)])
+        return templates([("", doc)])
     if (group == "apps" and kind in APPS) or (group == "argoproj.io" and kind == "Rollout"):
-        return _templates([("spec.template", spec.get("template"))])
+        return templates([("spec.template", spec.get("template"))])
     if group == "leaderworkerset.x-k8s.io" and kind == "LeaderWorkerSet":
         lwt = spec.get("leaderWorkerTemplate")
         if not isinstance(lwt, dict):
             return []
         base = "spec.leaderWorkerTemplate"
-        leader = _templates([(f"{base}.leaderTemplate", lwt.get("leaderTemplate"))])
-        workers = _templates([(f"{base}.workerTemplate", lwt.get("workerTemplate"))])
+        leader = templates([(f"{base}.leaderTemplate", lwt.get("leaderTemplate"))])
+        workers = templates([(f"{base}.workerTemplate", lwt.get("workerTemplate"))])
         for w in workers:  # without a leaderTemplate, the worker's is every Pod's
             w.leader = leader[0] if leader else None
         if leader and workers:
@@ -177,7 +181,7 @@ def sites(doc: Node, options: Options) -> list[Site]:
         return _inference_service(doc, spec, options)
     if group == "serving.knative.dev" and kind == "Service":
         template = spec.get("template")
-        found = _templates([("spec.template", template)])
+        found = templates([("spec.template", template)])
         if any(engine_containers(s, options) for s in found):
             raise Refused(f"a Knative Service: {KNATIVE_WORDS}")
     return []
@@ -192,6 +196,10 @@ KNOWN = {("apps", k) for k in APPS} | {
     ("serving.kserve.io", "LLMInferenceService"),
     ("serving.kserve.io", "InferenceService"),
     ("serving.knative.dev", "Service"),
+    # The serving operators' (drainhook.inject.operators).
+    ("orchestration.aibrix.ai", "StormService"),
+    ("workload.serving.volcano.sh", "ModelServing"),
+    ("workloads.x-k8s.io", "RoleBasedGroup"),
 }
 
 
@@ -284,7 +292,7 @@ def names_engine(value: Node, path: str = "") -> Iterator[str]:
             yield from names_engine(inner, f"{path}[{i}]")
 
 
-def _templates(pairs: Sequence[tuple[str, Node]]) -> list[Site]:
+def templates(pairs: Sequence[tuple[str, Node]]) -> list[Site]:
     out = []
     for path, template in pairs:
         if isinstance(template, dict) and isinstance(template.get("spec"), dict):

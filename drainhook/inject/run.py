@@ -26,6 +26,7 @@ from drainhook.inject.argv import (
     api_servers,
     argv_of,
     caveats,
+    engine_host,
     engine_port,
     numeric,
     parse_hook,
@@ -34,6 +35,7 @@ from drainhook.inject.argv import (
     serves_tls,
 )
 from drainhook.inject.manifests import Document, Node, insert_before
+from drainhook.inject.operators import ALWAYS, operator_sites, route
 from drainhook.inject.pods import (
     DRAIN_WINDOW,
     KSERVE_MAIN,
@@ -94,6 +96,7 @@ class Wiring:
     worker: bool = False  # a LeaderWorkerSet worker's: it waits on its leader
     api_servers: int | None = None  # vLLM's API-server processes, from its flags
     https: bool = False  # the engine serves TLS: the hook reads it as its clients do
+    host: str | None = None  # `$(VAR)`: the engine listens on the Pod's IP alone
 
 
 # vLLM's entry points that serve no /metrics: a hook could never read them.
@@ -145,6 +148,7 @@ def _decide(
         what if kind == "sleep" else None,
         api_servers=api_servers(engine, argv),
         https=serves_tls(container, argv),
+        host=None if site.leader is not None else engine_host(argv, container),
     )
 
 
@@ -330,8 +334,14 @@ def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message
 
     work = copy.deepcopy(data)
     try:
-        found = sites(work, options)
+        found = operator_sites(work, options) if isinstance(work, Mapping) else None
+        found = sites(work, options) if found is None else found
         wiring = [(site, engine_containers(site, options)) for site in found]
+        if any(chosen for _, chosen in wiring):  # an operator's router, gateway: named
+            for site, chosen in wiring:
+                if not chosen and site.named:
+                    text = f"{site.named} holds no engine container (a router, a gateway)"
+                    say("skipped", f"{site.path}: {text}: left as it is")
         if any(chosen for _, chosen in wiring) and (held := list(templated(data))):
             shown = "; ".join(held[:3]) + ("; ..." if len(held) > 3 else "")
             raise Refused(
@@ -343,6 +353,12 @@ def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message
             injected += [f"{site.path}: {n}" for n in _wire_site(site, options, say)]
     except Refused as exc:
         return None, [Message(where, "refused", str(exc))], True
+    if not found and isinstance(data, Mapping) and (routed := route(data)) is not None:
+        held = list(pod_specs(data)) or list(names_engine(data))
+        if held or (data.get("apiVersion", "").split("/")[0], data.get("kind")) in ALWAYS:
+            at = f" (an engine at {', '.join(held[:3])})" if held else ""
+            text = f"{data.get('kind')}: not wired{at}: {routed}"
+            return None, [Message(where, "skipped", text)], False
     if not found and isinstance(data, Mapping) and not known_kind(data):
         made = (
             "its controller's own Pod template, or the workload that runs it"
@@ -372,6 +388,10 @@ def _wire_site(site: Site, options: Options, say: Say) -> list[str]:
     def here(level: Level, text: str) -> None:
         say(level, f"{site.path}: {text}")
 
+    if site.not_wired is not None:
+        if engine_containers(site, options):
+            here("skipped", site.not_wired)
+        return []
     for c in listed(site.spec.get("containers")) if options.container is None else []:
         if not isinstance(c, Mapping) or ray_worker(site, c):
             continue  # a Ray worker of its leader's vLLM is that engine's
@@ -443,9 +463,12 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
             for text in caveats(w.container, w.engine, w.argv, site.leads):
                 say("warning", f"container {name}: {text}")
             _apply_engine_flags(w, applied, say, options.engine_version)
+            if w.host is not None:  # after the variable it names: Kubernetes expands it
+                env = named_list(w.container, "env", ("lifecycle", "resources"))
+                upsert(env, {"name": "DRAINHOOK_HOST", "value": w.host})
         else:
             env = named_list(w.container, "env", ("lifecycle", "resources"))
-            upsert(env, {"name": "DRAINHOOK_HOST", "value": "$(LWS_LEADER_ADDRESS)"})
+            upsert(env, {"name": "DRAINHOOK_HOST", "value": f"$({site.leader_address})"})
             upsert(env, {"name": "DRAINHOOK_ALLOW_REMOTE", "value": "1"})
         _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
         bring_binary(site.spec, w.container, options)

@@ -25,7 +25,13 @@ def validate(doc: dict[str, typing.Any]) -> None:
 
 
 # Kinds with pod templates that inject does not wire: it names them on stderr.
-SKIPPED_KINDS = ("LLMInferenceServiceConfig", "StormService", "ModelServing", "Model", "Workspace")
+SKIPPED_KINDS = (
+    "LLMInferenceServiceConfig", "Model", "Workspace", "ModelBooster", "NIMService",
+    "DynamoGraphDeployment", "InferencePool",
+)  # fmt: skip
+# The serving operators' kinds (their own CRDs: tests/support/crd.py): every pod
+# template in them, a RoleBasedGroup's patches too, as a core PodTemplate.
+OPERATOR_KINDS = ("StormService", "ModelServing", "RoleBasedGroup")
 
 
 def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
@@ -52,6 +58,8 @@ def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
         templates.append(spec["template"])
     elif kind == "Service" and group == "serving.knative.dev":
         return []  # left unchanged: Knative's RevisionTemplateSpec is not a PodTemplateSpec
+    elif kind in OPERATOR_KINDS:
+        templates += list(pod_templates(spec))
     elif kind in SKIPPED_KINDS:
         return []  # kinds inject names and leaves unchanged
     else:
@@ -60,6 +68,19 @@ def schema_objects(doc: dict[str, typing.Any]) -> list[dict[str, typing.Any]]:
         {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": t}
         for t in templates
     ]
+
+
+def pod_templates(value: typing.Any) -> typing.Iterator[dict[str, typing.Any]]:
+    """Every mapping under value whose `spec` holds a `containers` list."""
+    if isinstance(value, dict):
+        if isinstance(value.get("spec"), dict) and "containers" in value["spec"]:
+            yield value
+            return
+        for inner in value.values():
+            yield from pod_templates(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from pod_templates(inner)
 
 
 def containers(spec: dict[str, typing.Any]) -> dict[str, dict[str, typing.Any]]:
