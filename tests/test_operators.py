@@ -241,6 +241,9 @@ def test_rbg_a_patch_that_sets_the_engines_command_is_refused(patch: str, where:
     result = inject_texts([("p.yaml", source)], VIA_INIT)
     assert (result.code, result.stdout) == (1, source)
     assert any(where in t for t in said(result, "refused")), result.lines
+    pattern[patch]["spec"]["containers"][0]["name"] = "sidecar"  # not the engine's: wired
+    result = inject_texts([("p.yaml", yaml.safe_dump(doc))], VIA_INIT)
+    assert result.code == 0 and said(result, "injected"), result.lines
 
 
 @pytest.mark.parametrize(

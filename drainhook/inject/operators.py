@@ -156,8 +156,14 @@ def _role_based_group(spec: dict[str, Node], options: Options) -> list[Site]:
             if not isinstance(held, dict):
                 continue
             lead = _rbg_template(held, f"{base}.{pattern}", role, by_name, shared, out)
-            if lead is not None and pattern == "leaderWorkerPattern":
-                _rbg_workers(held, f"{base}.{pattern}", role, lead, options, out)
+            names = [c.get("name") for c, _ in engine_containers(lead, options)] if lead else []
+            ref = held.get("templateRef")
+            patches = [("templateRef.patch", ref.get("patch") if isinstance(ref, dict) else None)]
+            patches += [(k, held.get(k)) for k in ("leaderTemplatePatch", "workerTemplatePatch")]
+            for key, patch in patches:
+                _no_command(patch, f"{base}.{pattern}.{key}", names)
+            if lead is not None and names and pattern == "leaderWorkerPattern":
+                _rbg_workers(held, f"{base}.{pattern}", role, lead, names, out)
     return out
 
 
@@ -170,14 +176,12 @@ def _rbg_template(
     out: list[Site],
 ) -> Site | None:
     """A pattern's template: its own, or the roleTemplate its templateRef names (the
-    same Site for every role that refers to it); a patch that sets the engine's
-    command is refused (the engine each Pod runs would be the patch's)."""
+    same Site for every role that refers to it)."""
     ref = held.get("templateRef")
     if not isinstance(ref, dict):
         found = _named(templates([(f"{where}.template", held.get("template"))]), role)
         out += found
         return found[0] if found else None
-    _no_command(ref.get("patch"), f"{where}.templateRef.patch")
     name = ref.get("name")
     if name not in by_name:
         return None
@@ -201,17 +205,12 @@ def _rbg_workers(
     where: str,
     role: Mapping[str, Node],
     lead: Site,
-    options: Options,
+    names: list[Node],
     out: list[Site],
 ) -> None:
     """The workers of a leader-worker role: the engine containers of the leader's
     template, by name, in workerTemplatePatch (a strategic merge patch: the worker's
     preStop and env replace or join the leader's)."""
-    _no_command(held.get("leaderTemplatePatch"), f"{where}.leaderTemplatePatch")
-    _no_command(held.get("workerTemplatePatch"), f"{where}.workerTemplatePatch")
-    names = [c.get("name") for c, _ in engine_containers(lead, options)]
-    if not names:
-        return
     patch = held.setdefault("workerTemplatePatch", {})
     if not isinstance(patch, dict):
         raise Refused(f"{where}.workerTemplatePatch is not a mapping")
@@ -237,12 +236,12 @@ def _rbg_workers(
     out.append(worker)
 
 
-def _no_command(patch: Node, where: str) -> None:
-    """A patch that sets a container's command or args: the engine each Pod runs is
-    then the patch's, which inject does not merge: refused, with the fix."""
+def _no_command(patch: Node, where: str, engines: list[Node]) -> None:
+    """A patch that sets an engine container's command or args: the engine its Pods
+    run is then the patch's, which inject does not merge: refused, with the fix."""
     spec = patch.get("spec") if isinstance(patch, dict) else None
     for c in listed(spec.get("containers") if isinstance(spec, dict) else None):
-        if isinstance(c, dict) and ("command" in c or "args" in c):
+        if isinstance(c, dict) and c.get("name") in engines and ("command" in c or "args" in c):
             raise Refused(
                 f"{where} sets container {c.get('name')}'s command: the engine its Pods run "
                 "is the patch's, which inject does not merge; put the command in the "
