@@ -868,7 +868,6 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
     lines = [ln for ln in refused.stderr.splitlines() if ": refused: " in ln]
     assert [LINE.match(ln).group(1) for ln in lines] == [  # type: ignore[union-attr]
         "tests/manifests/knative-service.yaml", "tests/manifests/named/demo-server.yaml",
-        "tests/manifests/operators/aibrix-sglang-tp-1p1d.yaml",
     ]  # fmt: skip
     assert (
         refused.stdout.count("\n---\n")

@@ -201,20 +201,20 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # in words), at 9,805; to 9,840 with inject's warning of an upstream image under
 # --via image, at 9,834; to 9,860 with a usage error in one sentence, at 9,851; to
 # 9,900 with the examples each --help ends with and probe's rows, at 9,899; to
-# 9,960 with probe --watch, at 9,954; to 10,330 with the serving operators' kinds,
-# the Pod's own address and a host Kubernetes left as written (issue 60), at 10,321:
+# 9,960 with probe --watch, at 9,954; to 10,340 with the serving operators' kinds,
+# the Pod's own address and a host Kubernetes left as written (issue 60), at 10,333:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
 # (planning/ 1,531, then 1,536 with plan's --log-file; inject/ 2,031 when it moved,
 # 2,097 once it named what it used to rewrite and four more shapes, 2,123 with the
-# warning of an upstream image under --via image, 2,440 with the operators' kinds,
+# warning of an upstream image under --via image, 2,452 with the operators' kinds,
 # issue 60; flags.py 247);
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
-PACKAGE_LINES = 10330
-ROOM_LINES = {"planning": 1540, "inject": 2445}
+PACKAGE_LINES = 10340
+ROOM_LINES = {"planning": 1540, "inject": 2455}
 FLAGS_LINES = 300
 MOST_ANY = 10
 

@@ -128,14 +128,19 @@ def test_aibrix_roles_each_get_the_hook_and_their_role_advice() -> None:
     assert any("write `--enable-server-load-tracking`" in t for t in said(result, "warning"))
 
 
-def test_aibrix_sglang_in_a_script_without_metrics_is_refused_with_the_fix() -> None:
-    """SGLang serves /metrics only with --enable-metrics, which inject never edits into
-    a script: the document is refused (exit 1), written as it came, the router named."""
+def test_aibrix_a_pod_group_is_named_not_wired() -> None:
+    """podGroupSize 2 (SGLang over two Pods of one template): a hook in the second Pod
+    would find no engine and let it go at once; named, written as it came, exit 0."""
     _, result = wired("aibrix-sglang-tp-1p1d.yaml")
-    assert result.code == 1
+    assert result.code == 0
     assert result.stdout == (OPERATORS / "aibrix-sglang-tp-1p1d.yaml").read_text()
-    (refused,) = said(result, "refused")
-    assert "container prefill: needs --enable-metrics" in refused
+    router, *named = said(result, "skipped")
+    assert router.startswith("spec.template.spec.roles[0].template.spec: role routing holds no")
+    assert [t.split(":")[0] for t in named] == [
+        "spec.template.spec.roles[1].template.spec",
+        "spec.template.spec.roles[2].template.spec",
+    ]
+    assert all("podGroupSize 2: one engine across the group's Pods" in t for t in named)
 
 
 def test_kthena_entry_drains_and_workers_wait_on_it_by_entry_address() -> None:

@@ -23,6 +23,14 @@ KTHENA_ENTRY = "ENTRY_ADDRESS"
 RBG_LEADER = "RBG_LWP_LEADER_ADDRESS"
 RBG_WORKLOAD = "rbg.workloads.x-k8s.io/role-workload-type"
 RBG_ON_LWS = "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet"
+# One engine across the Pods of an AIBrix pod group, all from one template: a Pod past
+# the first serves no HTTP, so its hook would find no engine and let it go at once.
+POD_GROUP = (
+    "podGroupSize {}: one engine across the group's Pods, all made from this template; "
+    "a Pod past the first serves no HTTP, and a hook there would find no engine and let it "
+    "go at once, cutting the group's work: add the hook by hand, each Pod's reading the "
+    "group's first Pod (DRAINHOOK_HOST, DRAINHOOK_ALLOW_REMOTE=1)"
+)
 CUSTOM = (
     "a customComponentsPattern: which component leads is the role's own; add each "
     "component's hook by hand (a worker's waits on its leader, as docs/inject.md shows)"
@@ -107,7 +115,12 @@ def _storm_service(spec: dict[str, Node], options: Options) -> list[Site]:
     for i, role in enumerate(roles):
         if isinstance(role, dict):
             path = f"spec.template.spec.roles[{i}].template"
-            out += _named(templates([(path, role.get("template"))]), role)
+            found = _named(templates([(path, role.get("template"))]), role)
+            size = role.get("podGroupSize")
+            if isinstance(size, int) and not isinstance(size, bool) and size > 1:
+                for site in found:
+                    site.not_wired = POD_GROUP.format(size)
+            out += found
     return out
 
 
