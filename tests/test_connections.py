@@ -37,9 +37,10 @@ PORT = 8000
 def tcp_info_bytes(
     data_in: int, data_out: int, last_recv: int, last_sent: int, length: int = 232
 ) -> bytes:
+    """A tcp_info whose last acknowledgment in came with the last data in."""
     raw = bytearray(length)
     struct.pack_into("=I", raw, 44, last_sent)
-    struct.pack_into("=I", raw, 52, last_recv)
+    struct.pack_into("=II", raw, 52, last_recv, last_recv)
     struct.pack_into("=II", raw, 152, data_in, data_out)
     return bytes(raw)
 
@@ -51,6 +52,7 @@ def message(
     *,
     inode: int = 7,
     state: int = 1,
+    unread: int = 0,
     family: int = socket.AF_INET,
     kind: int = c.SOCK_DIAG_BY_FAMILY,
 ) -> bytes:
@@ -58,7 +60,7 @@ def message(
     body = (
         struct.pack("=BBBB", family, state, 0, 0)
         + sockid
-        + struct.pack("=IIIII", 0, 0, 0, 0, inode)
+        + struct.pack("=IIIII", 0, unread, 0, 0, inode)
     )
     if info is not None:
         attr = struct.pack("=HH", 4 + len(info), c.INET_DIAG_INFO) + info
@@ -78,22 +80,24 @@ def test_the_request_asks_for_the_sockets_a_server_can_answer_from_with_tcp_info
     assert (family, protocol) == (socket.AF_INET6, socket.IPPROTO_TCP)
     assert ext == 1 << (c.INET_DIAG_INFO - 1)
     # ESTABLISHED and CLOSE_WAIT (a client that shut its side): the states a server
-    # can still answer from. Not FIN_WAIT*, LAST_ACK, CLOSING (it shut its side),
-    # nor SYN_RECV, TIME_WAIT, LISTEN.
-    assert [s for s in range(13) if states >> s & 1] == [1, 8]
+    # can still answer from; LISTEN for its accept backlog. Not FIN_WAIT*,
+    # LAST_ACK, CLOSING (it shut its side), nor SYN_RECV, TIME_WAIT.
+    assert [s for s in range(13) if states >> s & 1] == [1, 8, 10]
 
 
 def test_messages_parse_to_sockets_until_done() -> None:
-    data = message(PORT, 40001, tcp_info_bytes(100, 0, 5, 9), inode=11)
+    data = message(PORT, 40001, tcp_info_bytes(100, 0, 5, 9), inode=11, unread=37)
     data += message(40001, PORT, tcp_info_bytes(0, 100, 9, 5), inode=12, family=socket.AF_INET6)
+    data += message(PORT, 0, None, inode=13, state=c.LISTEN, unread=2)
     found, done = c.parse(data + DONE)
     assert done
     assert found == [
-        Socket(socket.AF_INET, 1, PORT, 40001, 11, TcpInfo(100, 0, 5, 9)),
-        Socket(socket.AF_INET6, 1, 40001, PORT, 12, TcpInfo(0, 100, 9, 5)),
+        Socket(socket.AF_INET, 1, PORT, 40001, 11, TcpInfo(100, 0, 5, 9, 5), 37),
+        Socket(socket.AF_INET6, 1, 40001, PORT, 12, TcpInfo(0, 100, 9, 5, 9)),
+        Socket(socket.AF_INET, c.LISTEN, PORT, 0, 13, None, 2),
     ]
     assert c.parse(data) == (found, False)  # no DONE yet: the dump goes on
-    assert c.parse(data + DONE, port=40001) == (found, True)
+    assert c.parse(data + DONE, port=40001) == (found[:2], True)  # not the listener
     assert c.parse(data + DONE, port=9) == ([], True)  # neither from nor to the port
 
 
@@ -107,7 +111,7 @@ def test_a_kernel_before_the_segment_counters_leaves_the_signal_missing() -> Non
     """Linux 4.6 added tcpi_data_segs_in/out (160 bytes of tcp_info): shorter, the
     connections cannot be told apart, and the signal is missing, not 0."""
     info = tcp_info_bytes(100, 40, 1, 2, length=160)
-    assert c.tcp_info(info) == TcpInfo(100, 40, 1, 2)
+    assert c.tcp_info(info) == TcpInfo(100, 40, 1, 2, 1)
     with pytest.raises(Unavailable, match="a tcp_info of 152 bytes has no segment counters"):
         c.tcp_info(info[:152])
     with pytest.raises(Unavailable):
@@ -132,8 +136,10 @@ def test_a_garbled_attribute_is_not_read_past() -> None:
 # ---- the rule ----------------------------------------------------------------------
 
 
-def sock(sport: int, dport: int, info: TcpInfo | None, inode: int = 1, state: int = 1) -> Socket:
-    return Socket(socket.AF_INET, state, sport, dport, inode, info)
+def sock(
+    sport: int, dport: int, info: TcpInfo | None, inode: int = 1, state: int = 1, unread: int = 0
+) -> Socket:
+    return Socket(socket.AF_INET, state, sport, dport, inode, info, unread)
 
 
 def count(sockets: Sequence[Socket], port: int = PORT, own: frozenset[int] = frozenset()) -> int:
@@ -177,15 +183,46 @@ HOLDING = c.Seen(data_in=5, data_out=4, carrying=True)
         # One side moved since: it says which came last, whatever the finding was.
         pytest.param(ANSWERED, TcpInfo(5, 4, 12, 12), True, id="only data in since"),
         pytest.param(HOLDING, TcpInfo(5, 6, 12, 12), False, id="only data out since"),
+        # A health check, its answer and the next request, all in one tick, on a
+        # connection that was answered: two data segments in, one out. Was 0.
+        pytest.param(ANSWERED, TcpInfo(6, 5, 12, 12), True, id="exchange+next in one tick"),
+        pytest.param(ANSWERED, TcpInfo(6, 5, 12, 12, 12), True, id="its ack in the tick"),
+        # ... and the same tie where the client's last segment in was an
+        # acknowledgment a tick later, no data since: it acknowledged the answer and
+        # sent nothing after it (a request sent after the answer carries that ack).
+        pytest.param(ANSWERED, TcpInfo(6, 5, 52, 52, 8), False, id="acked a tick later"),
+        pytest.param(HOLDING, TcpInfo(6, 5, 52, 52, 8), False, id="held, acked later"),
+        pytest.param(None, TcpInfo(6, 5, 52, 52, 52), False, id="first seen: the limit"),
     ],
 )
 def test_a_tie_of_the_ages_is_read_from_what_moved_since_the_last_dump(
-    before: c.Seen, now: TcpInfo, counted: bool
+    before: c.Seen | None, now: TcpInfo, counted: bool
 ) -> None:
     """The kernel's ages are whole ticks (4 ms at HZ=250): a request that lands in
     the tick its connection's last answer did leaves them equal. Before, every tie
-    read as answered: the held 6th request was released."""
+    read as answered: the held 6th request was released; then every tie after an
+    answered dump: the pool's request behind a health check was released."""
     assert c.carries_request(now, before) is counted
+
+
+def test_unread_bytes_and_the_accept_queue_are_work() -> None:
+    """A request the server has not read (a stalled accept loop, a paused
+    connection) counts whatever its ages say: its bytes wait in the socket. Still
+    in the accept queue, no process holds it (inode 0): counted when it carried
+    data, and a listener's backlog counts at least its length. Before: 0 each."""
+    answered = TcpInfo(4, 4, 80, 20)
+    assert count([sock(PORT, 40000, answered, unread=120)]) == 1
+    assert count([sock(PORT, 40000, answered, unread=1, state=c.CLOSE_WAIT)]) == 0  # its FIN
+    queued = sock(PORT, 40001, TcpInfo(1, 0, 4, 4), inode=0, unread=90)
+    assert count([queued]) == 1
+    connected = sock(PORT, 40002, TcpInfo(0, 0, 4, 4), inode=0)
+    assert count([connected]) == 0  # connected, nothing sent
+    listener = sock(PORT, 0, None, state=c.LISTEN, unread=2)
+    assert count([queued, connected, listener]) == 2
+    assert count([sock(PORT + 1, 0, None, state=c.LISTEN, unread=5)]) == 0  # another port
+    # The hook's own connection in the queue is still the hook's.
+    mine = sock(40001, PORT, TcpInfo(1, 0, 4, 4), inode=99)
+    assert count([queued, mine], own=frozenset({99})) == 0
 
 
 def test_a_watch_keeps_each_connections_finding_from_dump_to_dump() -> None:
@@ -214,7 +251,7 @@ def test_only_server_side_sockets_of_the_port_held_by_a_process_count() -> None:
         sock(40002, PORT, up),  # a client of the port, not its server side
         sock(PORT, 40003, up, state=8),  # CLOSE_WAIT: its client sent, then shut its side
         sock(PORT, 40004, None),  # no tcp_info (TIME_WAIT, SYN_RECV)
-        sock(PORT, 40005, up, inode=0),  # orphaned: no process holds it to answer
+        sock(PORT, 40005, TcpInfo(0, 0, 1, 1), inode=0),  # in the accept queue, nothing sent
     ]
     assert count(sockets) == 2
 
@@ -386,15 +423,56 @@ def test_the_limit_an_answered_request_and_a_held_one_read_alike(pod_command: Po
     """What no counter tells apart (docs/contract.md §2a), on real sockets that a dump
     saw holding a request: X's last bytes and its answer in one tick, Y's answer and
     its next request in one tick. The kernel keeps the same figures for both (one
-    data segment more each way, both ages in one tick): the rule holds both, for
-    letting Y go would cut it. X then holds until its connection moves again."""
+    data segment more each way, both ages and the last acknowledgment in one
+    tick): the rule holds both, for letting Y go would cut it. X then holds until
+    its connection moves again."""
     run = pod_command([], [sys.executable, "-m", "tests.support.conn_scenes", "twins"], timeout=60)
     assert run.code == 0, run.stderr
     out = json.loads(run.stdout)
     assert "error" not in out, out
     assert out["counts"] == [2, 2], out
     assert out["x"][:2] == out["y"][:2] == [2, 1], out  # data segments in and out
-    assert out["x"][2] == out["x"][3] and out["y"][2] == out["y"][3]  # ages tied
+    assert out["x"][2:5] == [out["x"][2]] * 3 and out["y"][2:5] == [out["y"][2]] * 3  # one tick
+
+
+def test_a_pooled_request_behind_a_health_check_in_one_tick_counts(pod_command: Pod) -> None:
+    """Real sockets, on connections a dump saw answered (the first count: 0): the
+    pool's quick request, its answer and a slow request in one tick read 1 (two
+    data segments in, one out, the ages and the last acknowledgment tied), where
+    the finding "answered" stood before and read 0; the health check beside it,
+    one segment each way in its tick, still reads 0."""
+    run = pod_command([], [sys.executable, "-m", "tests.support.conn_scenes", "behind"], timeout=60)
+    assert run.code == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert "error" not in out, out
+    assert out["counts"] == [0, 1], out
+    assert out["pool"][:2] == [2, 1] and out["check"][:2] == [1, 1], out
+    assert len({*out["pool"][2:], *out["check"][2:]}) == 1, out  # one tick, ack included
+
+
+def test_a_request_in_a_stalled_workers_accept_queue_counts(pod_command: Pod) -> None:
+    """A POST that no process has accepted yet (a second listener on the port whose
+    accept loop is blocked) has no inode: 0 before, now 1, beside an idle keep-alive
+    to the worker that serves."""
+    run = pod_command([], [sys.executable, "-m", "tests.support.conn_scenes", "queued"], timeout=30)
+    assert run.code == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["count"] == 1 and out["all"] == 1, out
+
+
+def test_the_limit_a_pipelined_request_reads_answered_behind_its_neighbours_answer(
+    pod_command: Pod,
+) -> None:
+    """A request pipelined behind a held one is counted while its bytes wait unread
+    (1); once the first answer is out and the server runs the second, the kernel's
+    figures are those of an answered connection (data in, then data out after it):
+    0, the limit stated in docs/contract.md §2a, covered by the server's count."""
+    run = pod_command([], [sys.executable, "-m", "tests.support.conn_scenes", "pipelined"])
+    assert run.code == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["counts"] == [1, 0], out
+    data_in, data_out, last_in, last_out, _ack, unread = out["after"]
+    assert (data_in, data_out, unread) == (2, 1, 0) and last_in > last_out, out
 
 
 IDLE_HOOK = ["--settle", "0.2", "--interval", "0.2", "--grace", "6", "--exit-reserve", "1"]
@@ -419,12 +497,15 @@ def hook_run(pod_command: Pod, kind: str, seconds: float) -> tuple[dict[str, obj
         "upload",  # a body still uploading
         "pooled",  # the answer to a held request and the next request in one tick
         "halfclosed",  # a request whose client shut its side (CLOSE_WAIT)
+        "behind",  # a health check, its answer and the next request in one tick
+        "queued",  # a request in a stalled worker's accept queue
     ],
 )
 def test_the_hook_holds_a_request_until_it_is_answered(pod_command: Pod, kind: str) -> None:
     """An idle engine (its /metrics idle, no /load) with a request that only the
     connections show: the hook drains only after it has been answered. Before,
-    `pooled` and `halfclosed` were released at S + I/4 (or at the first answer)."""
+    `pooled` and `halfclosed` were released at S + I/4 (or at the first answer),
+    `queued` at S + I/4 and `behind` at the health check's answer."""
     work = 1.5
     out, verdicts = hook_run(pod_command, kind, work)
     assert out["answered"] is not None and out["answered"] >= work  # type: ignore[operator]

@@ -1,9 +1,11 @@
 """The connection signal (CONTRACT §2a): requests in flight on the serving port's TCP
 connections, from each server-side socket's `struct tcp_info` (NETLINK_SOCK_DIAG,
 what `ss -ti` reads) in a state it can answer from (a client that shut its side
-leaves CLOSE_WAIT): data in after the last data out is a request; a tie of the
-kernel's ages (whole ticks) is read from what moved since the last dump (`Watch`).
-The hook's own never count. Pure apart from the I/O (`dump`, `own_inodes`)."""
+leaves CLOSE_WAIT): data in after the last data out is a request; so are bytes
+its server has not read, and a connection still in a listener's accept queue
+with data in; a tie of the kernel's ages (whole ticks) is read from what moved
+since the last dump (`Watch`). The hook's own never count. Pure apart from the
+I/O (`dump`, `own_inodes`)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ INET_DIAG_INFO = 2
 # The states in which a server can still answer: ESTABLISHED, and CLOSE_WAIT (its
 # client sent, then shut its side). In the others it has shut its own side, or no
 # process holds the socket (TIME_WAIT, which a busy port has by the thousand).
-STATES = (1, 8)
+# LISTEN too: a listener's receive queue is its accept backlog.
+ESTABLISHED, CLOSE_WAIT, LISTEN = 1, 8, 10
+STATES = (ESTABLISHED, CLOSE_WAIT, LISTEN)
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 # inet_diag_req_v2: family, protocol, ext, pad, states; then inet_diag_sockid
@@ -39,7 +43,7 @@ _RTATTR = struct.Struct("=HH")
 
 # struct tcp_info (linux/tcp.h): the offsets of the fields read. The data
 # segment counters came in 4.6: a shorter tcp_info leaves the signal missing.
-_LAST_DATA_SENT, _LAST_DATA_RECV = 44, 52
+_LAST_DATA_SENT, _LAST_DATA_RECV, _LAST_ACK_RECV = 44, 52, 56
 _DATA_SEGS_IN, _DATA_SEGS_OUT = 152, 156
 _INFO_LEN = _DATA_SEGS_OUT + 4
 _U32 = struct.Struct("=I")
@@ -60,17 +64,22 @@ class Doubt(Exception):
 @dataclass(frozen=True)
 class TcpInfo:
     """What a socket's `struct tcp_info` says of its data: the segments that carried
-    data in and out, and how long ago (ms, in whole kernel ticks) the last did."""
+    data in and out, and how long ago (ms, in whole kernel ticks) the last did, and
+    the last acknowledgment in came (any segment in that acknowledges, data too;
+    None: not read, the tie is then never broken by it)."""
 
     data_in: int
     data_out: int
     last_data_recv: int
     last_data_sent: int
+    last_ack_recv: int | None = None
 
 
 @dataclass(frozen=True)
 class Socket:
-    """One socket of a dump: its state, ports, inode (0 when orphaned) and tcp_info."""
+    """One socket of a dump: its state, ports, inode (0 when no process holds it:
+    still in its listener's accept queue), tcp_info, and its receive queue (bytes
+    in that its process has not read; a listener's: its accept backlog)."""
 
     family: int
     state: int
@@ -78,6 +87,7 @@ class Socket:
     dport: int
     inode: int
     info: TcpInfo | None
+    unread: int = 0
 
 
 def request(family: int, seq: int = 1) -> bytes:
@@ -99,6 +109,7 @@ def tcp_info(raw: bytes) -> TcpInfo:
         data_out=_U32.unpack_from(raw, _DATA_SEGS_OUT)[0],
         last_data_recv=_U32.unpack_from(raw, _LAST_DATA_RECV)[0],
         last_data_sent=_U32.unpack_from(raw, _LAST_DATA_SENT)[0],
+        last_ack_recv=_U32.unpack_from(raw, _LAST_ACK_RECV)[0],
     )
 
 
@@ -111,7 +122,9 @@ def _socket(payload: bytes, port: int | None = None) -> Socket | None:
     sport, dport = _PORTS.unpack_from(payload, _MSG_HEAD.size)
     if port is not None and port not in (sport, dport):
         return None
-    inode = _MSG_TAIL.unpack_from(payload, _MSG_HEAD.size + _SOCKID_LEN)[4]
+    _expires, unread, _wqueue, _uid, inode = _MSG_TAIL.unpack_from(
+        payload, _MSG_HEAD.size + _SOCKID_LEN
+    )
     info = None
     at = _MSG_LEN
     while at + _RTATTR.size <= len(payload):
@@ -121,7 +134,7 @@ def _socket(payload: bytes, port: int | None = None) -> Socket | None:
         if kind == INET_DIAG_INFO:
             info = tcp_info(payload[at + _RTATTR.size : at + length])
         at += (length + 3) & ~3
-    return Socket(family, state, sport, dport, inode, info)
+    return Socket(family, state, sport, dport, inode, info, unread)
 
 
 def parse(data: bytes, port: int | None = None) -> tuple[list[Socket], bool]:
@@ -162,19 +175,40 @@ class Seen:
 
 def carries_request(info: TcpInfo, before: Seen | None = None) -> bool:
     """Whether a server-side connection holds a request no response byte answered:
-    data in and none out, or data in after the last data out. A tie of the ages (a
-    pooled client's next request in the tick its answer landed; a request answered
-    in its tick) is read from the counters since `before`, the last dump's finding:
-    data in alone, a request; data out alone, an answer; both or neither, the
-    finding stands. First seen, a tie reads as answered (docs/contract.md §2a)."""
+    data in and none out, or data in after the last data out. A tie of the ages (the
+    kernel's whole ticks) is read from what else the kernel orders, then from the
+    counters since `before`, the last dump's finding (docs/contract.md §2a):
+    - an acknowledgment in a tick after the tie, and no data since: the client
+      acknowledged the answer and sent nothing after it (a request sent after the
+      answer carries that acknowledgment): answered;
+    - data in alone since, a request; data out alone, an answer; neither, the
+      finding stands;
+    - both: a whole exchange and more may have happened, which is doubt, held
+      until the connection moves again; but one data segment in on a connection
+      that was answered is the request that the answer since answered (a health
+      check in one tick).
+    First seen, a tie reads as answered: the first sight of a router's pool."""
     if info.data_in == 0:
         return False
     if info.data_out == 0 or info.last_data_recv < info.last_data_sent:
         return True
-    if info.last_data_recv > info.last_data_sent or before is None:
+    if info.last_data_recv > info.last_data_sent:
         return False
-    more_in, more_out = info.data_in != before.data_in, info.data_out != before.data_out
-    return more_in if more_in != more_out else before.carrying
+    if info.last_ack_recv is not None and info.last_ack_recv < info.last_data_recv:
+        return False
+    if before is None:
+        return False
+    more_in = (info.data_in - before.data_in) % (1 << 32)
+    if info.data_out == before.data_out:
+        return more_in > 0 or before.carrying
+    if more_in == 0:
+        return False
+    return before.carrying or more_in > 1
+
+
+def _unread(s: Socket) -> bool:
+    """Bytes in that the server has not read yet (a client's FIN takes one in CLOSE_WAIT)."""
+    return s.unread > (1 if s.state == CLOSE_WAIT else 0)
 
 
 class Watch:
@@ -188,25 +222,36 @@ class Watch:
         self, sockets: Iterable[Socket], port: int, own: Callable[[], Collection[int]] = frozenset
     ) -> int:
         """The requests in flight on connections to `port`: its server-side sockets
-        held by a process (an inode) that carry a request, less those whose peer is
-        one of the hook's own sockets (`own()`: their inodes, listed only when a
-        request is seen at all)."""
+        held by a process (an inode) that carry a request or bytes it has not read,
+        and those still in the accept queue (no inode) with data in, or the
+        listeners' accept backlog if larger; less those whose peer is one of the
+        hook's own sockets (`own()`: their inodes, listed only when a request is
+        seen at all)."""
         sockets = list(sockets)
         seen: dict[int, Seen] = {}
         carrying: list[Socket] = []
+        queued: list[Socket] = []
+        backlog = 0
         for s in sockets:
-            if s.sport != port or not s.inode or s.info is None:
+            if s.sport != port:
                 continue
-            held = carries_request(s.info, self._seen.get(s.inode))
-            seen[s.inode] = Seen(s.info.data_in, s.info.data_out, held)
-            if held:
-                carrying.append(s)
+            if s.state == LISTEN:
+                backlog += s.unread
+            elif not s.inode:
+                if _unread(s) or (s.info is not None and s.info.data_in):
+                    queued.append(s)
+            elif s.info is not None:
+                held = carries_request(s.info, self._seen.get(s.inode))
+                seen[s.inode] = Seen(s.info.data_in, s.info.data_out, held)
+                if held or _unread(s):
+                    carrying.append(s)
         self._seen = seen
-        if not carrying:
+        if not carrying and not queued and not backlog:
             return 0
         mine = set(own())
         theirs = {s.sport for s in sockets if s.dport == port and s.inode in mine}
-        return sum(1 for s in carrying if s.dport not in theirs)
+        queued_n = sum(1 for s in queued if s.dport not in theirs)
+        return sum(1 for s in carrying if s.dport not in theirs) + max(queued_n, backlog)
 
 
 # ---- the I/O ------------------------------------------------------------------

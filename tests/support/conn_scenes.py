@@ -29,6 +29,18 @@ Scenes (each prints {"count": N, ...}):
   in one tick, and a pooled client's answer and next request in one tick, each
   after a dump that saw its request held; what the second dump reads of each
   (`x`, `y`: tcp_info's counters and ages) and counts (`counts`);
+- `behind`: a pooled client's connection, answered and seen so by a dump, then a
+  quick request, its answer and a slow request in one tick; beside it a health
+  check answered in its tick since the same dump: what the second dump counts
+  (`counts`: 1, where the finding "answered" stood before) and each one's
+  counters (`pool`, `check`: data segments in and out since the first dump, the
+  ages of the last data in, out and acknowledgment in);
+- `queued`: a POST in the accept queue of a second listener on the port whose
+  accept loop is stalled (a blocked SO_REUSEPORT worker): 1 (0 before: no
+  process holds it), beside an idle keep-alive to the serving one;
+- `pipelined`: a held request and a second one sent behind it before its answer:
+  counted while the second waits unread (1), then the limit: answered once the
+  first answer is out while the second runs (0), with the counters then;
 - `hook KIND SECONDS ARGS...`: work that is answered SECONDS after the start, and
   `drainhook wait ARGS` (the port as {port}) run beside it: its exit code,
   stderr and elapsed time, and when the work was answered. KIND: `upload` (a
@@ -36,7 +48,11 @@ Scenes (each prints {"count": N, ...}):
   with the next request sent in the same instant, that one answered at
   SECONDS), `halfclosed` (a request whose client shut its side, answered then),
   `idle` (eight keep-alive connections whose requests were all answered; no work:
-  SECONDS is ignored).
+  SECONDS is ignored), `behind` (a pooled connection seen answered, then at
+  SECONDS/4 a health check, its answer and a request answered at SECONDS, the
+  last two in one tick, while another request is held to SECONDS/2), `queued`
+  (a POST queued at a stalled SO_REUSEPORT worker, accepted and answered at
+  SECONDS).
 """
 
 from __future__ import annotations
@@ -69,7 +85,8 @@ watch = c.Watch()
 for _ in sys.stdin:
     socks = c.dump(2.0, port=port)
     infos = {s.dport: [s.info.data_in, s.info.data_out, s.info.last_data_recv,
-                       s.info.last_data_sent] for s in socks if s.sport == port and s.info}
+                       s.info.last_data_sent, s.info.last_ack_recv, s.unread]
+             for s in socks if s.sport == port and s.info}
     print(json.dumps({"count": watch.count(socks, port, c.own_inodes),
                       "all": c.Watch().count(socks, port), "sockets": len(socks),
                       "infos": infos}), flush=True)
@@ -154,7 +171,7 @@ QUICK = b"GET /quick HTTP/1.1\r\nHost: x\r\n\r\n"
 STREAM = b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
-def _answer(sock: socket.socket) -> None:
+def answer(sock: socket.socket) -> None:
     """Read one short answer (`ok`) off a client's connection."""
     got = b""
     while not got.endswith(b"ok"):
@@ -238,10 +255,10 @@ def pooled(port: int) -> dict[str, object]:
     checks = client(port, QUICK, read_first=True)
     time.sleep(0.1)
     first = counter.count()
-    _answer(pooled_)
+    answer(pooled_)
     pooled_.sendall(hold(30))  # in the tick the answer landed, as a pool's next request
     checks.sendall(QUICK)
-    _answer(checks)
+    answer(checks)
     time.sleep(0.05)
     second = counter.count()
     counter.close()
@@ -253,7 +270,8 @@ def pooled(port: int) -> dict[str, object]:
 def twins(port: int) -> dict[str, object]:
     """Two connections whose requests a dump saw held: X's upload ends and is answered
     in one tick (`/quick` answers at once), Y's answer and next request land in one;
-    tried until the second dump finds both ages tied."""
+    tried until the second dump finds both ages tied, and the last acknowledgment
+    in with them (on loopback, nearly always)."""
     for _ in range(10):
         counter = Counter(port)
         x = client(port, b"GET /quick HTTP/1.1\r\nHost: x\r\n")
@@ -261,8 +279,8 @@ def twins(port: int) -> dict[str, object]:
         time.sleep(0.1)
         first = counter.count()
         x.sendall(b"\r\n")  # its end: answered at once
-        _answer(x)
-        _answer(y)
+        answer(x)
+        answer(y)
         y.sendall(hold(30))
         time.sleep(0.05)
         second = counter.count()
@@ -271,9 +289,83 @@ def twins(port: int) -> dict[str, object]:
         tx, ty = (infos[str(one.getsockname()[1])] for one in (x, y))
         x.close()
         y.close()
-        if tx[2] == tx[3] and ty[2] == ty[3]:
+        if tx[2] == tx[3] == tx[4] and ty[2] == ty[3] == ty[4]:  # the ack's tick too
             return {"counts": [first["count"], second["count"]], "x": tx, "y": ty}
     return {"error": "no dump found both ages tied in 10 tries"}
+
+
+def behind(port: int) -> dict[str, object]:
+    """A pooled connection and a health checker, both answered and seen so by a dump;
+    then the pool's quick request, its answer and a slow one in one tick, and one
+    health check answered in its tick: tried until both ties are caught."""
+    for _ in range(20):
+        counter = Counter(port)
+        pool = client(port, QUICK, read_first=True)
+        check = client(port, QUICK, read_first=True)
+        time.sleep(0.05)
+        first = counter.count()
+        pool.sendall(QUICK)
+        answer(pool)
+        pool.sendall(hold(30))  # as the answer lands: a router's completion
+        check.sendall(QUICK)
+        answer(check)
+        time.sleep(0.05)
+        second = counter.count()
+        counter.close()
+        before: dict[str, list[int]] = first["infos"]  # type: ignore[assignment]
+        after: dict[str, list[int]] = second["infos"]  # type: ignore[assignment]
+        names = {"pool": str(pool.getsockname()[1]), "check": str(check.getsockname()[1])}
+        pool.close()
+        check.close()
+        moved = {
+            who: [after[at][0] - before[at][0], after[at][1] - before[at][1], *after[at][2:5]]
+            for who, at in names.items()
+        }
+        if all(m[2] == m[3] for m in moved.values()):
+            return {"counts": [first["count"], second["count"]], **moved}
+    return {"error": "no dump found both ages tied in 20 tries"}
+
+
+def stalled(port: int) -> socket.socket:
+    """A second listener on the serving port that never accepts (a blocked worker):
+    on 127.0.0.2, so that the kernel's choice between SO_REUSEPORT workers is not
+    left to chance."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.2", port))
+    sock.listen(8)
+    return sock
+
+
+def queued(port: int) -> dict[str, object]:
+    """A POST queued at a stalled worker of the port, beside an idle keep-alive."""
+    quiet = stalled(port)
+    keep = client(port, QUICK, read_first=True)
+    post = socket.create_connection(("127.0.0.2", port))  # in the stalled queue
+    post.sendall(UPLOAD_HEAD + b"x" * 4096)
+    time.sleep(0.1)
+    out = count(port)
+    for sock in (keep, post, quiet):
+        sock.close()
+    return out
+
+
+def pipelined(port: int) -> dict[str, object]:
+    """A held request and a second one sent behind it, before its answer: counted while
+    the second waits unread, and not once the first answer is out (the limit)."""
+    counter = Counter(port)
+    sock = client(port, hold(0.3))
+    time.sleep(0.05)
+    sock.sendall(hold(30))  # the server reads it only once the first is answered
+    time.sleep(0.05)
+    first = counter.count()
+    answer(sock)
+    time.sleep(0.1)
+    second = counter.count()
+    counter.close()
+    infos: dict[str, list[int]] = second["infos"]  # type: ignore[assignment]
+    mine = infos[str(sock.getsockname()[1])]
+    sock.close()
+    return {"counts": [first["count"], second["count"]], "after": mine}
 
 
 def _work(kind: str, port: int, seconds: float, start: float) -> Callable[[], object]:
@@ -285,22 +377,47 @@ def _work(kind: str, port: int, seconds: float, start: float) -> Callable[[], ob
         def upload() -> None:
             time.sleep(max(0.0, start + seconds - time.monotonic()))
             sock.sendall(b"x" * (4096 - 1024))
-            _answer(sock)
+            answer(sock)
 
         return upload
     if kind == "pooled":
         sock = client(port, hold(seconds / 2))
 
         def next_one() -> None:
-            _answer(sock)
+            answer(sock)
             sock.sendall(hold(max(0.0, start + seconds - time.monotonic())))
-            _answer(sock)
+            answer(sock)
 
         return next_one
     if kind == "halfclosed":
         sock = client(port, hold(seconds))
         sock.shutdown(socket.SHUT_WR)
-        return functools.partial(_answer, sock)
+        return functools.partial(answer, sock)
+    if kind == "behind":
+        sock = client(port, QUICK, read_first=True)
+        other = client(port, hold(seconds / 2))  # work the reads see until then
+
+        def check_then_request() -> None:
+            time.sleep(max(0.0, start + seconds / 4 - time.monotonic()))
+            sock.sendall(QUICK)
+            answer(sock)
+            sock.sendall(hold(max(0.0, start + seconds - time.monotonic())))
+            answer(other)
+            answer(sock)
+
+        return check_then_request
+    if kind == "queued":
+        quiet = stalled(port)
+        post = socket.create_connection(("127.0.0.2", port))
+        post.sendall(UPLOAD_HEAD + b"x" * 4096)  # in the stalled worker's queue
+
+        def accept_then_answer() -> None:
+            time.sleep(max(0.0, start + seconds - time.monotonic()))
+            conn, _ = quiet.accept()  # the worker wakes: it serves its queue
+            threading.Thread(target=_serve, args=(conn,), daemon=True).start()
+            answer(post)
+
+        return accept_then_answer
     pool = [client(port, QUICK, read_first=True) for _ in range(8)]
     return functools.partial(len, pool)  # the pool stays open while the hook runs
 
@@ -339,6 +456,8 @@ def main() -> None:
         out = pooled(port)
     elif name == "twins":
         out = twins(port)
+    elif name in ("behind", "queued", "pipelined"):
+        out = {"behind": behind, "queued": queued, "pipelined": pipelined}[name](port)
     else:
         held = scene(name, port)
         out = count(port)
