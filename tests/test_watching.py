@@ -19,6 +19,7 @@ from drainhook.hook.probe import watch_reads
 from drainhook.hook.signals import Interrupted
 from drainhook.reading.config import ReadConfig
 from drainhook.reading.target import parse_url
+from tests.conftest import POD_LATE, late
 from tests.support.logs import fields
 from tests.support.loopback import Loopback, sample, sequence, serve
 from tests.support.podns import Pod, engine
@@ -207,3 +208,35 @@ def test_probe_watch_reads_every_interval_and_writes_only_changes() -> None:
     with Loopback(serve(idle)) as srv:
         reach = ReadConfig(target=parse_url(srv.url), connections=False)
         assert watch_reads(reach, True, 1.0, closed, sleep=sleep) == 0
+
+
+def test_probe_watch_ends_when_its_reader_goes_away_while_nothing_changes(
+    pod_command: Pod, entry: list[str]
+) -> None:
+    """`probe --watch | head -1` on an idle engine: head reads the first line and
+    exits; nothing changes after it, so nothing is written that could fail, and
+    the watch still ends within one interval (2 s) of its reader going away. Before,
+    it ran on until `timeout` killed it at 20 s."""
+    watch = [*entry, "probe", "--port", "8000", "--watch", "--interval", "2"]
+    argv = ["sh", "-c", 'timeout 20 "$@" | head -1; echo "$?"', "sh", *watch]
+    run = pod_command([engine("engine", 8000, "vllm-single-dp2-idle.txt")], argv, timeout=40)
+    first, code = run.stdout.splitlines()
+    assert fields(first)["verdict"] == "idle" and code == "0", run.stdout
+    assert run.elapsed < late(2.0 + 2.0, POD_LATE), run.elapsed
+
+
+def test_probe_watch_asks_whether_its_reader_is_gone_after_a_quiet_read() -> None:
+    """Driven by a fake clock: idle, idle, idle; the reader goes away after the first
+    line. The watch asks after each read that wrote nothing, and ends on the first
+    such read with its code (0, idle), without sleeping again."""
+    idle = sample("vllm-single-dp2-idle.txt")
+    lines, sleeps, asked = list[str](), list[float](), list[int]()
+
+    def gone() -> bool:
+        asked.append(len(lines))
+        return True
+
+    with Loopback(sequence(*(serve(idle) for _ in range(3)))) as srv:
+        reach = ReadConfig(target=parse_url(srv.url), connections=False)
+        code = watch_reads(reach, False, 1.0, lines.append, sleep=sleeps.append, gone=gone)
+    assert (code, len(lines), asked, len(sleeps)) == (0, 1, [1], 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import select
 import time
 from collections.abc import Callable
 
@@ -223,6 +224,17 @@ def read_once(reach: ReadConfig) -> Reading:
         reader.close()
 
 
+def reader_gone(fd: int = 1) -> bool:
+    """Whether the reader of `fd` went away, asked without writing: a pipe whose read
+    end is closed polls POLLERR, a terminal hung up POLLHUP."""
+    try:
+        poller = select.poll()
+        poller.register(fd, 0)  # errors and hang-ups are reported whatever is asked
+        return any(events for _fd, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
 def watch_reads(
     reach: ReadConfig,
     as_json: bool,
@@ -231,11 +243,13 @@ def watch_reads(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], object] = time.sleep,
     wall: Callable[[], float] = time.time,
+    gone: Callable[[], bool] = reader_gone,
 ) -> int:
     """`probe --watch`: read every `every` seconds, with one reader as `wait` has, until
-    a signal ends it (drainhook.hook.signals raises) or the output is closed (then the
-    last read's code); a read line when what `wait` writes one for changes, and each
-    warning once. `--source both` watches /metrics."""
+    a signal ends it (drainhook.hook.signals raises) or the output's reader goes away
+    (a write fails, or `gone()` after a read that wrote nothing: then the last read's
+    code); a read line when what `wait` writes one for changes, and each warning
+    once. `--source both` watches /metrics."""
     reach = dataclasses.replace(reach, source="metrics") if reach.source == "both" else reach
     reader = hook_reader(dataclasses.replace(reach, every_signal=True))
     start, n, last, said = clock(), 0, None, set[str]()
@@ -253,6 +267,8 @@ def watch_reads(
                 for event in events:
                     write(event.json(at) if as_json else event.text(at))
             except OSError:  # stdout closed (`| head`): the watch is over
+                return PROBE_EXIT[reading.verdict]
+            if not events and gone():  # nothing changed, and no one reads any more
                 return PROBE_EXIT[reading.verdict]
             said.update(pending)
             pending, last = [], changed
