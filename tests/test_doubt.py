@@ -348,3 +348,64 @@ def test_a_warning_is_said_once_per_kind_whatever_its_values(hook: Hook) -> None
     said = [line for line in run.stderr.splitlines() if "several model_name values" in line]
     assert len(said) == 1
     assert int(fields(run.summary)["reads"]) >= 4
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("--version",), ("wait", "--help"), ("probe", "-h"), ("inject", "--help")],
+    ids=["help", "version", "wait", "probe", "inject"],
+)
+def test_help_and_version_into_a_full_disk_exit_74(entry: list[str], args: tuple[str, ...]) -> None:
+    """What a person asked to read could not be written: EX_IOERR (74) and one line,
+    at once. Before: 70, the code of a bug, and `wait --help` held as a blind sleep
+    to D = 25 s."""
+    with open("/dev/full", "wb") as full:
+        start = time.monotonic()
+        done = subprocess.run(
+            [*entry, *args], stdout=full, stderr=subprocess.PIPE, env=base_env(), timeout=60
+        )
+        elapsed = time.monotonic() - start
+    said = done.stderr.decode().splitlines()
+    assert (done.returncode, said) == (
+        74,
+        ["drainhook: cannot write the output: No space left on device"],
+    )
+    assert elapsed < late(0.0, SPAWN_LATE) + 5, elapsed
+
+
+@pytest.mark.parametrize("char", ["\0", "\a", "\x1b"], ids=["NUL", "BEL", "ESC"])
+def test_a_manifest_with_a_control_character_is_a_data_error_named_with_its_line(
+    entry: list[str], char: str
+) -> None:
+    """YAML allows no control character: one in the second document's fifth line is
+    named there (exit 2, as any input that is not YAML). Before: 70, a bug."""
+    text = f"apiVersion: v1\nkind: ConfigMap\n---\nkind: Pod\nmetadata:\n  name: a{char}b\n"
+    done = subprocess.run(
+        [*entry, "inject", "--via", "init", "--image", "r", "-"],
+        input=text.encode(),
+        capture_output=True,
+        env=base_env(),
+        timeout=60,
+    )
+    code = f"#x{ord(char):04x}"
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.decode().splitlines() == [
+        f"drainhook: -#1: not YAML at line 6: a control character ({code}) that YAML does not allow"
+    ]
+    assert done.stdout == b""
+
+
+@pytest.mark.parametrize("value", ["1e-320", "4e-310"])
+def test_an_interval_that_underflows_is_a_usage_error(hook: Hook, value: str) -> None:
+    """A subnormal --interval (its reciprocal overflows): a usage error naming it in
+    `plan` and `probe --watch` (exit 2 at once), and in `wait` held to D as any usage
+    error (exit 2 at D = 2 s). Before: wait said `internal error: OverflowError` (70),
+    and `probe --watch` read without pause until interrupted."""
+    said = f"drainhook: --interval is too small to be a number of seconds: {float(value)}"
+    plan = hook("plan", "--grace", "30", "--interval", value)
+    assert (plan.code, plan.stderr.splitlines()[-1]) == (2, said), plan.stderr
+    watch = hook("probe", "--watch", "--interval", value, "--port", "9")
+    assert (watch.code, watch.stderr.splitlines()[-1]) == (2, said), watch.stderr
+    wait = hook("wait", "--interval", value, "--grace", "3", "--exit-reserve", "1", "--port", "9")
+    assert wait.code == 2 and said in wait.stderr.splitlines()[0], wait.stderr
+    assert 1.9 <= wait.elapsed <= late(2.0, SPAWN_LATE), wait.elapsed  # held to D

@@ -25,6 +25,7 @@ from drainhook.errors import DrainhookError
 from drainhook.hook.clock import start_time
 from drainhook.hook.config import DEFAULT_INTERVAL, Parsed
 from drainhook.hook.run import run_wait
+from drainhook.reading.config import positive
 
 # The advisory commands (drainhook.cli.advice), loaded only when one is named
 # or the commands are listed: `wait`'s start never imports them.
@@ -138,6 +139,7 @@ def probe(
 
     reach = reach_of(ctx, params)
     if watch:
+        positive("--interval", interval)
         return watch_reads(reach, as_json, interval, click.echo)
     shown, code = run_probe(reach, as_json)
     # The verdict's code whether or not it could be written (CONTRACT §5): a closed
@@ -156,6 +158,16 @@ def one_sentence(message: str) -> str:
         return said.rstrip(".")
     *most, last = m.group(2).split(", ")
     return f"{m.group(1)}; did you mean {', '.join(most)}{' or ' if most else ''}{last}?"
+
+
+def _in_echo(exc: BaseException) -> bool:
+    """Whether exc came from writing click's own output (--help, --version)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is click.utils.echo.__code__:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
@@ -184,6 +196,12 @@ def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
         return error("drainhook: aborted", exits.USAGE)
     except DrainhookError as exc:
         return error(f"drainhook: {exc}", exc.exit_code)
+    except OSError as exc:
+        if not _in_echo(exc):
+            return error(f"drainhook: internal error: {failsafe.describe(exc)}", exits.INTERNAL)
+        # --help or --version into a full disk or a closed pipe: no hook runs, none holds.
+        failsafe.say(f"drainhook: cannot write the output: {exc.strerror or exc}")
+        return exits.OUTPUT_FAILED
     except Exception as exc:  # a bug; never a traceback (CONTRACT §6)
         return error(f"drainhook: internal error: {failsafe.describe(exc)}", exits.INTERNAL)
     return int(code) if isinstance(code, int) else 0

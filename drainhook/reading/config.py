@@ -4,6 +4,7 @@ limits (CONTRACT §2, §2a), as one frozen value built at the edge."""
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -83,3 +84,5 @@ class ReadConfig:
 def positive(flag: str, value: float) -> None:
     if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{flag} must be a finite number of seconds > 0, not {value}")
+    if value < sys.float_info.min:  # subnormal: it underflowed, and 1/value overflows
+        raise UsageError(f"{flag} is too small to be a number of seconds: {value}")
