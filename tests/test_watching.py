@@ -240,3 +240,14 @@ def test_probe_watch_asks_whether_its_reader_is_gone_after_a_quiet_read() -> Non
         reach = ReadConfig(target=parse_url(srv.url), connections=False)
         code = watch_reads(reach, False, 1.0, lines.append, sleep=sleeps.append, gone=gone)
     assert (code, len(lines), asked, len(sleeps)) == (0, 1, [1], 1)
+
+
+def test_probe_watch_warns_once_of_an_interval_under_100_ms() -> None:
+    """Every 50 ms: one warning naming the 20 reads a second, then the read lines."""
+    idle = sample("vllm-single-dp2-idle.txt")
+    lines = list[str]()
+    with Loopback(sequence(*(serve(idle) for _ in range(2)))) as srv:
+        reach = ReadConfig(target=parse_url(srv.url), connections=False)
+        watch_reads(reach, False, 0.05, lines.append, sleep=lambda _s: None, gone=lambda: True)
+    assert len(lines) == 2 and "read=" in lines[1], lines
+    assert "interval I = 0.05 s is under 0.1 s: the engine is read 20 times a second" in lines[0]

@@ -15,6 +15,7 @@ from drainhook import exits
 from drainhook.engines.verdict import Reading, Series, Verdict
 from drainhook.hook.log import read_event, text_value, wall_time, warning_event, what_changes
 from drainhook.hook.stall import counter_totals
+from drainhook.hook.timeline import MIN_INTERVAL
 from drainhook.numfmt import json_number, shown
 from drainhook.reading.assemble import hook_reader
 from drainhook.reading.config import LOADS_PATH, ReadConfig
@@ -253,7 +254,11 @@ def watch_reads(
     reach = dataclasses.replace(reach, source="metrics") if reach.source == "both" else reach
     reader = hook_reader(dataclasses.replace(reach, every_signal=True))
     start, n, last, said = clock(), 0, None, set[str]()
-    pending = [w for w in (shell_pid1(),) if w is not None]
+    short = None
+    if every < MIN_INTERVAL:
+        short = f"interval I = {every:g} s is under {MIN_INTERVAL:g} s: the engine is read "
+        short += f"{1 / every:.0f} times a second, each read a request to its API server"
+    pending = [w for w in (shell_pid1(), short) if w is not None]
     try:
         while True:
             began, n = clock(), n + 1
