@@ -45,15 +45,38 @@ def sleep_until(until: float, clock: Callable[[], float], sleep: Callable[[float
         sleep(min(until - now, SLICE))
 
 
+# An inherited terminal's own non-blocking file description (None: none could be
+# opened), by the descriptor it stands for.
+_TERMINALS: dict[int, int | None] = {}
+
+
+def _own_if_terminal(fd: int) -> int | None:
+    """`fd`, or for a terminal a file description of its own, non-blocking: a tty's
+    driver waits for room inside a write that poll allowed (a `kubectl exec -t`
+    nobody reads), and the inherited description is shared, never made O_NONBLOCK.
+    None for a terminal that cannot be opened so: its lines are lost, never time."""
+    if fd not in _TERMINALS:
+        _TERMINALS[fd] = fd
+        if os.isatty(fd):
+            _TERMINALS[fd] = None
+            flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+            with contextlib.suppress(OSError):
+                _TERMINALS[fd] = os.open(f"/proc/self/fd/{fd}", flags)
+    return _TERMINALS[fd]
+
+
 def write_now(fd: int, data: bytes) -> None:
     """Write what `fd` takes now, never waiting (CONTRACT §5): poll it with a zero
     timeout before each PIPE_BUF; a stderr nobody reads loses the rest. The
-    descriptor's file description is never made O_NONBLOCK (others share it)."""
+    descriptor's file description is never made O_NONBLOCK (others share it); a
+    terminal is written through one of its own that is (`_own_if_terminal`)."""
     poll = select.poll()
     with contextlib.suppress(OSError, ValueError):
-        poll.register(fd, select.POLLOUT)
+        if (out := _own_if_terminal(fd)) is None:
+            return
+        poll.register(out, select.POLLOUT)
         while data and poll.poll(0):
-            data = data[os.write(fd, data[:PIPE_BUF]) :]
+            data = data[os.write(out, data[:PIPE_BUF]) :]
 
 
 def seconds(text: str) -> float | None:

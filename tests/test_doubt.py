@@ -8,6 +8,7 @@ from what the hook did before: released the engine early, or ran past D."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -409,3 +410,37 @@ def test_an_interval_that_underflows_is_a_usage_error(hook: Hook, value: str) ->
     wait = hook("wait", "--interval", value, "--grace", "3", "--exit-reserve", "1", "--port", "9")
     assert wait.code == 2 and said in wait.stderr.splitlines()[0], wait.stderr
     assert 1.9 <= wait.elapsed <= late(2.0, SPAWN_LATE), wait.elapsed  # held to D
+
+
+def test_a_terminal_nobody_reads_never_holds_the_hook(entry: list[str]) -> None:
+    """stderr a pseudo-terminal whose reader stalls (a `kubectl exec -t` left open),
+    its buffer full: the tty driver waits for room inside a write that poll allowed,
+    so lines are now written through a non-blocking description of its own and lost
+    when there is no room, never time: the hook ends at D (exit 3). Before: blocked
+    in its first line past D, until a signal."""
+    master, slave = os.openpty()
+    room = select.poll()
+    room.register(slave, select.POLLOUT)
+    try:
+        fill(slave)
+        os.read(master, 1)  # a little room: poll allows a write that then waits in the driver
+        until(lambda: bool(room.poll(0)), within=5.0)
+        with Loopback(answers({"/metrics": VLLM_BUSY})) as srv:
+            argv = [*entry, "wait", "--url", srv.url, *TIMELINE, "--termination-log", ""]
+            start = time.monotonic()
+            proc = subprocess.Popen(  # a read line every 5 ms (I/4): the room runs out
+                [*argv, "--log-reads", "all", "--interval", "0.02"],
+                stdout=slave,
+                stderr=slave,
+                env=base_env(),
+            )
+            try:
+                code = proc.wait(timeout=D + 10)
+            finally:
+                proc.kill()
+            took = time.monotonic() - start
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert code == 3
+    assert D - 0.05 <= took <= late(D, SPAWN_LATE)
