@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from drainhook.engines.verdict import Reading, Signals, Verdict, with_signals
 from drainhook.reading import connections as c
+from drainhook.reading import netlink
 from drainhook.reading.connections import Socket, TcpInfo, Unavailable
 from drainhook.reading.sources import EngineReader
 from tests.conftest import SPAWN_LATE, late
@@ -68,14 +69,14 @@ def message(
     return struct.pack("=IHHII", 16 + len(body), kind, 2, 1, 0) + body
 
 
-DONE = struct.pack("=IHHIIi", 20, c.NLMSG_DONE, 2, 1, 0, 0)
+DONE = struct.pack("=IHHIIi", 20, netlink.NLMSG_DONE, 2, 1, 0, 0)
 
 
 def test_the_request_asks_for_the_sockets_a_server_can_answer_from_with_tcp_info() -> None:
     raw = c.request(socket.AF_INET6, seq=3)
     length, kind, flags, seq, _pid = struct.unpack_from("=IHHII", raw)
     assert (length, kind, seq) == (len(raw), 20, 3) and len(raw) == 16 + 56
-    assert flags == c.NLM_F_REQUEST | c.NLM_F_DUMP
+    assert flags == netlink.NLM_F_REQUEST | netlink.NLM_F_DUMP
     family, protocol, ext, states = struct.unpack_from("=BBBxI", raw, 16)
     assert (family, protocol) == (socket.AF_INET6, socket.IPPROTO_TCP)
     assert ext == 1 << (c.INET_DIAG_INFO - 1)
@@ -121,7 +122,7 @@ def test_a_kernel_before_the_segment_counters_leaves_the_signal_missing() -> Non
 
 @pytest.mark.parametrize(("code", "name"), [(errno.EPERM, "EPERM"), (errno.EINVAL, "EINVAL")])
 def test_an_error_message_is_unavailable(code: int, name: str) -> None:
-    error = struct.pack("=IHHIIi", 36, c.NLMSG_ERROR, 0, 1, 0, -code) + bytes(16)
+    error = struct.pack("=IHHIIi", 36, netlink.NLMSG_ERROR, 0, 1, 0, -code) + bytes(16)
     with pytest.raises(Unavailable, match=name):
         c.parse(error)
 

@@ -9,9 +9,13 @@ unset NAME holds like the sleep, never reads an empty host."""
 
 from __future__ import annotations
 
+import ipaddress
+import struct
+
 import pytest
 
 from drainhook.errors import UsageError
+from drainhook.reading import addresses
 from drainhook.reading.target import check_host
 from tests.conftest import POD_LATE, late
 from tests.support.logs import fields
@@ -94,3 +98,68 @@ def test_a_reference_is_its_variable_or_refused(
     else:
         with pytest.raises(UsageError):
             check_host(host, env)
+
+
+# The namespace's routes, then the command ("$@"): set up as a node's would be.
+ROUTED = 'ip route add local 192.0.2.20 dev lo table 100 && exec "$@"'
+# kube-proxy in IPVS mode: a ClusterIP on kube-ipvs0 (a dummy interface there; a
+# veth of the same name here, where the kernel has no dummy driver: the rule is the name).
+IPVS = (
+    "ip link add kube-ipvs0 type veth peer name ipvs-peer && ip link set kube-ipvs0 up && "
+    'ip addr add 198.51.100.10/32 dev kube-ipvs0 && exec "$@"'
+)
+
+
+def test_an_address_only_a_table_no_rule_consults_lists_is_not_the_pods(
+    pod_command: Pod, entry: list[str]
+) -> None:
+    """`local 192.0.2.20` in table 100, which no rule consults: /proc/net/fib_trie lists
+    it as `/32 host LOCAL`, and the kernel delivers nothing to it. A usage error now
+    (exit 2, the fix named); before, read without --allow-remote (exit 3, unroutable)."""
+    argv = ["sh", "-c", ROUTED, "sh", *entry, "probe", "--host", "192.0.2.20"]
+    run = pod_command([], argv)
+    assert run.code == 2, run.stderr
+    assert (
+        "neither loopback nor an address of this Pod" in run.stderr
+        and "--allow-remote" in run.stderr
+    )
+
+
+def test_a_clusterip_that_kube_proxy_binds_here_is_refused_with_the_fix(
+    pod_command: Pod, entry: list[str]
+) -> None:
+    """An address of this namespace's kube-ipvs0 is a Service's, whose reads land on any
+    replica: refused (exit 2) with what it is and the host to use; before, read as the
+    Pod's own. --allow-remote still reads it, said plainly."""
+    argv = ["sh", "-c", IPVS, "sh", *entry, "probe", "--host", "198.51.100.10", "--port", "9"]
+    run = pod_command([], argv)
+    assert run.code == 2, run.stderr
+    said = run.stderr.splitlines()[-1]
+    assert "is a Service's ClusterIP, which kube-proxy (IPVS mode) binds to kube-ipvs0" in said
+    assert "point --host at 127.0.0.1" in said
+    allowed = pod_command([], [*argv, "--allow-remote"])
+    assert allowed.code == 4, allowed.stderr  # read: refused there, nothing listens
+
+
+def rtm_newaddr(index: int, **attrs: bytes) -> bytes:
+    kinds = {"address": addresses.IFA_ADDRESS, "local": addresses.IFA_LOCAL}
+    body = struct.pack("=BBBBI", 2, 32, 0, 0, index)
+    for name, value in attrs.items():
+        attr = struct.pack("=HH", 4 + len(value), kinds[name]) + value
+        body += attr + bytes(-len(attr) % 4)
+    return struct.pack("=IHHII", 16 + len(body), addresses.RTM_NEWADDR, 2, 1, 0) + body
+
+
+def test_the_kernels_addresses_are_read_with_their_interface() -> None:
+    """RTM_NEWADDR messages: a point-to-point address is its IFA_LOCAL (IFA_ADDRESS is
+    the peer's), an IPv6 one its IFA_ADDRESS; a cut message is left, an error raised."""
+    ptp = rtm_newaddr(3, address=bytes([192, 0, 2, 99]), local=bytes([192, 0, 2, 10]))
+    six = rtm_newaddr(1, address=ipaddress.ip_address("2001:db8::5").packed)
+    done = struct.pack("=IHHIIi", 20, 3, 2, 1, 0, 0)
+    assert addresses.parse(ptp + six + done) == (
+        {ipaddress.ip_address("192.0.2.10"): 3, ipaddress.ip_address("2001:db8::5"): 1},
+        True,
+    )
+    assert addresses.parse(ptp + six[:-3]) == ({ipaddress.ip_address("192.0.2.10"): 3}, False)
+    with pytest.raises(OSError):
+        addresses.parse(struct.pack("=IHHIIi", 20, 2, 0, 1, 0, -1))

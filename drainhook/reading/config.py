@@ -11,7 +11,8 @@ from typing import Literal
 
 from drainhook.engines.gauges import LOADS, EngineChoice
 from drainhook.errors import UsageError
-from drainhook.reading.target import Scheme, Target
+from drainhook.reading.addresses import IPVS_DUMMY
+from drainhook.reading.target import Scheme, Target, held_by
 
 DEFAULT_READ_TIMEOUT = 1.0
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
@@ -65,6 +66,13 @@ class ReadConfig:
 
     def check(self) -> None:
         for target in self.targets:
+            if not self.allow_remote and held_by(target.host) == IPVS_DUMMY:
+                raise UsageError(
+                    f"{target.display} is a Service's ClusterIP, which kube-proxy (IPVS "
+                    f"mode) binds to {IPVS_DUMMY} here: a read there lands on whichever "
+                    "replica the Service picks; point --host at 127.0.0.1, or at the "
+                    "Pod's own IP (status.podIP) for an engine bound to it alone"
+                )
             if not self.allow_remote and not target.in_pod:
                 raise UsageError(
                     f"{target.display} is neither loopback nor an address of this Pod; a read "

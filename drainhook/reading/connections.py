@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
+from drainhook.reading import netlink
+
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 INET_DIAG_INFO = 2
 # The states in which a server can still answer: ESTABLISHED, and CLOSE_WAIT (its
 # client sent, then shut its side). In the others it has shut its own side, or no
@@ -29,7 +29,6 @@ INET_DIAG_INFO = 2
 ESTABLISHED, CLOSE_WAIT, LISTEN = 1, 8, 10
 STATES = (ESTABLISHED, CLOSE_WAIT, LISTEN)
 
-_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 # inet_diag_req_v2: family, protocol, ext, pad, states; then inet_diag_sockid
 # (sport, dport big-endian; src, dst 16 bytes each; if; cookie[2]).
 _REQ = struct.Struct("=BBBxI")
@@ -39,7 +38,6 @@ _SOCKID_LEN = 48
 _MSG_HEAD = struct.Struct("=BBBB")
 _MSG_TAIL = struct.Struct("=IIIII")
 _MSG_LEN = _MSG_HEAD.size + _SOCKID_LEN + _MSG_TAIL.size  # 72
-_RTATTR = struct.Struct("=HH")
 
 # struct tcp_info (linux/tcp.h): the offsets of the fields read. The data
 # segment counters came in 4.6: a shorter tcp_info leaves the signal missing.
@@ -95,9 +93,7 @@ def request(family: int, seq: int = 1) -> bytes:
     tcp_info."""
     states = sum(1 << s for s in STATES)
     body = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), states)
-    body += bytes(_SOCKID_LEN)
-    flags = NLM_F_REQUEST | NLM_F_DUMP
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY, flags, seq, 0) + body
+    return netlink.dump_request(SOCK_DIAG_BY_FAMILY, body + bytes(_SOCKID_LEN), seq)
 
 
 def tcp_info(raw: bytes) -> TcpInfo:
@@ -125,15 +121,8 @@ def _socket(payload: bytes, port: int | None = None) -> Socket | None:
     _expires, unread, _wqueue, _uid, inode = _MSG_TAIL.unpack_from(
         payload, _MSG_HEAD.size + _SOCKID_LEN
     )
-    info = None
-    at = _MSG_LEN
-    while at + _RTATTR.size <= len(payload):
-        length, kind = _RTATTR.unpack_from(payload, at)
-        if length < _RTATTR.size or at + length > len(payload):
-            break  # a garbled attribute: the rest is not read
-        if kind == INET_DIAG_INFO:
-            info = tcp_info(payload[at + _RTATTR.size : at + length])
-        at += (length + 3) & ~3
+    raw = netlink.attributes(payload, _MSG_LEN).get(INET_DIAG_INFO)
+    info = None if raw is None else tcp_info(raw)
     return Socket(family, state, sport, dport, inode, info, unread)
 
 
@@ -142,21 +131,14 @@ def parse(data: bytes, port: int | None = None) -> tuple[list[Socket], bool]:
     or to it), and whether the dump is done (NLMSG_DONE seen). An NLMSG_ERROR
     raises Unavailable with its errno."""
     found: list[Socket] = []
-    at = 0
-    while at + _NLMSGHDR.size <= len(data):
-        length, kind, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, at)
-        if length < _NLMSGHDR.size or at + length > len(data):
-            break
-        payload = data[at + _NLMSGHDR.size : at + length]
-        if kind == NLMSG_DONE:
-            return found, True
-        if kind == NLMSG_ERROR:
-            code = -struct.unpack_from("=i", payload, 0)[0] if len(payload) >= 4 else 0
-            if code:
-                raise Unavailable(f"sock_diag refused ({_errno_name(code)})")
-        elif kind == SOCK_DIAG_BY_FAMILY and (one := _socket(payload, port)) is not None:
-            found.append(one)
-        at += (length + 3) & ~3
+    try:
+        for kind, payload in netlink.messages(data):
+            if kind == netlink.NLMSG_DONE:
+                return found, True
+            if kind == SOCK_DIAG_BY_FAMILY and (one := _socket(payload, port)) is not None:
+                found.append(one)
+    except OSError as exc:
+        raise Unavailable(f"sock_diag refused ({_errno_name(exc.errno or 0)})") from None
     return found, False
 
 
@@ -295,22 +277,11 @@ def _dump_one(
             yield from sockets
             if done:
                 return
-            pending = _unparsed(pending)
+            pending = netlink.unparsed(pending)
     except TimeoutError:
         raise Doubt("sock_diag dump timed out") from None
     except OSError as exc:
         raise Unavailable(f"sock_diag dump failed ({_why(exc)})") from None
-
-
-def _unparsed(data: bytes) -> bytes:
-    """What is left of data after its whole messages (a message cut by the buffer)."""
-    at = 0
-    while at + _NLMSGHDR.size <= len(data):
-        length = _NLMSGHDR.unpack_from(data, at)[0]
-        if length < _NLMSGHDR.size or at + length > len(data):
-            break
-        at += (length + 3) & ~3
-    return data[at:]
 
 
 def _why(exc: BaseException) -> str:

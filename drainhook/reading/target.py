@@ -19,6 +19,7 @@ from typing import Literal
 from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
 from drainhook.errors import UsageError
+from drainhook.reading.addresses import IPVS_DUMMY, local_addresses
 
 Scheme = Literal["http", "https"]
 # A CA bundle: a distribution's whole store is under 1 MiB.
@@ -81,7 +82,7 @@ class Target:
     def in_pod(self) -> bool:
         """Loopback, or an address an interface of the hook's own network namespace
         holds (the Pod's IP, for an engine bound to it alone): CONTRACT §6."""
-        return self.is_loopback or _held_here(self.host)
+        return self.is_loopback or held_by(self.host) not in (None, IPVS_DUMMY)
 
     @property
     def is_loopback(self) -> bool:
@@ -101,30 +102,20 @@ class Target:
         return dataclasses.replace(self, path=path, url=url)
 
 
-def _held_here(host: str) -> bool:
-    """An IP literal that an interface of this network namespace holds: a LOCAL /32 of
-    its routing trie, or an address of its IPv6 interfaces (a bind test is no proof:
-    an address binds in a namespace whose loopback is down). Unreadable: not held."""
+def held_by(host: str) -> str | None:
+    """The interface of this network namespace that holds `host`, an IP literal, as the
+    kernel says (drainhook.reading.addresses: what it delivers locally, not a table that
+    merely lists it); None when none does, or the kernel cannot be asked."""
     try:
         addr = ipaddress.ip_address(host)
     except ValueError:
-        return False
+        return None
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped
     try:
-        if isinstance(addr, ipaddress.IPv4Address):
-            last, held = "", set()
-            for line in read_small_file(Path("/proc/net/fib_trie"), 1 << 20, "").splitlines():
-                words = line.decode().split()
-                if words[:1] == ["|--"]:
-                    last = words[1]
-                elif words == ["/32", "host", "LOCAL"]:
-                    held.add(last)
-            return str(addr) in held
-        lines = read_small_file(Path("/proc/net/if_inet6"), 1 << 20, "").splitlines()
-        return any(int(line.split()[0], 16) == int(addr) for line in lines if line.strip())
-    except (UsageError, ValueError, IndexError):
-        return False
+        return local_addresses().get(addr)
+    except OSError:
+        return None
 
 
 def _is_localhost(host: str) -> bool:
