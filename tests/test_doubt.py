@@ -371,7 +371,7 @@ def test_help_and_version_into_a_full_disk_exit_74(entry: list[str], args: tuple
         74,
         ["drainhook: cannot write the output: No space left on device"],
     )
-    assert elapsed < late(0.0, SPAWN_LATE) + 5, elapsed
+    assert elapsed < late(5.0, SPAWN_LATE), elapsed  # not held to D = 25 s
 
 
 @pytest.mark.parametrize("char", ["\0", "\a", "\x1b"], ids=["NUL", "BEL", "ESC"])

@@ -173,6 +173,13 @@ def test_probe_watch_at_a_terminal_writes_a_line_per_change_until_interrupted(
     assert shown[-1] == "drainhook: interrupted by SIGINT" and logged == []
 
 
+@pytest.fixture
+def no_pid1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process, PID 1 is whatever runs the tests: not the engine's."""
+    monkeypatch.setattr("drainhook.hook.probe.unsignalled", lambda _target: None)
+
+
+@pytest.mark.usefixtures("no_pid1")
 def test_probe_watch_reads_every_interval_and_writes_only_changes() -> None:
     """Driven by a fake clock on a real loopback engine: busy, busy, idle, idle, busy.
     Lines at reads 1, 3 and 5 with their t, the sleeps keep the interval from each
@@ -220,11 +227,12 @@ def test_probe_watch_ends_when_its_reader_goes_away_while_nothing_changes(
     watch = [*entry, "probe", "--port", "8000", "--watch", "--interval", "2"]
     argv = ["sh", "-c", 'timeout 20 "$@" | head -1; echo "$?"', "sh", *watch]
     run = pod_command([engine("engine", 8000, "vllm-single-dp2-idle.txt")], argv, timeout=40)
-    first, code = run.stdout.splitlines()
-    assert fields(first)["verdict"] == "idle" and code == "0", run.stdout
+    first, code = run.stdout.splitlines()  # (a warning of PID 1 may come first)
+    assert first.startswith("drainhook ") and code == "0", run.stdout
     assert run.elapsed < late(2.0 + 2.0, POD_LATE), run.elapsed
 
 
+@pytest.mark.usefixtures("no_pid1")
 def test_probe_watch_asks_whether_its_reader_is_gone_after_a_quiet_read() -> None:
     """Driven by a fake clock: idle, idle, idle; the reader goes away after the first
     line. The watch asks after each read that wrote nothing, and ends on the first
@@ -242,6 +250,7 @@ def test_probe_watch_asks_whether_its_reader_is_gone_after_a_quiet_read() -> Non
     assert (code, len(lines), asked, len(sleeps)) == (0, 1, [1], 1)
 
 
+@pytest.mark.usefixtures("no_pid1")
 def test_probe_watch_warns_once_of_an_interval_under_100_ms() -> None:
     """Every 50 ms: one warning naming the 20 reads a second, then the read lines."""
     idle = sample("vllm-single-dp2-idle.txt")

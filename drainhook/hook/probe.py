@@ -19,7 +19,7 @@ from drainhook.hook.timeline import MIN_INTERVAL
 from drainhook.numfmt import json_number, shown
 from drainhook.reading.assemble import hook_reader
 from drainhook.reading.config import LOADS_PATH, ReadConfig
-from drainhook.reading.pid1 import shell_pid1
+from drainhook.reading.pid1 import unsignalled
 
 SCHEMA = 1
 
@@ -209,7 +209,7 @@ def run_probe(reach: ReadConfig, as_json: bool) -> tuple[str, int]:
         return shown, PROBE_EXIT[pair[0].verdict]
     # Every signal read, whatever the scheduler's count, to show each apart (§2a).
     reading = read_once(dataclasses.replace(reach, every_signal=True))
-    if (said := shell_pid1()) is not None:  # SIGTERM would stop at the shell
+    if (said := unsignalled(reach.target)) is not None:  # SIGTERM stops short
         reading = dataclasses.replace(reading, warnings=(*reading.warnings, said))
     out = probe_json if as_json else probe_text
     return out(reading, reach.display), PROBE_EXIT[reading.verdict]
@@ -258,7 +258,7 @@ def watch_reads(
     if every < MIN_INTERVAL:
         short = f"interval I = {every:g} s is under {MIN_INTERVAL:g} s: the engine is read "
         short += f"{1 / every:.0f} times a second, each read a request to its API server"
-    pending = [w for w in (shell_pid1(), short) if w is not None]
+    pending = [w for w in (unsignalled(reach.target), short) if w is not None]
     try:
         while True:
             began, n = clock(), n + 1

@@ -18,7 +18,7 @@ from drainhook.hook.stall import StallWatch
 from drainhook.hook.timeline import instants, timeline_warnings
 from drainhook.reading import TargetReader
 from drainhook.reading.assemble import hook_reader
-from drainhook.reading.pid1 import shell_pid1
+from drainhook.reading.pid1 import unsignalled
 
 
 def run_wait(config: WaitConfig, t0: float) -> int:
@@ -58,7 +58,7 @@ def _run_wait(config: WaitConfig, t0: float) -> int:
         log.start(config, reader.name, time.monotonic() - t0)
         for w in timeline_warnings(config):  # what `plan` says of this timeline, once
             log.warning(w.message, code=w.code, reason=w.reason)
-        if (said := shell_pid1()) is not None:  # SIGTERM would stop at the shell
+        if (said := unsignalled(reach.target)) is not None:  # SIGTERM stops short
             log.warning(said, code="shell-pid1")
         result = drain(
             config.timeline(),
