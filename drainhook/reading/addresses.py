@@ -16,7 +16,6 @@ from drainhook.reading import netlink
 NETLINK_ROUTE = 0
 RTM_NEWADDR, RTM_GETADDR = 20, 22
 IFA_ADDRESS, IFA_LOCAL = 1, 2
-IPVS_DUMMY = "kube-ipvs0"
 
 _IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, ifindex
 

@@ -11,8 +11,7 @@ from typing import Literal
 
 from drainhook.engines.gauges import LOADS, EngineChoice
 from drainhook.errors import UsageError
-from drainhook.reading.addresses import IPVS_DUMMY
-from drainhook.reading.target import Scheme, Target, held_by
+from drainhook.reading.target import IPVS_DUMMY, Scheme, Target, held_by
 
 DEFAULT_READ_TIMEOUT = 1.0
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
@@ -66,7 +65,7 @@ class ReadConfig:
 
     def check(self) -> None:
         for target in self.targets:
-            if not self.allow_remote and held_by(target.host) == IPVS_DUMMY:
+            if not (self.allow_remote or target.is_loopback) and held_by(target.host) == IPVS_DUMMY:
                 raise UsageError(
                     f"{target.display} is a Service's ClusterIP, which kube-proxy (IPVS "
                     f"mode) binds to {IPVS_DUMMY} here: a read there lands on whichever "

@@ -12,16 +12,18 @@ no port), PID 1 alone is judged: a shell, or an init whose child is one."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from dataclasses import dataclass
 
-from drainhook.reading.connections import socket_inodes
-from drainhook.reading.gone import read_listeners
+from drainhook.reading.connections import LISTEN, Doubt, Unavailable, dump, socket_inodes
 from drainhook.reading.target import Target
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
 INITS = frozenset({"tini", "docker-init", "dumb-init", "s6-svscan", "catatonit"})
+NOT_A_CONTAINERS = frozenset({"pause", "systemd", "init"})  # a Pod's shared, a machine's
+KILLED = "is killed at G with every request in flight whatever the hook drains"
 FIX = "start the engine with `exec`, or as the direct child of tini or dumb-init"
 
 
@@ -38,32 +40,29 @@ class Proc:
         return os.path.basename(self.argv[0]).lstrip("-") if self.argv else "?"
 
 
-def read_proc(pid: int, proc: str = "/proc") -> Proc | None:
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as f:
-            fields = f.read(4096).rpartition(b")")[2].split()  # past the (comm)
-        with open(f"{proc}/{pid}/cmdline", "rb") as f:
-            argv = f.read(4096).decode("utf-8", "replace").split("\0")
-        return Proc(pid, int(fields[1]), int(fields[2]), tuple(a for a in argv if a))
-    except (OSError, ValueError, IndexError):
-        return None
+def processes(proc: str = "/proc") -> dict[int, Proc]:
+    """Every process this PID namespace shows (those that cannot be read left out)."""
+    found: dict[int, Proc] = {}
+    with contextlib.suppress(OSError):
+        for pid in (int(n) for n in os.listdir(proc) if n.isdigit()):
+            try:
+                with open(f"{proc}/{pid}/stat", "rb") as f:
+                    fields = f.read(4096).rpartition(b")")[2].split()  # past the (comm)
+                with open(f"{proc}/{pid}/cmdline", "rb") as f:
+                    argv = tuple(
+                        a for a in f.read(4096).decode("utf-8", "replace").split("\0") if a
+                    )
+                found[pid] = Proc(pid, int(fields[1]), int(fields[2]), argv)
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
 
 
-def server_of(port: int, proc: str = "/proc") -> Proc | None:
-    """The process of the lowest pid that holds a listener on `port`; None where none
-    can be seen."""
-    inodes = {one.inode for one in read_listeners(proc) or () if one.port == port}
+def _holds(pid: int, inodes: set[int], proc: str) -> bool:
     try:
-        pids = sorted(int(n) for n in os.listdir(proc) if n.isdigit())
+        return bool(inodes & socket_inodes(f"{proc}/{pid}/fd"))
     except OSError:
-        return None
-    for pid in pids if inodes - {0} else ():
-        try:
-            if inodes & socket_inodes(f"{proc}/{pid}/fd"):
-                return read_proc(pid, proc)
-        except OSError:
-            continue
-    return None
+        return False
 
 
 def _groups_signalled(init: Proc) -> bool:
@@ -77,62 +76,50 @@ def _groups_signalled(init: Proc) -> bool:
 
 def unsignalled(target: Target | None = None, proc: str = "/proc") -> str | None:
     """The warning for an engine that SIGTERM does not reach (module docstring), or
-    None (also where /proc cannot say, PID 1 is a Pod's shared `pause`, or a
-    machine's own init: no container's). The
-    engine's server is the holder of `target`'s port when the target is the Pod's."""
-    one = read_proc(1, proc)
-    if one is None or one.name in ("pause", "systemd", "init"):  # a Pod's shared, a machine's
+    None: also where /proc cannot say, and where PID 1 is no container's (a Pod's
+    shared `pause`, a machine's init). The engine's server: the lowest pid that
+    holds a listener on `target`'s port, when the target is the Pod's."""
+    procs = processes(proc)
+    one = procs.get(1)
+    if one is None or one.name in NOT_A_CONTAINERS:
         return None
-    server = server_of(target.port, proc) if target is not None and target.in_pod else None
+    port = target.port if target is not None and target.in_pod else None
+    inodes: set[int] = set()
+    with contextlib.suppress(Unavailable, Doubt):
+        found = dump(1.0, port=port) if port is not None else []
+        inodes = {x.inode for x in found if x.state == LISTEN and x.sport == port} - {0}
+    server = next((p for pid, p in sorted(procs.items()) if _holds(pid, inodes, proc)), None)
     if server is None:  # PID 1 alone: a shell, or an init whose child is one
-        if one.name in SHELLS:
-            return _shell(one, None)
-        children = [c for c in map(read_proc, _children(1, proc)) if c is not None]
-        shells = [c for c in children if c.name in SHELLS]
-        return _init(one, shells[0], None) if one.name in INITS and shells else None
-    chain = [server]
-    while chain[-1].ppid > 1 and len(chain) < 64 and (up := read_proc(chain[-1].ppid, proc)):
-        chain.append(up)
-    top = chain[-1]
-    if server.pid == 1 or top.ppid != 1:  # the engine, or not one of PID 1's: not ours to say
+        shells = [p for p in procs.values() if p.ppid == 1 and p.name in SHELLS]
+        if one.name in SHELLS or (one.name in INITS and shells):
+            return _named(one, shells[0] if one.name in INITS else None, None)
+        return None
+    top = server
+    for _ in range(64):  # up to the child of PID 1 it descends from (bounded: a racy view)
+        if top.ppid <= 1 or top.ppid not in procs:
+            break
+        top = procs[top.ppid]
+    if server.pid == 1 or top.ppid != 1:  # the engine, or not one of PID 1's: not ours
         return None
     if one.name in INITS and (
         server is top or (_groups_signalled(one) and server.pgrp == top.pgrp)
     ):
         return None
+    return _named(one, top, server)
+
+
+def _named(one: Proc, child: Proc | None, server: Proc | None) -> str:
+    engine = "the engine" + ("" if server is None else f" (pid {server.pid})")
     if one.name in SHELLS:
-        return _shell(one, server)
-    if one.name in INITS:
-        return _init(one, top, server)
-    kin = "child" if server is top else "descendant"
-    return (
-        f"PID 1 is {one.name}, which is not the engine: it forwards SIGTERM to no child, "
-        f"and the engine (pid {server.pid}), its {kin}, is killed at G with every request "
-        f"in flight whatever the hook drains; {FIX}"
-    )
-
-
-def _children(pid: int, proc: str) -> list[int]:
-    try:
-        pids = [int(n) for n in os.listdir(proc) if n.isdigit()]
-    except OSError:
-        return []
-    return [p for p in pids if (one := read_proc(p, proc)) is not None and one.ppid == pid]
-
-
-def _shell(one: Proc, server: Proc | None) -> str:
-    engine = "the engine, its child," if server is None else f"the engine (pid {server.pid})"
-    return (
-        f"PID 1 is {one.name}, which drops SIGTERM: a shell forwards no signal to "
-        f"{engine} and runs a `trap` only once its foreground child exits; the engine "
-        f"is killed at G with every request in flight whatever the hook drains; {FIX}"
-    )
-
-
-def _init(one: Proc, child: Proc, server: Proc | None) -> str:
-    engine = "the engine under it" if server is None else f"the engine (pid {server.pid})"
-    return (
-        f"PID 1 is {one.name}, which forwards SIGTERM to its child alone, here "
-        f"{child.name} (pid {child.pid}), not to {engine}: the engine is killed at G with "
-        f"every request in flight whatever the hook drains; {FIX}"
-    )
+        why = (
+            f"which drops SIGTERM: a shell forwards no signal to {engine} and runs a "
+            "`trap` only once its foreground child exits"
+        )
+    elif one.name in INITS and child is not None:
+        why = (
+            f"which forwards SIGTERM to its child alone, here {child.name} (pid "
+            f"{child.pid}), not to {engine}"
+        )
+    else:
+        why = f"which is not the engine and forwards SIGTERM to no child of its: not to {engine}"
+    return f"PID 1 is {one.name}, {why}; the engine {KILLED}; {FIX}"

@@ -19,7 +19,6 @@ from typing import Literal
 from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
 from drainhook.errors import UsageError
-from drainhook.reading.addresses import IPVS_DUMMY, local_addresses
 
 Scheme = Literal["http", "https"]
 # A CA bundle: a distribution's whole store is under 1 MiB.
@@ -102,6 +101,11 @@ class Target:
         return dataclasses.replace(self, path=path, url=url)
 
 
+# kube-proxy in IPVS mode binds every ClusterIP to this dummy interface of a
+# hostNetwork Pod's namespace; netfilter sends what reaches one to any replica.
+IPVS_DUMMY = "kube-ipvs0"
+
+
 def held_by(host: str) -> str | None:
     """The interface of this network namespace that holds `host`, an IP literal, as the
     kernel says (drainhook.reading.addresses: what it delivers locally, not a table that
@@ -112,6 +116,8 @@ def held_by(host: str) -> str | None:
         return None
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped
+    from drainhook.reading.addresses import local_addresses  # never for loopback
+
     try:
         return local_addresses().get(addr)
     except OSError:
