@@ -388,10 +388,9 @@ def test_a_manifest_with_a_control_character_is_a_data_error_named_with_its_line
         env=base_env(),
         timeout=60,
     )
-    code = f"#x{ord(char):04x}"
     assert done.returncode == 2, done.stderr
     assert done.stderr.decode().splitlines() == [
-        f"drainhook: -#1: not YAML at line 6: a control character ({code}) that YAML does not allow"
+        "drainhook: -#1: not YAML at line 6: a control character"
     ]
     assert done.stdout == b""
 

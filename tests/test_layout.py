@@ -202,7 +202,10 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # --via image, at 9,834; to 9,860 with a usage error in one sentence, at 9,851; to
 # 9,900 with the examples each --help ends with and probe's rows, at 9,899; to
 # 9,960 with probe --watch, at 9,954; to 10,340 with the serving operators' kinds,
-# the Pod's own address and a host Kubernetes left as written (issue 60), at 10,333:
+# the Pod's own address and a host Kubernetes left as written (issue 60), at 10,333;
+# to 10,650 for the fourth round of doubt (issue 63: the accept queue and the tie
+# after a whole exchange, netlink's framing shared with the kernel's addresses, every
+# PID 1 that SIGTERM stops short of the engine, a terminal's writes), at 10,638:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
@@ -213,7 +216,7 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
-PACKAGE_LINES = 10340
+PACKAGE_LINES = 10650
 ROOM_LINES = {"planning": 1540, "inject": 2455}
 FLAGS_LINES = 300
 MOST_ANY = 10

@@ -185,9 +185,8 @@ def parse(source: str, text: str) -> list[Document]:
     docs = []
     line = 0  # the line each document starts on, from 0
     for n, part in enumerate(split(text)):
-        unix = part.replace("\r\n", "\n")
         try:
-            node = yaml.compose(unix, Loader=_LOADER)
+            node = yaml.compose(part.replace("\r\n", "\n"), Loader=_LOADER)
             values: dict[yaml.Node, Node] = {}
             data = construct(node, values) if node is not None else None
         except yaml.MarkedYAMLError as exc:
@@ -205,11 +204,8 @@ def parse(source: str, text: str) -> list[Document]:
             at = f" at line {line + mark.line + 1}" if mark is not None else ""
             raise UsageError(f"{source}#{n}: not YAML{at}: {problem}") from None
         except yaml.reader.ReaderError as exc:  # a control character: NUL, BEL, ESC
-            row = line + unix.count("\n", 0, exc.position) + 1
-            raise UsageError(
-                f"{source}#{n}: not YAML at line {row}: a control character "
-                f"(#x{exc.character:04x}) that YAML does not allow"
-            ) from None
+            row = line + part.replace("\r\n", "\n").count("\n", 0, exc.position) + 1
+            raise UsageError(f"{source}#{n}: not YAML at line {row}: a control character") from None
         except RecursionError:
             raise UsageError(f"{source}#{n}: nested too deep to read") from None
         if node is not None:  # the value to change: built again, apart from the one read
