@@ -236,7 +236,7 @@ def test_inject_runs_in_the_directory_build() -> None:
     """inject's YAML library is in the bundle (imported only by that command) and
     writes what the package writes."""
     manifest = ROOT / "tests" / "manifests" / "llm-d-decode.yaml"
-    args = ["inject", "--via", "image", str(manifest)]
+    args = ["inject", "--via", "image", "--binary", "/usr/local/bin/drainhook", str(manifest)]
     from_python = run([sys.executable, "-m", "drainhook", *args], {})
     from_binary = run([BINARY, *args], {})
     assert from_binary.returncode == from_python.returncode == 0, from_binary.stderr

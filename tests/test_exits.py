@@ -98,8 +98,15 @@ def test_inject_exits_as_the_contract_says() -> None:
     knative = "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: k}\n" + (
         "spec:\n  template:\n    spec:\n      containers: [{image: vllm/vllm-openai:v0.18.0}]\n"
     )
-    assert inject_texts([("k.yaml", knative)], Options(wait_params=WAIT)).code == 1
-    assert inject_texts([("k.yaml", "kind: ConfigMap\n")], Options(wait_params=WAIT)).code == 0
+    assert (
+        inject_texts([("k.yaml", knative)], Options(wait_params=WAIT, binary_given=True)).code == 1
+    )
+    assert (
+        inject_texts(
+            [("k.yaml", "kind: ConfigMap\n")], Options(wait_params=WAIT, binary_given=True)
+        ).code
+        == 0
+    )
     with pytest.raises(UsageError) as caught:
-        inject_texts([("k.yaml", "a: [\n")], Options(wait_params=WAIT))
+        inject_texts([("k.yaml", "a: [\n")], Options(wait_params=WAIT, binary_given=True))
     assert caught.value.exit_code == CONTRACT_WAIT["usage error"]

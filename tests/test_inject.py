@@ -36,6 +36,7 @@ from tests.support.manifests import parse_hook
 from tests.support.process import ROOT, base_env
 
 WAIT = tuple(wait.params)  # `wait`'s own options, as the command line hands them in
+BINARY = "/usr/local/bin/drainhook"  # --via image: where the tests' engine images hold it
 pytestmark = pytest.mark.usefixtures("no_drainhook_env")
 
 PLAIN = ROOT / "examples" / "plain"
@@ -43,8 +44,10 @@ LOG = ["--log-file", "/proc/1/fd/1"]
 # One stderr line: "drainhook inject: SOURCE#N KIND/NAME: LEVEL: TEXT".
 LINE = re.compile(r"^drainhook inject: (\S+)#(\d+)(?:\[\d+\])? (\S+)/(\S+): (\w+): (.+)$")
 LEVELS = {"refused", "injected", "replaced", "changed", "warning", "skipped"}
-VIA_IMAGE = Options("image-volume", "registry.example/drainhook:0.1.0", wait_params=WAIT)
-VIA_INIT = Options("init", "registry.example/drainhook:0.1.0", wait_params=WAIT)
+VIA_IMAGE = Options(
+    "image-volume", "registry.example/drainhook:0.1.0", wait_params=WAIT, binary_given=True
+)
+VIA_INIT = Options("init", "registry.example/drainhook:0.1.0", wait_params=WAIT, binary_given=True)
 
 
 def run(
@@ -52,7 +55,7 @@ def run(
 ) -> tuple[list[typing.Any], injecting.Injected]:
     """inject over (name, text) inputs: the parsed documents out, and the result;
     every output document validated."""
-    result = inject_texts(list(inputs), options or Options(wait_params=WAIT))
+    result = inject_texts(list(inputs), options or Options(wait_params=WAIT, binary_given=True))
     docs = [d for d in yaml.safe_load_all(result.stdout) if d is not None]
     for doc in docs:
         validate(doc)
@@ -99,17 +102,18 @@ def test_llm_d_guide_deployment_its_sleep_replaced_and_shutdown_timeout_kept() -
     assert engine["command"] == ["vllm", "serve"]
     # The native sidecar (the routing proxy) is as it was.
     assert spec["initContainers"] == before["spec"]["template"]["spec"]["initContainers"]
-    # --via image on llm-d's own image, which holds no drainhook: said first.
-    assert levels(result) == ["injected", "warning", "replaced", "warning", "warning"]
-    assert "ghcr.io/llm-d/llm-d-cuda is an engine's own image" in result.lines[1]
-    assert "preStop sleep 15" in result.lines[2]
+    # --via image with --binary: an image built FROM llm-d's holds it, not said.
+    assert levels(result) == ["injected", "replaced", "warning", "warning"]
+    assert "preStop sleep 15" in result.lines[1]
     assert (
         "--shutdown-timeout 45 kept as written; plan advises --shutdown-timeout 0"
-        in (result.lines[3])
+        in (result.lines[2])
     )
-    assert "--enable-server-load-tracking not written" in result.lines[4]
-    assert "names no vllm version" in result.lines[4] and "--engine-version" in result.lines[4]
-    (told,), _ = run(file(path), options=Options(engine_version="0.32", wait_params=WAIT))
+    assert "--enable-server-load-tracking not written" in result.lines[3]
+    assert "names no vllm version" in result.lines[3] and "--engine-version" in result.lines[3]
+    (told,), _ = run(
+        file(path), options=Options(engine_version="0.32", wait_params=WAIT, binary_given=True)
+    )
     told_args = containers(told["spec"]["template"]["spec"])["vllm"]["args"]
     assert told_args[-1] == "--enable-server-load-tracking"
     # The hook is one drainhook's own CLI takes, with plan's numbers.
@@ -220,7 +224,7 @@ def test_a_vendors_image_running_one_engines_flags_is_named_with_the_wiring() ->
     assert "lifecycle" not in unchanged["spec"]["template"]["spec"]["containers"][0]
     assert "vllm's own flags" in result.lines[0]
     assert "--container server --engine vllm" in result.lines[0]
-    options = Options(container="server", engine="vllm", wait_params=WAIT)
+    options = Options(container="server", engine="vllm", wait_params=WAIT, binary_given=True)
     (wired,), told = run(("vendor.yaml", text), options=options)
     assert told.code == 0 and verdicts(told) == ["injected"], told.lines
     assert prestop(wired["spec"]["template"]["spec"]["containers"][0])[1] == "wait"
@@ -312,8 +316,7 @@ def test_sglang_statefulset_gets_metrics_and_the_grace_plan_advises() -> None:
         "/usr/local/bin/drainhook", "wait", "--grace", "35", "--exit-reserve", "10",
         "--engine", "sglang", *LOG,
     ]  # fmt: skip
-    assert levels(result) == ["injected", "changed", "warning", "changed", "changed"]
-    assert "lmsysorg/sglang is an engine's own image" in result.lines[2]
+    assert levels(result) == ["injected", "changed", "changed", "changed"]
 
 
 def test_sglang_prefill_grace_rises_as_plan_says() -> None:
@@ -538,7 +541,9 @@ def inputs() -> list[Path]:
 
 
 @pytest.mark.parametrize(
-    "options", [Options(wait_params=WAIT), VIA_IMAGE, VIA_INIT], ids=["image", "volume", "init"]
+    "options",
+    [Options(wait_params=WAIT, binary_given=True), VIA_IMAGE, VIA_INIT],
+    ids=["image", "volume", "init"],
 )
 @pytest.mark.parametrize("path", inputs(), ids=[p.name for p in inputs()])
 def test_injecting_twice_is_injecting_once(path: Path, options: Options) -> None:
@@ -632,12 +637,15 @@ def test_container_names_the_engine() -> None:
     (doc,), result = run(("d.yaml", text))
     assert result.stdout == text and result.lines == ()  # nothing recognised
     (doc,), result = run(
-        ("d.yaml", text), options=Options(container="server", engine="sglang", wait_params=WAIT)
+        ("d.yaml", text),
+        options=Options(container="server", engine="sglang", wait_params=WAIT, binary_given=True),
     )
     c = doc["spec"]["template"]["spec"]["containers"][0]
     assert prestop(c)[4:10] == ["--exit-reserve", "10", "--engine", "sglang", "--port", "9000"]
     assert c["args"] == ["--port", "9000", "--enable-metrics"]
-    _, result = run(("d.yaml", text), options=Options(container="server", wait_params=WAIT))
+    _, result = run(
+        ("d.yaml", text), options=Options(container="server", wait_params=WAIT, binary_given=True)
+    )
     assert result.code == 1 and "--engine" in result.lines[0]
 
 
@@ -815,7 +823,9 @@ def test_each_example_is_inject_of_its_plain_manifest(path: Path) -> None:
     words = plain_command(path)
     assert words[-1] == f"examples/plain/{path.name}"
     flags = dict(zip(words[:-1:2], words[1:-1:2], strict=True))
-    options = Options(flags.get("--via", "image"), flags.get("--image"), wait_params=WAIT)
+    options = Options(
+        flags.get("--via", "image"), flags.get("--image"), wait_params=WAIT, binary_given=True
+    )
     docs, result = run(file(path), options=options)
     assert result.code == 0, result.lines
     example = ROOT / "examples" / path.name
@@ -843,7 +853,7 @@ def test_the_schema_check_can_fail() -> None:
 
 
 def cli(
-    *args: str, stdin: str = "", via: tuple[str, ...] = ("--via", "image")
+    *args: str, stdin: str = "", via: tuple[str, ...] = ("--via", "image", "--binary", BINARY)
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "drainhook", "inject", *via, *args],
@@ -861,7 +871,7 @@ def test_cli_exit_codes_and_stderr_lines(tmp_path: Path) -> None:
     ok = cli("tests/manifests/llm-d-decode.yaml")
     assert ok.returncode == 0
     assert [LINE.match(ln).group(5) for ln in ok.stderr.splitlines()] == [  # type: ignore[union-attr]
-        "injected", "warning", "replaced", "warning", "warning",
+        "injected", "replaced", "warning", "warning",
     ]  # fmt: skip
     refused = cli("tests/manifests")
     assert refused.returncode == 1
@@ -929,7 +939,9 @@ def test_directives_and_content_on_the_marker_line_belong_to_their_document() ->
     assert "\n---\napiVersion: apps/v1\n" in out.split("...\n")[1]  # the JSON's, in block style
     assert "/fd/1  # JSON\n...\n%YAML 1.1\n---\napiVersion: apps/v1\n" in out
     assert [ln for ln in result.lines if ": injected: " in ln] and result.code == 0
-    assert inject_texts([("o.yaml", out)], Options(wait_params=WAIT)).stdout == out
+    assert (
+        inject_texts([("o.yaml", out)], Options(wait_params=WAIT, binary_given=True)).stdout == out
+    )
 
 
 def test_a_comment_after_the_replaced_sleep_stays_after_the_new_command() -> None:
@@ -1071,7 +1083,7 @@ def test_a_known_kind_without_an_engine_says_nothing() -> None:
 def test_an_unrendered_template_is_refused_never_overwritten(text: str, shown: str) -> None:
     """Before: `${GRACE_SECONDS}` became 30 with exit 0 and no word, and Helm's
     `{{.Values.replicaCount}}` came out as `{{.Values.replicaCount: null}: null}`."""
-    result = inject_texts([("t.yaml", text)], Options(wait_params=WAIT))
+    result = inject_texts([("t.yaml", text)], Options(wait_params=WAIT, binary_given=True))
     assert result.code == 1 and result.stdout == text  # written unchanged, byte for byte
     (line,) = result.lines
     assert ": refused: unrendered: template expressions (" in line and shown in line, line
@@ -1123,14 +1135,16 @@ def test_an_image_whose_tag_names_no_version_gets_no_flag_only_a_word(tag: str) 
     assert any("plan advises --shutdown-timeout 4" in ln for ln in result.lines)
     # Told: 0.8 does not take /load's flag (0.9); 0.17 does.
     for version, args in (("0.8", ["m"]), ("0.17", ["m", "--enable-server-load-tracking"])):
-        options = Options(engine_version=version, wait_params=WAIT)
+        options = Options(engine_version=version, wait_params=WAIT, binary_given=True)
         (told,), _ = run(("d.yaml", text), options=options)
         assert told["spec"]["template"]["spec"]["containers"][0]["args"] == args
 
 
 def test_a_bad_engine_version_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match=r"--engine-version must be X\.Y"):
-        inject_texts([("d.yaml", "")], Options(engine_version="new", wait_params=WAIT))
+        inject_texts(
+            [("d.yaml", "")], Options(engine_version="new", wait_params=WAIT, binary_given=True)
+        )
 
 
 @pytest.mark.parametrize(
@@ -1253,7 +1267,9 @@ def test_crlf_line_endings_stay_crlf() -> None:
     untouched one byte for byte."""
     engine = _deployment(VLLM + "          args: [m]\n").replace("\n", "\r\n")
     other = "apiVersion: v1\r\nkind: ConfigMap\r\nmetadata: {name: c}\r\n"
-    result = inject_texts([("d.yaml", engine + "---\r\n" + other)], Options(wait_params=WAIT))
+    result = inject_texts(
+        [("d.yaml", engine + "---\r\n" + other)], Options(wait_params=WAIT, binary_given=True)
+    )
     assert result.code == 0
     wired, untouched = result.stdout.split("---\r\n")
     assert "\n" not in wired.replace("\r\n", "") and "--enable-server-load-tracking" in wired
@@ -1263,7 +1279,7 @@ def test_crlf_line_endings_stay_crlf() -> None:
 def test_a_parse_error_names_its_line(tmp_path: Path) -> None:
     text = "apiVersion: v1\nkind: ConfigMap\n---\napiVersion: v1\nkind: ConfigMap\ndata: [1\n"
     with pytest.raises(UsageError, match=r"^x.yaml#1: not YAML at line 7: "):
-        inject_texts([("x.yaml", text)], Options(wait_params=WAIT))
+        inject_texts([("x.yaml", text)], Options(wait_params=WAIT, binary_given=True))
 
 
 def test_a_port_from_the_containers_env_is_resolved() -> None:
@@ -1305,7 +1321,9 @@ def test_comments_among_the_replaced_commands_words_are_kept() -> None:
     at = out.index("- /proc/1/fd/1")
     assert out[at + 1 :] == ["# the shell", "# the wait itself", "# end"]
     assert out[out.index("command:") - 1] == "# Give the router time to notice."
-    again = inject_texts([("d.yaml", result.stdout)], Options(via="image", wait_params=WAIT))
+    again = inject_texts(
+        [("d.yaml", result.stdout)], Options(via="image", wait_params=WAIT, binary_given=True)
+    )
     assert again.stdout == result.stdout
 
 
@@ -1314,7 +1332,7 @@ def test_comments_among_the_replaced_commands_words_are_kept() -> None:
 
 def said(*inputs: tuple[str, str]) -> injecting.Injected:
     """inject over inputs whose documents may be invalid (refused, written as they came)."""
-    result = inject_texts(list(inputs), Options(wait_params=WAIT))
+    result = inject_texts(list(inputs), Options(wait_params=WAIT, binary_given=True))
     assert all(LINE.match(line) for line in result.lines), result.lines
     return result
 
@@ -1329,37 +1347,50 @@ def test_a_grace_it_cannot_read_is_refused_not_overwritten(grace: str) -> None:
     assert result.stdout == text  # written as it came, the value untouched
 
 
+UNHELD = Options(wait_params=WAIT)  # --via image, no --binary
+
+
 @pytest.mark.parametrize(
     ("image", "options", "named"),
     [
-        ("vllm/vllm-openai:v0.18.0", Options(wait_params=WAIT), "vllm/vllm-openai"),
-        ("docker.io/vllm/vllm-openai@sha256:" + "0" * 64, Options(wait_params=WAIT),
-         "vllm/vllm-openai"),
-        ("lmsysorg/sglang:v0.5.23-cu126", Options(wait_params=WAIT), "lmsysorg/sglang"),
-        ("registry.example/team/vllm-openai:v0.18.0", Options(wait_params=WAIT), None),
+        ("vllm/vllm-openai:v0.18.0", UNHELD, "vllm/vllm-openai"),
+        ("docker.io/vllm/vllm-openai@sha256:" + "0" * 64, UNHELD, "vllm/vllm-openai"),
+        ("lmsysorg/sglang:v0.5.23-cu126", UNHELD, "lmsysorg/sglang"),
+        ("vllm/vllm-openai:v0.18.0", Options(wait_params=WAIT, binary_given=True), None),
+        ("registry.example/team/vllm-openai:v0.18.0", UNHELD, None),
         ("vllm/vllm-openai:v0.18.0", VIA_INIT, None),
         ("vllm/vllm-openai:v0.18.0", VIA_IMAGE, None),
     ],
-    ids=["vllm", "vllm-digest", "sglang", "own-image", "via-init", "via-image-volume"],
-)  # fmt: skip
-def test_via_image_on_an_engines_own_image_names_the_via_that_fits(
+    ids=[
+        "vllm",
+        "vllm-digest",
+        "sglang",
+        "binary-given",
+        "own-image",
+        "via-init",
+        "via-image-volume",
+    ],
+)
+def test_via_image_on_an_engines_own_image_is_refused_naming_the_via_that_fits(
     image: str, options: Options, named: str | None
 ) -> None:
     """An upstream engine image holds no drainhook: `--via image` there is a preStop
-    that fails at once, and SIGTERM at once. Wired all the same (a user may build
-    FROM it), but said, with the --via that fits; an image of the user's, or another
-    --via, says nothing of it."""
-    container = f"        - name: vllm\n          image: {image}\n          args: [m]\n"
-    (doc,), result = run(("d.yaml", _deployment(container)), options=options)
-    assert result.code == 0 and prestop(containers(doc["spec"]["template"]["spec"])["vllm"])
+    that fails at once, and SIGTERM at once, worse than the sleep. Refused (exit 1,
+    the document as it came), with the --via that fits; before, wired with a warning
+    and exit 0. An explicit --binary says the image holds it; an image of the
+    user's, or another --via, is wired without a word of it."""
+    text = _deployment(f"        - name: vllm\n          image: {image}\n          args: [m]\n")
+    result = inject_texts([("d.yaml", text)], options)
     said = [ln for ln in result.lines if "holds no drainhook" in ln]
     if named is None:
-        assert said == []
-    else:
-        (line,) = said
-        assert LINE.match(line).group(5) == "warning"  # type: ignore[union-attr]
-        assert f"--via image, but {named} is an engine's own image" in line
-        assert "--via image-volume --image REF" in line and "--via init --image REF" in line
+        assert result.code == 0 and said == [] and "preStop" in result.stdout
+        return
+    (line,) = said
+    assert (result.code, result.stdout) == (1, text), result.lines
+    assert LINE.match(line).group(5) == "refused"  # type: ignore[union-attr]
+    assert f"--via image, but {named} is an engine's own image" in line
+    assert "--via image-volume --image REF" in line and "--via init --image REF" in line
+    assert "--binary PATH" in line
 
 
 def test_a_vendors_image_tag_is_not_an_engine_version() -> None:
@@ -1369,8 +1400,7 @@ def test_a_vendors_image_tag_is_not_an_engine_version() -> None:
     (doc,), result = run(("ngc.yaml", _deployment(ngc + "          args: [m]\n")))
     args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["m"]  # no flag written on a guessed version
-    via, warning = [ln for ln in result.lines if ": warning: " in ln]
-    assert "nvcr.io/nvidia/vllm is an engine's own image" in via  # (--via image)
+    (warning,) = [ln for ln in result.lines if ": warning: " in ln]
     assert "--enable-server-load-tracking not written" in warning and "--engine-version" in warning
     tagged = _deployment(VLLM.replace("v0.18.0", "v0.19.1-cu128") + "          args: [m]\n")
     (doc,), _ = run(("tagged.yaml", tagged))
@@ -1396,7 +1426,7 @@ def test_placeholders_refuse_only_a_document_inject_would_wire() -> None:
     deployment = _deployment(VLLM + "          args: [m]\n")
     result = said(("s.yaml", secret), ("r.yaml", runtime), ("d.yaml", deployment))
     assert result.code == 0, result.lines
-    assert levels(result) == ["skipped", "injected", "changed", "warning", "changed"]
+    assert levels(result) == ["skipped", "injected", "changed", "changed"]
     assert "ServingRuntime: containers at spec not wired" in result.lines[0]
     assert "unrendered" not in " ".join(result.lines)
     helm = _deployment(VLLM + "          args: ['{{ .Values.model }}']\n")
@@ -1493,9 +1523,9 @@ def test_a_list_of_deployments_takes_time_in_proportion() -> None:
     ]
     assert all(prestop(containers(d["spec"]["template"]["spec"])["vllm"]) for d in doc["items"])
     again, _ = run(("list.yaml", result.stdout))
-    assert inject_texts([("list.yaml", result.stdout)], Options(wait_params=WAIT)).stdout == (
-        result.stdout
-    )
+    assert inject_texts(
+        [("list.yaml", result.stdout)], Options(wait_params=WAIT, binary_given=True)
+    ).stdout == (result.stdout)
     assert again[0] == doc
 
 
@@ -1695,7 +1725,7 @@ def test_a_program_that_is_not_an_engine_is_left_byte_for_byte_and_named() -> No
     ]  # fmt: skip
     assert all("--container NAME --engine E" in ln for ln in result.lines)
     # The user who knows better names it, and it is wired as told.
-    told = Options(container="tools", engine="vllm", wait_params=WAIT)
+    told = Options(container="tools", engine="vllm", wait_params=WAIT, binary_given=True)
     docs, forced = run(("n.yaml", text), options=told)
     assert forced.code == 0 and "injected" in levels(forced)
     assert prestop(containers(docs[3]["spec"])["tools"])[:2] == ["/usr/local/bin/drainhook", "wait"]
@@ -1810,7 +1840,7 @@ def test_vllm_data_parallel_over_a_leader_worker_set_is_named_for_the_drain() ->
     it advised wiring what inject had just wired); with hybrid balancing every Pod
     serves its own ranks, which no hook waiting on the leader reads: named."""
     docs, result = run(file(NAMED / "lws-data-parallel.yaml"), options=Options(
-        engine_version="0.32", wait_params=WAIT))  # fmt: skip
+        engine_version="0.32", wait_params=WAIT, binary_given=True))  # fmt: skip
     assert result.code == 0
     internal, hybrid = (
         [
@@ -1866,7 +1896,10 @@ def _prestops(node: object) -> list[list[str]]:
 
 @pytest.mark.parametrize(
     "via",
-    [Options(wait_params=WAIT), Options(via="init", image="r/drainhook:1", wait_params=WAIT)],
+    [
+        Options(wait_params=WAIT, binary_given=True),
+        Options(via="init", image="r/drainhook:1", wait_params=WAIT, binary_given=True),
+    ],
     ids=["image", "init"],
 )
 def test_every_prestop_inject_writes_parses_with_waits_own_parser(via: Options) -> None:

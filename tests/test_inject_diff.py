@@ -19,6 +19,7 @@ from tests.support.injecting import validate
 from tests.support.process import ROOT, base_env
 
 MIXED = ROOT / "tests" / "manifests" / "mixed"
+BIN = "/usr/local/bin/drainhook"  # --via image: the images hold it there
 
 # Each file's lines that the wiring takes away, exactly (all others must stay).
 REMOVED = {
@@ -35,7 +36,7 @@ REMOVED = {
 
 def inject(path: Path) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "drainhook", "inject", "--via", "image", str(path)],
+        [sys.executable, "-m", "drainhook", "inject", "--via", "image", "--binary", BIN, str(path)],
         env=base_env(), capture_output=True, timeout=60, check=True,
     )  # fmt: skip
     return done.stdout.decode()

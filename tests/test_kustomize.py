@@ -105,7 +105,7 @@ def test_the_component_wires_what_inject_wires(tmp_path: Path) -> None:
     built = by_name(list(yaml.safe_load_all(build(tmp_path, base))))
     injected = inject_texts(
         [("guide.yaml", with_shutdown)],
-        Options("init", IMAGE, engine_version="0.32", wait_params=WAIT),
+        Options("init", IMAGE, engine_version="0.32", wait_params=WAIT, binary_given=True),
     )
     assert injected.code == 0, injected.lines
     wanted = by_name(list(yaml.safe_load_all(injected.stdout)))
@@ -146,7 +146,8 @@ def test_inject_finds_nothing_to_do_after_the_component(tmp_path: Path) -> None:
     _, base = guide_deployments()
     out = build(tmp_path, base)
     again = inject_texts(
-        [("built.yaml", out)], Options("init", IMAGE, engine_version="0.32", wait_params=WAIT)
+        [("built.yaml", out)],
+        Options("init", IMAGE, engine_version="0.32", wait_params=WAIT, binary_given=True),
     )
     assert again.stdout == out
     assert [ln for ln in again.lines if ": warning: " not in ln] == []

@@ -212,12 +212,13 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # (planning/ 1,531, then 1,536 with plan's --log-file; inject/ 2,031 when it moved,
 # 2,097 once it named what it used to rewrite and four more shapes, 2,123 with the
 # warning of an upstream image under --via image, 2,452 with the operators' kinds,
-# issue 60; flags.py 247);
+# issue 60; 2,459 with that warning a refusal and a worker's own variables kept,
+# issue 64's items 7 and 8, less the dead Argv.set; flags.py 247);
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
 PACKAGE_LINES = 10650
-ROOM_LINES = {"planning": 1540, "inject": 2455}
+ROOM_LINES = {"planning": 1540, "inject": 2460}
 FLAGS_LINES = 300
 MOST_ANY = 10
 

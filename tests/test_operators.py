@@ -26,7 +26,7 @@ from tests.support.manifests import parse_hook
 
 WAIT = tuple(wait.params)
 OPERATORS = MANIFESTS / "operators"
-VIA_INIT = Options("init", "registry.example/drainhook:0.1.0", wait_params=WAIT)
+VIA_INIT = Options("init", "registry.example/drainhook:0.1.0", wait_params=WAIT, binary_given=True)
 pytestmark = pytest.mark.usefixtures("no_drainhook_env")
 
 # Each file of the operators' and its SHA-256 (a CRD's: once gunzipped), as the README
@@ -301,7 +301,7 @@ def test_every_via_wires_the_operators_kinds() -> None:
         ("image-volume", "registry.example/drainhook:0.1.0", "/opt/drainhook/drainhook"),
         ("init", "registry.example/drainhook:0.1.0", "/hook/drainhook/drainhook"),
     ):
-        options = Options(via, image, wait_params=WAIT)  # type: ignore[arg-type]
+        options = Options(via, image, wait_params=WAIT, binary_given=True)  # type: ignore[arg-type]
         docs, _ = wired("rbg-agg-leader-worker.yaml", options)
         pattern = docs[-1]["spec"]["roles"][0]["leaderWorkerPattern"]
         for spec in (pattern["template"]["spec"], pattern["workerTemplatePatch"]["spec"]):
@@ -315,3 +315,29 @@ def test_readme_names_every_file_here() -> None:
     files = [p.name for p in OPERATORS.iterdir() if p.suffix == ".yaml"]
     files += [f"crds/{p.name}" for p in (OPERATORS / "crds").iterdir()]
     assert [f for f in files if f not in readme] == []
+
+
+@pytest.mark.parametrize("name", ["DRAINHOOK_HOST", "DRAINHOOK_ALLOW_REMOTE"])
+def test_a_workers_own_hook_variable_is_kept_and_named(name: str) -> None:
+    """A Kthena worker that sets the hook's variable itself (its leader behind a
+    Service of its own, say): kept as written and named, the other one added; before,
+    overwritten without a word. Its value is not echoed."""
+    path = OPERATORS / "kthena-multi-node.yaml"
+    mine = f"                  - name: {name}\n                    value: mine.example\n"
+    text = path.read_text().replace(
+        "                    value: $HUGGING_FACE_HUB_TOKEN\n",
+        "                    value: $HUGGING_FACE_HUB_TOKEN\n" + mine,
+    )
+    result = inject_texts([(path.name, text)], VIA_INIT)
+    assert result.code == 0, result.lines
+    (doc,) = [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+    worker = containers(at(doc, "spec.template.roles[0].workerTemplate.spec"))["worker"]
+    env = env_of(worker)
+    assert env[name] == "mine.example"
+    other = {"DRAINHOOK_HOST": "$(ENTRY_ADDRESS)", "DRAINHOOK_ALLOW_REMOTE": "1"}
+    assert all(env[k] == v for k, v in other.items() if k != name)
+    (kept,) = [w for w in said(result, "warning") if f"{name} kept" in w]
+    assert f"container worker: {name} kept as the container sets it" in kept
+    assert "mine.example" not in kept
+    again = inject_texts([(path.name, result.stdout)], VIA_INIT)
+    assert again.stdout == result.stdout  # injecting twice is injecting once

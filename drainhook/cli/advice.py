@@ -247,9 +247,9 @@ def inject(
     group = ctx.find_root().command
     wait = group.get_command(ctx, "wait") if isinstance(group, click.Group) else None
     params = tuple(wait.params) if wait is not None else ()
-    result = run_inject(
-        paths, Options(via, image, binary, container, engine, engine_version, params)
-    )
+    given = ctx.get_parameter_source("binary") is not click.core.ParameterSource.DEFAULT
+    options = Options(via, image, binary, container, engine, engine_version, params, given)
+    result = run_inject(paths, options)
     write_out(result.stdout)
     for line in result.lines:
         with contextlib.suppress(OSError):  # what it says is said on stderr, if it can be

@@ -62,14 +62,6 @@ class Argv:
                 found = w.split("=", 1)[1]
         return found
 
-    def set(self, flag: str, value: str) -> None:
-        """Give every occurrence of flag this value (a list's)."""
-        for i, w in enumerate(list(self.seq)):
-            if str(w) == flag and i + 1 < len(self.seq):
-                self.seq[i + 1] = value
-            elif str(w).startswith(flag + "="):
-                self.seq[i] = f"{flag}={value}"
-
 
 def numeric(value: str) -> bool:
     return re.fullmatch(r"-?\d+(\.\d+)?", value) is not None

@@ -66,6 +66,7 @@ class Options:
     # `wait`'s own click parameters, handed in by the command line (planning sits
     # below cli/): an existing hook's flags are read by them (parse_hook).
     wait_params: tuple[click.Parameter, ...] = ()
+    binary_given: bool = False  # --binary said where the image holds it (an upstream one too)
 
     def check(self) -> None:
         if self.via != "image" and not self.image:

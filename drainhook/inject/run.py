@@ -63,7 +63,7 @@ from drainhook.inject.pods import (
     upstream_image,
     version_in,
 )
-from drainhook.inject.via import bring_binary, named_list, upsert
+from drainhook.inject.via import bring_binary, named_list
 from drainhook.numfmt import number
 from drainhook.planning.plan import (
     LOG_FILE,
@@ -438,6 +438,10 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
             f"terminationGracePeriodSeconds is {str(raw)[:20]!r}, not a whole number of "
             "seconds: write the one you mean"
         )
+    # A preStop that fails at once is worse than the sleep it replaces (CONTRACT §4).
+    unheld = options.via == "image" and not options.binary_given
+    for up in filter(None, (upstream_image(w.container) for w in wirings if unheld)):
+        raise Refused(NOT_IN_UPSTREAM.format(up))
     given = site.default_grace if raw is None else float(raw)
     grace, why = _grace_floor(wirings, given, lead)
     # One grace for the Pod, the largest any advice asks for; a hook that asked for
@@ -456,20 +460,16 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
     names = []
     for w, early, applied in zip(wirings, first, final, strict=True):
         name = w.container.get("name")
-        if options.via == "image" and (upstream := upstream_image(w.container)):
-            say("warning", f"container {name}: {NOT_IN_UPSTREAM.format(upstream)}")
         _say_changes(w, early, applied, say)
         if not worker:
             for text in caveats(w.container, w.engine, w.argv, site.leads):
                 say("warning", f"container {name}: {text}")
             _apply_engine_flags(w, applied, say, options.engine_version)
             if w.host is not None:  # after the variable it names: Kubernetes expands it
-                env = named_list(w.container, "env", ("lifecycle", "resources"))
-                upsert(env, {"name": "DRAINHOOK_HOST", "value": w.host})
+                _hook_env(w.container, "DRAINHOOK_HOST", w.host, say)
         else:
-            env = named_list(w.container, "env", ("lifecycle", "resources"))
-            upsert(env, {"name": "DRAINHOOK_HOST", "value": f"$({site.leader_address})"})
-            upsert(env, {"name": "DRAINHOOK_ALLOW_REMOTE", "value": "1"})
+            _hook_env(w.container, "DRAINHOOK_HOST", f"$({site.leader_address})", say)
+            _hook_env(w.container, "DRAINHOOK_ALLOW_REMOTE", "1", say)
         _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
         bring_binary(site.spec, w.container, options)
         names.append(str(name))
@@ -479,10 +479,21 @@ def _wire(site: Site, options: Options, say: Say) -> list[str]:
 
 # A preStop whose binary the image does not hold fails at once, and the kubelet then
 # sends SIGTERM at once: worse than the sleep it replaced (CONTRACT §4).
+def _hook_env(container: dict[str, Node], name: str, value: str, say: Say) -> None:
+    """The hook's variable; one the container sets is the user's: kept, and named."""
+    env = named_list(container, "env", ("lifecycle", "resources"))
+    theirs = [e for e in env if isinstance(e, Mapping) and e.get("name") == name]
+    if not theirs:
+        env.append({"name": name, "value": value})
+    elif theirs[0] != {"name": name, "value": value}:
+        why = f"{name} kept as the container sets it, not {value}: the hook reads the one kept"
+        say("warning", f"container {container.get('name')}: {why}")
+
+
 NOT_IN_UPSTREAM = (
     "--via image, but {} is an engine's own image, which holds no drainhook: its preStop "
-    "would fail at once and SIGTERM come at once; use --via image-volume --image REF "
-    "(Kubernetes >= 1.35) or --via init --image REF, or an image built FROM it with the binary"
+    "would fail at once, SIGTERM at once; use --via image-volume --image REF (Kubernetes "
+    ">= 1.35) or --via init --image REF, or an image FROM it that holds it at --binary PATH"
 )
 
 
