@@ -94,6 +94,20 @@ def test_gone_only_when_shown(
     assert (found.gone, found.said) == (gone, said)
 
 
+def test_a_node_full_of_listeners_is_said_in_a_handful(tmp_path: Path) -> None:
+    """A hostNetwork Pod on a busy node: 300 ports listen, 12 of them held here. The
+    reason names 8 ports and the count of the rest, and 8 holders: before, every
+    port, a line of over 2,000 characters in the log and at every read."""
+    listeners = {100 + n: 30000 + n for n in range(300)}
+    pids: dict[str, list[int] | None] = {str(n): [100 + n] for n in range(1, 13)}
+    found = engine_gone(far(), proc=fake_proc(tmp_path, listeners, pids))
+    shown = ",".join(str(30000 + n) for n in range(8))
+    assert found.said.startswith(
+        f"TCP ports {shown} and 292 more listen here (held: 30001 by pid 1"
+    )
+    assert found.said.count(" by pid ") == 8 and len(found.said) < 400 and not found.gone
+
+
 class Handover:
     """A clock that, as a walk reads its first pid, hands the listener (inode 7) from
     pid 1 to a new pid (a parent that forked a child, closed its copy and will

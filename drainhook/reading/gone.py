@@ -109,10 +109,13 @@ def _view(proc: str) -> tuple[tuple[Listener, ...], list[str]] | Found:
         return Found(False, f"{_listen(listeners)}; /proc lists no processes")
 
 
+SHOWN_PORTS = 8  # a node's hostNetwork Pod may listen on hundreds: a handful, then a count
+
+
 def _listen(listeners: tuple[Listener, ...]) -> str:
-    return (
-        f"TCP ports {','.join(str(p) for p in sorted({one.port for one in listeners}))} listen here"
-    )
+    ports = sorted({one.port for one in listeners})
+    more = f" and {len(ports) - SHOWN_PORTS} more" if len(ports) > SHOWN_PORTS else ""
+    return f"TCP ports {','.join(map(str, ports[:SHOWN_PORTS]))}{more} listen here"
 
 
 def _walk(
@@ -139,7 +142,7 @@ def _walk(
         if mine:
             held.append(f"{','.join(map(str, sorted(mine)))} by pid {pid} ({_comm(proc, pid)})")
     if held or unread:
-        who = held + ([f"pids {','.join(unread[:5])} unreadable"] if unread else [])
+        who = held[:SHOWN_PORTS] + ([f"pids {','.join(unread[:5])} unreadable"] if unread else [])
         return Found(False, f"{_listen(listeners)} (held: {'; '.join(who)})")
     return Found(True, f"{_listen(listeners)}, held by no process of this container")
 
