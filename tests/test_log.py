@@ -104,3 +104,15 @@ def test_quiet_keeps_only_the_summary_on_stderr() -> None:
     log.read(5.0, BUSY)
     log.summary(Result(Outcome.DRAINED, 6.0, 2, BUSY), 0, "t", 25.0)
     assert [json.loads(x)["event"] for x in stream.getvalue().splitlines()] == ["summary"]
+
+
+def test_wait_help_says_the_pulse_and_the_heartbeat_the_log_keeps() -> None:
+    """`--log-reads changes` writes a line at least every PULSE while work remains and
+    every HEARTBEAT while idle; its help said 10 s for both."""
+    from click.testing import CliRunner
+
+    from drainhook.cli.main import cli
+    from drainhook.hook.log import HEARTBEAT, PULSE
+
+    shown = " ".join(CliRunner().invoke(cli, ["wait", "--help"]).output.split())
+    assert f"else one every {PULSE:g} s while work remains, {HEARTBEAT:g} s when idle" in shown

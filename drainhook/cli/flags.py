@@ -223,7 +223,7 @@ LOG_OPTIONS = (
         default="changes",
         help="changes: a read line when the verdict, the total, "
         "what holds, the targets answering or the reason changed, else one every "
-        "10 s; all: every read.",
+        "5 s while work remains, 10 s when idle; all: every read.",
     ),
     # No checks on --log-file: a path that cannot be opened (another user's
     # file, a directory) is said on stderr and the hook goes on (CONTRACT §5),
