@@ -257,3 +257,18 @@ def test_a_listener_handed_from_process_to_process_holds_to_d(
     assert summary["reason"].startswith("misconfigured: connection refused; TCP ports 8001")
     assert int(summary["reads"]) >= 10  # every I (0.1 s) from S (0.5 s) to D (2 s)
     assert 2.0 - 0.05 <= float(summary["elapsed"]) <= late(2.0, POD_LATE)
+
+
+def test_a_host_in_the_other_address_family_is_named(pod_command: Pod, entry: list[str]) -> None:
+    """`probe --host ::1` while the engine listens on 127.0.0.1 (IPv4 only): the
+    reason names the family and the host to use (it said `point --port or --url`,
+    and the port was right)."""
+    listening = "until grep -q ':1F41 00000000:0000 0A' /proc/net/tcp; do sleep 0.01; done"
+    shell = (
+        f'{sys.executable} -c "{ENGINE}" & {listening}; "$@" probe --host ::1 --port 8001 --json'
+    )
+    run = pod_command([], contained("sh", "-c", shell, "sh", *entry), timeout=30)
+    assert run.code == 3, run.stderr
+    reason = json.loads(run.stdout)["reason"]
+    assert reason.startswith("misconfigured: connection refused; TCP ports 8001")
+    assert reason.endswith("port 8001 listens on IPv4 only, not on ::1: point --host at 127.0.0.1")

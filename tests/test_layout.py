@@ -205,7 +205,9 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # the Pod's own address and a host Kubernetes left as written (issue 60), at 10,333;
 # to 10,650 for the fourth round of doubt (issue 63: the accept queue and the tie
 # after a whole exchange, netlink's framing shared with the kernel's addresses, every
-# PID 1 that SIGTERM stops short of the engine, a terminal's writes), at 10,638:
+# PID 1 that SIGTERM stops short of the engine, a terminal's writes), at 10,638;
+# to 10,680 with a refused host's address family named and a node's hundreds of
+# ports said in a handful (issue 66's item 7), at 10,671:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
@@ -217,7 +219,7 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 600
-PACKAGE_LINES = 10650
+PACKAGE_LINES = 10680
 ROOM_LINES = {"planning": 1540, "inject": 2460}
 FLAGS_LINES = 300
 MOST_ANY = 10

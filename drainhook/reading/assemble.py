@@ -103,10 +103,12 @@ class ShownGone:
         inner: TargetReader,
         read_timeout: float,
         clock: Callable[[], float] = time.monotonic,
+        target: Target | None = None,
     ) -> None:
         self._inner = inner
         self._read_timeout = read_timeout
         self._clock = clock
+        self._target = target  # the one target, whose address family a fix may name
 
     @property
     def name(self) -> str:
@@ -120,22 +122,27 @@ class ShownGone:
         got = self._inner.read(left)
         if got.verdict is not Verdict.UNREACHABLE:
             return got
-        return shown_gone(got, min(until, self._clock() + self._read_timeout))
+        return shown_gone(got, min(until, self._clock() + self._read_timeout), self._target)
 
 
-def shown_gone(got: Reading, until: float) -> Reading:
+def shown_gone(got: Reading, until: float, target: Target | None = None) -> Reading:
     """A refused read as the hook takes it (CONTRACT §2): `unreachable` with why the
-    engine is gone, or `unknown`, misconfigured, naming the ports that listen here."""
+    engine is gone, or `unknown`, misconfigured, naming the ports that listen here
+    (and, for `target`'s port listening in the other address family only, that)."""
     from drainhook.reading import gone  # a refused read only
 
     found = gone.engine_gone(until)
     if found.gone:
         return dataclasses.replace(got, reason=f"{got.reason}; the engine is gone: {found.said}")
-    why = f"{MISCONFIGURED}: {got.reason}; {found.said}: point --port or --url at the engine"
+    fix = "point --port or --url at the engine"
+    if target is not None:
+        fix = gone.family_fix(target.host, target.port) or fix
+    why = f"{MISCONFIGURED}: {got.reason}; {found.said}: {fix}"
     return dataclasses.replace(got, verdict=Verdict.UNKNOWN, reason=why)
 
 
 def hook_reader(reach: ReadConfig) -> TargetReader:
     """The reader `wait` and `probe` read through: the configured targets', whose
     refusal ends the hook only once the engine is shown gone."""
-    return ShownGone(reader_for(reach), reach.read_timeout)
+    one = reach.target if not reach.more else None
+    return ShownGone(reader_for(reach), reach.read_timeout, target=one)

@@ -15,10 +15,11 @@ runs out are doubt: the hook holds.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from drainhook.reading.connections import socket_inodes
 
@@ -31,10 +32,12 @@ MAX_WALKS = 5  # a view that changes at each walk holds: the engine is still mov
 
 @dataclass(frozen=True)
 class Listener:
-    """One listening socket: its port and its inode (0: the kernel's own)."""
+    """One listening socket: its port, its inode (0: the kernel's own) and its local
+    address as /proc writes it (8 hex digits for IPv4, 32 for IPv6; zeros: any)."""
 
     port: int
     inode: int
+    address: str = field(default="", compare=False)
 
 
 def parse_proc_net(text: str) -> tuple[Listener, ...]:
@@ -46,11 +49,12 @@ def parse_proc_net(text: str) -> tuple[Listener, ...]:
         if len(fields) < 10 or not fields[0].endswith(":") or fields[3].upper() != LISTEN:
             continue
         try:
-            port, inode = int(fields[1].rpartition(":")[2], 16), int(fields[9])
+            address, _, hex_port = fields[1].rpartition(":")
+            port, inode = int(hex_port, 16), int(fields[9])
         except ValueError:
             continue
         if 0 < port < 65536:
-            found.append(Listener(port, inode))
+            found.append(Listener(port, inode, address))
     return tuple(found)
 
 
@@ -110,6 +114,21 @@ def _view(proc: str) -> tuple[tuple[Listener, ...], list[str]] | Found:
 
 
 SHOWN_PORTS = 8  # a node's hostNetwork Pod may listen on hundreds: a handful, then a count
+
+
+def family_fix(host: str, port: int, proc: str = "/proc") -> str | None:
+    """For a refused `host` (an IP literal) whose port listens in the other address
+    family only, the fix that names it (a `[::1]` against an IPv4-only engine)."""
+    try:
+        version = ipaddress.ip_address(host.strip("[]")).version
+    except ValueError:
+        return None
+    bound = [x.address for x in read_listeners(proc) or () if x.port == port]
+    if version == 6 and bound and all(len(a) == 8 for a in bound):
+        return f"port {port} listens on IPv4 only, not on {host}: point --host at 127.0.0.1"
+    if version == 4 and bound and all(len(a) == 32 and set(a) != {"0"} for a in bound):
+        return f"port {port} listens on IPv6 only, not on {host}: point --host at ::1"
+    return None
 
 
 def _listen(listeners: tuple[Listener, ...]) -> str:
