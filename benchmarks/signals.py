@@ -7,7 +7,7 @@ timed on the monotonic clock around the call the hook makes:
   a fresh connection, scanned with the progress counters (the hook's Reader);
 - `GET /load`: one read of vLLM's `{"server_load": 0}` (Reader.read_with and
   parse_server_load, as the EngineReader does);
-- `sock_diag`: one dump of the port's TCP sockets in every state but LISTEN (IPv4
+- `sock_diag`: one dump of the port's TCP sockets in ESTABLISHED, CLOSE_WAIT and LISTEN (IPv4
   and IPv6) with their tcp_info and the count for the port (connections.dump and
   a Watch that keeps each dump for the next, as the EngineReader makes it),
   with 0, 64 and 512 idle keep-alive connections open to the port besides (each
