@@ -514,7 +514,13 @@ def test_the_hook_holds_a_request_until_it_is_answered(pod_command: Pod, kind: s
     # reads before them were busy (the connection held them).
     assert out["answered"] <= out["elapsed"] <= late(work + 3 * 0.2, SPAWN_LATE)  # type: ignore[operator]
     assert verdicts[-2:] == ["idle", "idle"] and verdicts[0] == "busy", out["stderr"]
-    assert set(verdicts[:-2]) == {"busy"}
+    if kind in ("pooled", "behind"):
+        # A dump in the instant between an answer and the client's next request reads
+        # the connection answered, truly idle then; the read I/4 later sees the next
+        # one: never two idle reads in a row before the work's end (CI saw one).
+        assert "idle,idle" not in ",".join(verdicts[:-2]), out["stderr"]
+    else:
+        assert set(verdicts[:-2]) == {"busy"}, out["stderr"]
 
 
 def test_an_idle_engine_with_pooled_connections_goes_at_s_plus_a_quarter_i(
