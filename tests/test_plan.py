@@ -797,3 +797,16 @@ def test_strict_exits_1_while_a_warning_stands(
     for w in warned:
         if w["code"] == "no-room":
             assert "raise G to 12 s" in w["reason"]  # 5 + (2 - 1) x 1 + 1 + 5
+
+
+def test_a_grace_plan_assumed_is_marked_default_as_waits_start_line(hook: Hook) -> None:
+    """Neither --grace nor DRAINHOOK_GRACE: G = 30 is plan's assumption, and its header
+    and JSON say so (`grace_from`, as `wait`'s start line); either one given: not."""
+    assumed = hook("plan")
+    assert assumed.stdout.splitlines()[0].startswith("drainhook plan: G=30s (default) S=5s")
+    for given in (hook("plan", "--grace", "30"), hook("plan", env={"DRAINHOOK_GRACE": "30"})):
+        assert given.stdout.splitlines()[0].startswith("drainhook plan: G=30s S=5s"), given.stdout
+    as_json = hook("plan", "--output", "json")
+    assert json.loads(as_json.stdout)["grace_from"] == "default"
+    given_json = hook("plan", "--grace", "45", "--output", "json")
+    assert json.loads(given_json.stdout)["grace_from"] is None

@@ -6,6 +6,7 @@ commands are listed), so that `wait`'s start never does.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import typing
 from pathlib import Path
 
@@ -133,6 +134,12 @@ def plan(
     from drainhook.planning.render import render
 
     config = planning.wait_config(**{name: params[name] for name in planning.TIMELINE})
+    # G assumed, as `wait`'s start line marks it: neither --grace nor its variable.
+    given_grace = ctx.get_parameter_source("grace") in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
+    config = dataclasses.replace(config, grace_default=not given_grace)
     if observe or from_file:
         from drainhook.planning.observe import observe_plan
 
@@ -247,7 +254,7 @@ def inject(
     group = ctx.find_root().command
     wait = group.get_command(ctx, "wait") if isinstance(group, click.Group) else None
     params = tuple(wait.params) if wait is not None else ()
-    given = ctx.get_parameter_source("binary") is not click.core.ParameterSource.DEFAULT
+    given = ctx.get_parameter_source("binary") is not ParameterSource.DEFAULT
     options = Options(via, image, binary, container, engine, engine_version, params, given)
     result = run_inject(paths, options)
     write_out(result.stdout)

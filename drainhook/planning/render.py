@@ -59,6 +59,7 @@ def to_json(plan: Plan) -> dict[str, object]:
         "schema": SCHEMA,
         "engine": c.reach.engine,  # as given (the rules may know it otherwise: plan.engine)
         "role": plan.role,
+        "grace_from": "default" if c.grace_default else None,  # as `wait`'s start line
         **{
             f.name: json_number(f.unset if f.of(c) is None else f.of(c))
             for f in TIMELINE
@@ -163,11 +164,11 @@ def to_text(plan: Plan) -> str:
         what = f"stall detection off: first read + W = {seconds(late)}, not before D"
         rows.append((f"W={seconds(w)}", what))
     width = max(len(when) for when, _ in rows)
-    head = (
-        f"drainhook plan: G={seconds(c.grace)} S={seconds(c.settle)} R={seconds(c.exit_reserve)} "
-        f"I={seconds(c.interval)} confirm={c.confirm}, engine {plan.engine}, role {plan.role}"
-    )
-    lines = [head, ""]
+    lines = [
+        f"drainhook plan: G={seconds(c.grace)}{' (default)' if c.grace_default else ''} "
+        f"S={seconds(c.settle)} R={seconds(c.exit_reserve)} "
+        f"I={seconds(c.interval)} confirm={c.confirm}, engine {plan.engine}, role {plan.role}\n"
+    ]
     lines += [f"  {when.ljust(width)}  {what}" for when, what in rows]
     lines += ["", "preStop: " + " ".join(plan.command)]
     lines += applied_text(apply_advice(plan))
