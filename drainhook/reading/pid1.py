@@ -86,7 +86,7 @@ def unsignalled(target: Target | None = None, proc: str = "/proc") -> str | None
     port = target.port if target is not None and target.in_pod else None
     inodes: set[int] = set()
     with contextlib.suppress(Unavailable, Doubt):
-        found = dump(1.0, port=port) if port is not None else []
+        found = dump(0.25, port=port) if port is not None else []  # once, at the start
         inodes = {x.inode for x in found if x.state == LISTEN and x.sport == port} - {0}
     server = next((p for pid, p in sorted(procs.items()) if _holds(pid, inodes, proc)), None)
     if server is None:  # PID 1 alone: a shell, or an init whose child is one
