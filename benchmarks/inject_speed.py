@@ -18,7 +18,7 @@ import time
 from _bench import parser, table, write_json
 
 from drainhook.cli.main import wait
-from drainhook.inject.pods import Options
+from drainhook.inject.options import Options
 from drainhook.inject.run import inject_texts
 
 ITEM = """\

@@ -28,7 +28,7 @@ from drainhook import exits
 from drainhook.cli.main import all_commands, cli
 from drainhook.hook.config import DEFAULT_GRACE
 from drainhook.hook.timeline import TIMELINE_RULES, PlanWarning
-from drainhook.inject.pods import Options
+from drainhook.inject.options import Options
 from drainhook.planning import plan as planning
 from drainhook.planning.render import render as render_plan
 from tests.support.docparts import names, part

@@ -89,7 +89,7 @@ def test_each_error_kind_exits_with_its_code(kind: type[DrainhookError], code: i
 def test_inject_exits_as_the_contract_says() -> None:
     """CONTRACT §4: `inject` exits 1 if any document was refused, else 0; 2 usage."""
     from drainhook.cli.main import wait
-    from drainhook.inject.pods import Options, Refused
+    from drainhook.inject.options import Options, Refused
     from drainhook.inject.run import inject_texts
 
     WAIT = tuple(wait.params)

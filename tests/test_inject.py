@@ -25,9 +25,10 @@ import yaml
 
 from drainhook.cli.main import wait
 from drainhook.errors import UsageError
-from drainhook.inject import manifests, pods
+from drainhook.inject import argv, manifests
+from drainhook.inject import containers as running
 from drainhook.inject import run as injecting
-from drainhook.inject.pods import Options
+from drainhook.inject.options import Options
 from drainhook.inject.run import inject_texts
 from drainhook.planning import plan as planning
 from drainhook.planning import render
@@ -704,12 +705,12 @@ def test_several_vllm_api_servers_are_read_from_the_engines_flags(
 
 
 def test_api_servers_come_only_from_a_vllm_engines_flags() -> None:
-    argv = injecting.Argv(["--model", "m", "--api-server-count", "2"])
-    assert injecting.api_servers("vllm", argv) == 2
-    assert injecting.api_servers("sglang", argv) is None
-    assert injecting.api_servers("vllm", None) is None
-    headless = injecting.Argv(["--model", "m", "--headless", "-dp", "2"])
-    assert injecting.api_servers("vllm", headless) is None  # no API server at all
+    given = argv.Argv(["--model", "m", "--api-server-count", "2"])
+    assert argv.api_servers("vllm", given) == 2
+    assert argv.api_servers("sglang", given) is None
+    assert argv.api_servers("vllm", None) is None
+    headless = argv.Argv(["--model", "m", "--headless", "-dp", "2"])
+    assert argv.api_servers("vllm", headless) is None  # no API server at all
 
 
 # -- the YAML as written ------------------------------------------------------------
@@ -1765,7 +1766,7 @@ def test_what_a_container_runs_is_read_from_its_command(
     """The engine a command starts; else the programs it shows instead; neither where
     it shows nothing (the image's entrypoint given a model or flags, an entry script a
     program of the user's, a script no shell can split): those stay the image's call."""
-    assert pods.runs(container) == ran
+    assert running.runs(container) == ran
 
 
 @pytest.mark.parametrize(
@@ -1831,7 +1832,7 @@ def test_the_engines_port_is_read_as_the_shell_and_kubernetes_expand_it(
     args: str, env: str, port: tuple[int | None, str]
 ) -> None:
     container = yaml.safe_load(f"command: {args}\n{env}")
-    assert injecting.engine_port(injecting.argv_of(container), container) == port
+    assert argv.engine_port(argv.argv_of(container), container) == port
 
 
 def test_vllm_data_parallel_over_a_leader_worker_set_is_named_for_the_drain() -> None:

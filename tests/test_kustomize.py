@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from drainhook.cli.main import wait
-from drainhook.inject.pods import Options
+from drainhook.inject.options import Options
 from drainhook.inject.run import inject_texts
 from tests.support.injecting import MANIFESTS, containers, prestop, validate
 from tests.support.process import ROOT

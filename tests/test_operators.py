@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from drainhook.cli.main import wait
-from drainhook.inject.pods import Options
+from drainhook.inject.options import Options
 from drainhook.inject.run import Injected, inject_texts
 from tests.support import crd
 from tests.support.injecting import MANIFESTS, containers, prestop, validate

@@ -239,7 +239,7 @@ def inject(
 
     Exit: 0, 1 a document refused, 2 usage or unreadable input, 74 output not written.
     """
-    from drainhook.inject.pods import Options
+    from drainhook.inject.options import Options
     from drainhook.inject.run import run_inject
 
     if via is None:

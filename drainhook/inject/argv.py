@@ -14,12 +14,9 @@ import click
 
 from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.hook.config import Parsed
-from drainhook.inject.manifests import Node
-from drainhook.inject.pods import (
+from drainhook.inject.containers import (
     SHELLS,
     SLEEP,
-    Refused,
-    Site,
     commands,
     listed,
     runs,
@@ -28,6 +25,9 @@ from drainhook.inject.pods import (
     starts,
     unfolded,
 )
+from drainhook.inject.manifests import Node
+from drainhook.inject.options import Refused
+from drainhook.inject.workloads import Site
 from drainhook.planning.plan import SPLIT_ROLES, TIMELINE, Role
 
 
@@ -285,33 +285,46 @@ def prestop_of(container: Mapping[str, Node]) -> tuple[str, Node]:
     return "other", shown
 
 
-def _spread(engine: EngineChoice, argv: Argv | None, leads: bool) -> str:
-    """What one engine over several Pods means to the drain (empty: it is not one):
-    which Pods serve, which wait on the leader (`leads`: its workers' hooks do)."""
-    if argv is None:
-        return ""
+def _over_pods(engine: EngineChoice, argv: Argv) -> tuple[str, str, bool] | None:
+    """One engine over several Pods, in words: what it is, which Pods serve, and
+    whether each Pod's API server serves its own ranks; None where it is not one."""
     nodes, ranks, here = count_of(argv, "--nnodes"), count_of(argv, *DP), count_of(argv, *DP_LOCAL)
-    own = engine == "vllm" and balancer(argv) != "internal"  # each Pod serves its own ranks
     if engine == "sglang" and nodes is not None and nodes > 1:
-        what, served = f"an SGLang over {nodes} nodes (--nnodes)", "only rank 0 serves HTTP"
-    elif engine == "vllm" and _switch(argv, "--headless"):
-        what, served = "a headless vLLM (--headless)", "its ranks serve no HTTP, the leader's do"
-    elif engine == "vllm" and (
-        (ranks is not None and here is not None and ranks > here)
-        or ((ranks is None or here is None) and _switch(argv, *DP_LOCAL, "-dph", *HYBRID))
+        return f"an SGLang over {nodes} nodes (--nnodes)", "only rank 0 serves HTTP", False
+    if engine != "vllm":
+        return None
+    if _switch(argv, "--headless"):
+        return "a headless vLLM (--headless)", "its ranks serve no HTTP, the leader's do", False
+    own = balancer(argv) != "internal"  # each Pod serves its own ranks
+    rank = argv.value("--data-parallel-rank")
+    if isinstance(rank, str) and ranks is not None and ranks > 1 and here is None:
+        # vLLM's external balancing: each Pod one rank and its own API server.
+        what = f"a vLLM data-parallel engine over Pods (rank {rank} of {ranks})"
+    elif (ranks is not None and here is not None and ranks > here) or (
+        (ranks is None or here is None) and _switch(argv, *DP_LOCAL, "-dph", *HYBRID)
     ):
         # Counts a script computes ($((LWS_GROUP_SIZE * DP_SIZE_LOCAL))) are not read:
         # its local size or hybrid balancing says the ranks span Pods all the same.
         shown = f"{here} of {ranks} ranks here" if here and ranks else "its ranks set in a script"
         expert = "- and expert" if _switch(argv, "--enable-expert-parallel", "-ep") else ""
         what = f"a vLLM data{expert}-parallel engine over Pods ({shown})"
-        served = (
-            "each Pod's API server serves its own ranks (a hybrid or external balancer)"
-            if own
-            else "only rank 0's Pod serves HTTP, and its /metrics counts every rank"
-        )
     else:
+        return None
+    served = (
+        "each Pod's API server serves its own ranks (a hybrid or external balancer)"
+        if own
+        else "only rank 0's Pod serves HTTP, and its /metrics counts every rank"
+    )
+    return what, served, own
+
+
+def _spread(engine: EngineChoice, argv: Argv | None, leads: bool) -> str:
+    """What one engine over several Pods means to the drain (empty: it is not one):
+    which Pods serve, which wait on the leader (`leads`: its workers' hooks do)."""
+    found = _over_pods(engine, argv) if argv is not None else None
+    if found is None:
         return ""
+    what, served, own = found
     if not leads:
         return (
             f"{what}: {served}, and one Pod's SIGTERM can stop the others' work; drain them "

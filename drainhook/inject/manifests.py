@@ -268,3 +268,36 @@ def aliased(*values: Node) -> set[int]:
                 owner[id(node)] = index
                 todo.extend(node.values() if isinstance(node, Mapping) else node)
     return found
+
+
+# An unrendered template: a whole value that is an envsubst `${VAR}`, a Helm action
+# in a value (`{{ .Values.x }}`, `{{- include`), a key that is no scalar (`{{ x }}`
+# read as a flow map); not a script's `${VAR}`, `$(VAR)` or a chat's `{{ messages }}`.
+_TEMPLATE = re.compile(
+    r"^\s*\$\{[^}]*\}\s*$|\{\{-?\s*(?:[.$]|(?:include|toYaml|template|tpl|if|"
+    r"range|with|end|default|quote|required|printf|lookup)\b)"
+)
+
+
+def templated(value: Node, path: str = "") -> Iterator[str]:
+    """Where a parsed document holds template expressions (CONTRACT §4: it is
+    unrendered): `path: text` of each."""
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if not isinstance(key, (str, int, float, bool)) or (
+                isinstance(key, str) and _TEMPLATE.search(key)
+            ):
+                yield f"{path or '.'}: a key {_short(key)}"  # Helm's `{{ x }}` as a flow map
+                continue
+            yield from templated(inner, where)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from templated(inner, f"{path}[{i}]")
+    elif isinstance(value, str) and _TEMPLATE.search(value):
+        yield f"{path}: {_short(value)}"
+
+
+def _short(value: Node) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -2,16 +2,24 @@
 API types: where AIBrix's StormService, Kthena's ModelServing and RBG's
 RoleBasedGroup (v1alpha2) hold the templates their controllers make Pods from,
 which template is an engine's leader and which its workers, and the variable each
-operator's controller sets in a worker to its leader's address. And the kinds
-that hold no field for the hook, each with the route that exists."""
+operator's controller sets in a worker to its leader's address."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from drainhook.hook.config import DEFAULT_GRACE
+from drainhook.inject.containers import listed, runs
 from drainhook.inject.manifests import Node
-from drainhook.inject.pods import Options, Refused, Site, engine_containers, listed, templates
+from drainhook.inject.options import Options, Refused
+from drainhook.inject.workloads import (
+    LWS_LEADER,
+    Group,
+    Site,
+    engine_containers,
+    led,
+    templates,
+)
 from drainhook.planning.plan import Role
 
 # The variables a worker's controller sets to its leader's address: Kthena's
@@ -36,58 +44,6 @@ CUSTOM = (
     "component's hook by hand (a worker's waits on its leader, as docs/inject.md shows)"
 )
 
-# Kinds whose Pods carry an engine and whose resource has no field for the hook: the
-# route that exists, said on stderr (CONTRACT §4).
-ROUTES = {
-    ("kubeai.org", "Model"): "KubeAI makes every model Pod from its own configuration: add "
-    "the hook with modelServerPods.jsonPatches in KubeAI's system configuration (its "
-    "chart's values), which reaches every model Pod",
-    ("workload.serving.volcano.sh", "ModelBooster"): "a ModelBooster (every type, the "
-    "disaggregated ones too) has no field for a container's lifecycle: write the "
-    "ModelServing it makes and inject that",
-    ("kaito.sh", "Workspace"): "a preset Workspace's Pods are KAITO's own: run the engine "
-    "from the Workspace's inference.template (a pod template of yours) with the hook in it",
-    ("apps.nvidia.com", "NIMService"): "a NIMService (one node or several) has no field for "
-    "a container's lifecycle or the Pod's grace: add the hook to the Pods it makes with an "
-    "admission policy (a MutatingAdmissionPolicy), or run NIM from a Deployment of yours",
-    ("nvidia.com", "DynamoGraphDeployment"): "Dynamo's workers serve Dynamo's own endpoints, "
-    "not an engine's HTTP /metrics the hook reads; if a worker or the frontend serves one, "
-    "services.<name>.extraPodSpec.mainContainer.lifecycle and extraPodSpec."
-    "terminationGracePeriodSeconds carry the hook",
-}
-
-# Of those, the kinds named even where no engine shows in the resource (a NIM's image
-# is NVIDIA's own, a Dynamo worker runs `dynamo.vllm`, a ModelBooster names a backend
-# type).
-ALWAYS = {
-    ("apps.nvidia.com", "NIMService"),
-    ("nvidia.com", "DynamoGraphDeployment"),
-    ("workload.serving.volcano.sh", "ModelBooster"),
-}
-
-
-def route(doc: Mapping[str, Node]) -> str | None:
-    """The route for a kind inject does not wire, or None."""
-    api = str(doc.get("apiVersion", ""))
-    group, kind = api.split("/")[0], doc.get("kind")
-    if (group, kind) == ("workloads.x-k8s.io", "RoleBasedGroup") and api.endswith("/v1alpha1"):
-        return (
-            "inject wires RoleBasedGroup v1alpha2: write its v1alpha2 form (RBG converts "
-            "between them) and inject that"
-        )
-    return ROUTES.get((group, str(kind)))
-
-
-def operator_sites(doc: Mapping[str, Node], options: Options) -> list[Site] | None:
-    """The pod specs of an operator's resource, leaders before their workers; None for
-    a kind that is no operator's."""
-    api = str(doc.get("apiVersion", ""))
-    group, kind, spec = api.split("/")[0], doc.get("kind"), doc.get("spec")
-    builder = BUILDERS.get((group, str(kind)))
-    if builder is None or route(doc) is not None:
-        return None
-    return builder(spec, options) if isinstance(spec, dict) else []
-
 
 def _split(name: Node) -> Role | None:
     """A role named prefill or decode is that role (plan's advice for it)."""
@@ -100,19 +56,18 @@ def _named(found: list[Site], role: Mapping[str, Node]) -> list[Site]:
     return found
 
 
-def _follow(lead: Site, workers: list[Site], address: str) -> None:
-    lead.leads = bool(workers)
+def _following(lead: Site, workers: list[Site], address: str) -> Group:
     for w in workers:  # a worker's role is its own args' (the leader's is the leader's)
-        w.leader, w.leader_address, w.role = lead, address, None
+        w.role = None
+    return led(lead, workers, address)
 
 
-def _storm_service(spec: dict[str, Node], options: Options) -> list[Site]:
+def storm_service(spec: dict[str, Node], doc: Mapping[str, Node], options: Options) -> list[Group]:
     """AIBrix's StormService: spec.template.spec.roles[].template, a PodTemplateSpec."""
     roleset = spec.get("template")
     inner = roleset.get("spec") if isinstance(roleset, dict) else None
-    roles = listed(inner.get("roles")) if isinstance(inner, dict) else []
-    out: list[Site] = []
-    for i, role in enumerate(roles):
+    out: list[Group] = []
+    for i, role in enumerate(listed(inner.get("roles")) if isinstance(inner, dict) else []):
         if isinstance(role, dict):
             path = f"spec.template.spec.roles[{i}].template"
             found = _named(templates([(path, role.get("template"))]), role)
@@ -120,110 +75,151 @@ def _storm_service(spec: dict[str, Node], options: Options) -> list[Site]:
             if isinstance(size, int) and not isinstance(size, bool) and size > 1:
                 for site in found:
                     site.not_wired = POD_GROUP.format(size)
-            out += found
+            out += [Group(s) for s in found]
     return out
 
 
-def _model_serving(spec: dict[str, Node], options: Options) -> list[Site]:
+def model_serving(spec: dict[str, Node], doc: Mapping[str, Node], options: Options) -> list[Group]:
     """Kthena's ModelServing: spec.template.roles[], an entryTemplate (the engine's
     entry, which serves it) and a workerTemplate (its workers, which wait on it)."""
     group = spec.get("template")
-    out: list[Site] = []
+    out: list[Group] = []
     for i, role in enumerate(listed(group.get("roles") if isinstance(group, dict) else None)):
         if not isinstance(role, dict):
             continue
         base = f"spec.template.roles[{i}]"
         entry = _named(templates([(f"{base}.entryTemplate", role.get("entryTemplate"))]), role)
         workers = _named(templates([(f"{base}.workerTemplate", role.get("workerTemplate"))]), role)
-        if entry:
-            _follow(entry[0], workers, KTHENA_ENTRY)
-        out += entry + workers
+        out += (
+            [_following(entry[0], workers, KTHENA_ENTRY)] if entry else [Group(w) for w in workers]
+        )
     return out
 
 
-def _role_based_group(spec: dict[str, Node], options: Options) -> list[Site]:
+class _Shared:
+    """An RBG document's roleTemplates, by name: each one group, wired once, whose
+    workers are those of every leader-worker role that refers to it."""
+
+    def __init__(self, spec: dict[str, Node]) -> None:
+        self.held = {
+            t.get("name"): (k, t) for k, t in enumerate(listed(spec.get("roleTemplates")))
+            if isinstance(t, dict)
+        }  # fmt: skip
+        self.groups: dict[str, Group] = {}
+        self.roles: dict[str, list[str]] = {}
+
+    def group(self, name: Node, role: Mapping[str, Node]) -> Group | None:
+        """The roleTemplate's group, its roles named; None where the document holds
+        no such template."""
+        if (found := self.groups.get(str(name))) is None and name in self.held:
+            k, entry = self.held[name]
+            sites = templates([(f"spec.roleTemplates[{k}].template", entry.get("template"))])
+            if not sites:
+                return None
+            found = self.groups[str(name)] = Group(_named(sites, role)[0])
+        if found is not None:
+            roles = self.roles.setdefault(str(name), [])
+            roles.append(str(role.get("name")))
+            found.lead.named = ("role " if len(roles) == 1 else "roles ") + ", ".join(roles)
+            if found.lead.role != _split(role.get("name")):
+                found.lead.role = None  # roles of two kinds share it: the engine's flags say
+        return found
+
+
+def role_based_group(
+    spec: dict[str, Node], doc: Mapping[str, Node], options: Options
+) -> list[Group]:
     """RBG's RoleBasedGroup v1alpha2: each role's standalonePattern or
     leaderWorkerPattern template, inline or a roleTemplates[] entry by templateRef
-    (wired once, for every role that refers to it); a leader-worker role's workers
-    get theirs in its workerTemplatePatch, merged over the leader's template."""
-    shared: dict[str, Site] = {}
-    by_name = {
-        t.get("name"): (k, t) for k, t in enumerate(listed(spec.get("roleTemplates")))
-        if isinstance(t, dict)
-    }  # fmt: skip
-    out: list[Site] = []
+    (wired once, for every role that refers to it; in the role's templateRef patch
+    where that sets the engine's command); a leader-worker role's workers get theirs
+    in its workerTemplatePatch, merged over the leader's template."""
+    shared, out = _Shared(spec), []
     for i, role in enumerate(listed(spec.get("roles"))):
         if not isinstance(role, dict):
             continue
         base = f"spec.roles[{i}]"
         custom = role.get("customComponentsPattern")
-        if isinstance(custom, dict):
-            for j, part in enumerate(listed(custom.get("components"))):
-                path = f"{base}.customComponentsPattern.components[{j}].template"
-                template = part.get("template") if isinstance(part, dict) else None
-                for site in _named(templates([(path, template)]), role):
-                    site.not_wired = CUSTOM
-                    out.append(site)
+        parts = listed(custom.get("components")) if isinstance(custom, dict) else []
+        for j, part in enumerate(parts):
+            path = f"{base}.customComponentsPattern.components[{j}].template"
+            template = part.get("template") if isinstance(part, dict) else None
+            for site in _named(templates([(path, template)]), role):
+                site.not_wired = CUSTOM
+                out.append(Group(site))
         for pattern in ("standalonePattern", "leaderWorkerPattern"):
-            held = role.get(pattern)
-            if not isinstance(held, dict):
-                continue
-            lead = _rbg_template(held, f"{base}.{pattern}", role, by_name, shared, out)
-            names = [c.get("name") for c, _ in engine_containers(lead, options)] if lead else []
-            ref = held.get("templateRef")
-            patches = [("templateRef.patch", ref.get("patch") if isinstance(ref, dict) else None)]
-            patches += [(k, held.get(k)) for k in ("leaderTemplatePatch", "workerTemplatePatch")]
-            for key, patch in patches:
-                _no_command(patch, f"{base}.{pattern}.{key}", names)
-            if lead is not None and names and pattern == "leaderWorkerPattern":
-                _rbg_workers(held, f"{base}.{pattern}", role, lead, names, out)
+            if isinstance(held := role.get(pattern), dict):
+                group = _rbg_pattern(held, f"{base}.{pattern}", role, shared, options)
+                out += [group] if group is not None and all(group is not g for g in out) else []
     return out
 
 
-def _rbg_template(
-    held: dict[str, Node],
-    where: str,
-    role: Mapping[str, Node],
-    by_name: Mapping[Node, tuple[int, dict[str, Node]]],
-    shared: dict[str, Site],
-    out: list[Site],
-) -> Site | None:
-    """A pattern's template: its own, or the roleTemplate its templateRef names (the
-    same Site for every role that refers to it)."""
+def _rbg_pattern(
+    held: dict[str, Node], where: str, role: Mapping[str, Node], shared: _Shared, options: Options
+) -> Group | None:
+    """One role's pattern, as a group: its own template's, the roleTemplate's it
+    refers to, or its templateRef patch's where that sets a container's command."""
     ref = held.get("templateRef")
     if not isinstance(ref, dict):
         found = _named(templates([(f"{where}.template", held.get("template"))]), role)
-        out += found
-        return found[0] if found else None
-    name = ref.get("name")
-    if name not in by_name:
-        return None
-    if str(name) not in shared:
-        k, entry = by_name[name]
-        found = _named(
-            templates([(f"spec.roleTemplates[{k}].template", entry.get("template"))]), role
+        group = Group(found[0]) if found else None
+    elif (group := shared.group(ref.get("name"), role)) is None:
+        named = Site(f"{where}.templateRef", {}, {}, named=f"role {role.get('name')}")
+        named.not_wired = f"templateRef names roleTemplate {ref.get('name')}, which this "
+        named.not_wired += "document does not hold: inject the document that holds both"
+        return Group(named)
+    else:
+        group = _patched(ref.get("patch"), f"{where}.templateRef.patch", role, group, options)
+    names = [c.get("name") for c, _ in engine_containers(group.lead, options)] if group else []
+    for key in ("leaderTemplatePatch", "workerTemplatePatch"):
+        _no_command(held.get(key), f"{where}.{key}", names, role)
+    if group is not None and names and where.endswith("leaderWorkerPattern"):
+        worker = _rbg_worker(held, where, group.lead, names)
+        group.workers += _following(group.lead, [worker], _rbg_address(role)).workers
+    return group
+
+
+def _patched(
+    patch: Node, where: str, role: Mapping[str, Node], group: Group, options: Options
+) -> Group:
+    """The role's own group where its templateRef patch sets a container's command or
+    args (its Pods run the patch's program, strategic merge replacing the lists): the
+    hook in the patch's container, the grace in the patch's spec. A patch that runs no
+    engine leaves the role alone, unless it replaces the wired template's engine."""
+    spec = patch.get("spec") if isinstance(patch, dict) else None
+    ran = [
+        c for c in listed(spec.get("containers") if isinstance(spec, dict) else None)
+        if isinstance(c, dict) and ("command" in c or "args" in c)
+    ]  # fmt: skip
+    if not ran or not isinstance(spec, dict):
+        return group
+    grace = group.lead.spec.get("terminationGracePeriodSeconds")
+    site = _named([Site(f"{where}.spec", spec, {})], role)[0]
+    site.default_grace = float(grace) if isinstance(grace, int) else DEFAULT_GRACE
+    engines = [c.get("name") for c, _ in engine_containers(group.lead, options)]
+    if not engine_containers(site, options) and (
+        replaced := [c for c in ran if c.get("name") in engines]
+    ):
+        program = ", ".join(runs(replaced[0])[1]) or "a program inject cannot read"
+        raise Refused(
+            f"role {role.get('name')}: {where} runs {program} in container "
+            f"{replaced[0].get('name')}, whose template's engine inject wires: that hook "
+            "would hold this role's Pods; give the role a template of its own"
         )
-        if not found:
-            return None
-        shared[str(name)] = found[0]
-        out.append(found[0])
-    site = shared[str(name)]
-    if site.role != _split(role.get("name")):
-        site.role = None  # roles of two kinds share it: the engine's flags say
-    return site
+    return Group(site)
 
 
-def _rbg_workers(
-    held: dict[str, Node],
-    where: str,
-    role: Mapping[str, Node],
-    lead: Site,
-    names: list[Node],
-    out: list[Site],
-) -> None:
-    """The workers of a leader-worker role: the engine containers of the leader's
-    template, by name, in workerTemplatePatch (a strategic merge patch: the worker's
-    preStop and env replace or join the leader's)."""
+def _rbg_address(role: Mapping[str, Node]) -> str:
+    """The variable a role's workers hold their leader's address in."""
+    annotations = role.get("annotations")
+    on_lws = isinstance(annotations, Mapping) and annotations.get(RBG_WORKLOAD) == RBG_ON_LWS
+    return LWS_LEADER if on_lws else RBG_LEADER
+
+
+def _rbg_worker(held: dict[str, Node], where: str, lead: Site, names: list[Node]) -> Site:
+    """A leader-worker role's workers: the engine containers of the leader's template,
+    by name, in workerTemplatePatch (a strategic merge patch: the worker's preStop and
+    env replace or join the leader's)."""
     patch = held.setdefault("workerTemplatePatch", {})
     if not isinstance(patch, dict):
         raise Refused(f"{where}.workerTemplatePatch is not a mapping")
@@ -235,9 +231,7 @@ def _rbg_workers(
         if not any(isinstance(c, dict) and c.get("name") == name for c in containers):
             containers.append({"name": name})
     grace = lead.spec.get("terminationGracePeriodSeconds")
-    annotations = role.get("annotations")
-    on_lws = isinstance(annotations, Mapping) and annotations.get(RBG_WORKLOAD) == RBG_ON_LWS
-    worker = Site(
+    return Site(
         f"{where}.workerTemplatePatch.spec",
         spec,
         {},
@@ -245,25 +239,17 @@ def _rbg_workers(
         default_grace=float(grace) if isinstance(grace, int) else DEFAULT_GRACE,
         main=str(names[0]),
     )
-    _follow(lead, [worker], "LWS_LEADER_ADDRESS" if on_lws else RBG_LEADER)
-    out.append(worker)
 
 
-def _no_command(patch: Node, where: str, engines: list[Node]) -> None:
-    """A patch that sets an engine container's command or args: the engine its Pods
-    run is then the patch's, which inject does not merge: refused, with the fix."""
+def _no_command(patch: Node, where: str, engines: list[Node], role: Mapping[str, Node]) -> None:
+    """A leader's or workers' patch that sets an engine container's command or args:
+    the engine its Pods run is then the patch's, which inject does not merge: refused,
+    naming the role, with the fix."""
     spec = patch.get("spec") if isinstance(patch, dict) else None
     for c in listed(spec.get("containers") if isinstance(spec, dict) else None):
         if isinstance(c, dict) and c.get("name") in engines and ("command" in c or "args" in c):
             raise Refused(
-                f"{where} sets container {c.get('name')}'s command: the engine its Pods run "
-                "is the patch's, which inject does not merge; put the command in the "
-                "template, or add the hook by hand"
+                f"role {role.get('name')}: {where} sets container {c.get('name')}'s command: "
+                "the engine its Pods run is the patch's, which inject does not merge; put "
+                "the command in the template, or add the hook by hand"
             )
-
-
-BUILDERS = {
-    ("orchestration.aibrix.ai", "StormService"): _storm_service,
-    ("workload.serving.volcano.sh", "ModelServing"): _model_serving,
-    ("workloads.x-k8s.io", "RoleBasedGroup"): _role_based_group,
-}

@@ -2,271 +2,23 @@
 a text transform: YAML documents in, every document out, in order, each engine
 container given the preStop `plan` would write and the engine flags its advice
 names; a document it cannot wire is written unchanged, with why on stderr.
-Where it wires: drainhook.inject.pods; the engine's argv: drainhook.inject.argv.
+Which kinds: drainhook.inject.kinds; one group's wiring: drainhook.inject.wire.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import click
-
 from drainhook import exits
-from drainhook.engines.gauges import EngineChoice, default_port
-from drainhook.errors import DrainhookError
-from drainhook.hook.config import DEFAULT_SETTLE
 from drainhook.inject import manifests, splice
-from drainhook.inject.argv import (
-    Argv,
-    Hook,
-    api_servers,
-    argv_of,
-    caveats,
-    engine_host,
-    engine_port,
-    numeric,
-    parse_hook,
-    prestop_of,
-    role_of,
-    serves_tls,
-)
-from drainhook.inject.manifests import Document, Node, insert_before
-from drainhook.inject.operators import ALWAYS, operator_sites, route
-from drainhook.inject.pods import (
-    DRAIN_WINDOW,
-    KSERVE_MAIN,
-    WORKER_MARGIN,
-    Level,
-    Message,
-    Options,
-    Refused,
-    Site,
-    Wired,
-    commands,
-    engine_containers,
-    engine_image,
-    flags_of,
-    image_version,
-    known_kind,
-    listed,
-    names_engine,
-    pod_specs,
-    ray_worker,
-    recognise,
-    runs,
-    sites,
-    templated,
-    upstream_image,
-    version_in,
-)
-from drainhook.inject.via import bring_binary, named_list
-from drainhook.numfmt import number
-from drainhook.planning.plan import (
-    LOG_FILE,
-    TIMELINE,
-    Applied,
-    EngineFlag,
-    Role,
-    apply_advice,
-    engine_flags,
-    make_plan,
-    prestop_command,
-    wait_config,
-)
-
-Say = typing.Callable[[Level, str], None]  # one line on stderr about the document
-
-
-@dataclass
-class Wiring:
-    """What inject does to one engine container, decided before anything is written."""
-
-    container: dict[str, Node]
-    engine: EngineChoice
-    hook: Hook
-    argv: Argv | None
-    role: Role
-    port: int | None  # the engine's --port, when it is not the engine's default
-    prestop: str  # what was there: none, drainhook, sleep
-    slept: Node = None
-    worker: bool = False  # a LeaderWorkerSet worker's: it waits on its leader
-    api_servers: int | None = None  # vLLM's API-server processes, from its flags
-    https: bool = False  # the engine serves TLS: the hook reads it as its clients do
-    host: str | None = None  # `$(VAR)`: the engine listens on the Pod's IP alone
-
-
-# vLLM's entry points that serve no /metrics: a hook could never read them.
-UNREADABLE = {
-    "vllm.entrypoints.grpc_server": "gRPC server (vllm.entrypoints.grpc_server) serves no HTTP "
-    "/metrics: no hook can read it",
-    "vllm.entrypoints.api_server": "demo server (vllm.entrypoints.api_server) serves /health and "
-    "/generate only, no /metrics: the hook would hold every drain to its deadline",
-}
-
-
-def _decide(
-    site: Site, container: dict[str, Node], engine: EngineChoice, params: Sequence[click.Parameter]
-) -> Wiring:
-    name = container.get("name")
-    kind, what = prestop_of(container)
-    if kind == "other":
-        raise Refused(
-            f"container {name}: its preStop runs {what}: inject replaces only a sleep or "
-            "its own hook"
-        )
-    hook = Hook({}, [])
-    if kind == "drainhook" and isinstance(what, list):
-        hook = parse_hook(what, f"container {name}", params)
-    if kind == "sleep" and numeric(str(what)) and float(str(what)) > DEFAULT_SETTLE:
-        # A sleep longer than the default settle is a measured propagation time (a
-        # load balancer's): it stays, as the settle (CONTRACT §4).
-        hook.timeline["settle"] = float(str(what))
-    said = [w for c in commands(container) for w in c]
-    for module, why in UNREADABLE.items():
-        if module in said:
-            raise Refused(f"container {name}: vLLM's {why}; run `vllm serve`, then inject")
-    if engine == "vllm" and "--disable-log-stats" in said:
-        raise Refused(
-            f"container {name}: vLLM started with --disable-log-stats serves no scheduler "
-            "gauges: the hook would hold every Pod to its deadline; remove the flag, then inject"
-        )
-    argv = argv_of(container)
-    port, _ = engine_port(argv, container)
-    port = port if port is not None and port != default_port(engine) else None
-    return Wiring(
-        container,
-        engine,
-        hook,
-        argv,
-        role_of(site, argv),
-        port,
-        kind,
-        what if kind == "sleep" else None,
-        api_servers=api_servers(engine, argv),
-        https=serves_tls(container, argv),
-        host=None if site.leader is not None else engine_host(argv, container),
-    )
-
-
-def _config_for(w: Wiring, grace: float, binary: str) -> Applied:
-    values = {k: v for k, v in w.hook.timeline.items() if k in TIMELINE}
-    values["grace"] = grace
-    # A worker's hook reads its leader's engine and recognises it (`auto`): the
-    # engine's own advice (its flags) is the leader's to follow.
-    values["engine"] = w.hook.timeline.get("engine", "auto") if w.worker else w.engine
-    try:
-        config = wait_config(**values)
-        return apply_advice(make_plan(config, w.role, binary, api_servers=w.api_servers))
-    except DrainhookError as exc:
-        raise Refused(f"container {w.container.get('name')}: its hook's values: {exc}") from None
-
-
-def _command(w: Wiring, applied: Applied, binary: str, worker: bool) -> list[str]:
-    """The new preStop: plan's own rendering of the timeline, then the hook's other
-    flags as they were, the engine's port, a worker's --exit-zero, and --log-file."""
-    args = list(prestop_command(applied.plan.config, binary))
-    given = {flag[0].partition("=")[0] for flag in w.hook.others}
-    for flag in w.hook.others:
-        args += flag
-    if w.port is not None and not given & {"--port", "--url", "--annotations"}:
-        args += ["--port", str(w.port)]
-    if w.https and not given & {"--scheme", "--url", "--annotations"}:
-        args += ["--scheme", "https"]  # a loopback listener: read without verification
-    if worker and "--exit-zero" not in given:
-        args.append("--exit-zero")
-    if "--log-file" not in given:
-        args += ["--log-file", LOG_FILE]
-    return args
-
-
-def _set_prestop(container: dict[str, Node], command: Sequence[str]) -> None:
-    """The preStop set to the command: an exec hook's command replaced in place (its
-    other keys go), anything else (the kubelet's sleep) replaced whole."""
-    lifecycle = container.get("lifecycle")
-    if not isinstance(lifecycle, dict):
-        lifecycle = {}
-        insert_before(container, "lifecycle", lifecycle, ("resources", "volumeMounts"))
-    prestop = lifecycle.get("preStop")
-    if isinstance(prestop, dict) and isinstance(prestop.get("exec"), dict):
-        for key in [k for k in prestop if k != "exec"]:
-            del prestop[key]
-        prestop["exec"]["command"] = list(command)
-    else:
-        lifecycle["preStop"] = {"exec": {"command": list(command)}}
-
-
-def _engine_flag_edit(w: Wiring, flag: EngineFlag) -> str | None:
-    """What flag needs of this engine's command line (CONTRACT §4): `add` (absent, and
-    the hook reads the engine or its server's count through it), `advise` (absent,
-    other advice: named, never written), `keep` (a value the user wrote that the
-    advice would change: named, never rewritten), or None (already so)."""
-    have = w.argv.value(flag.flag) if w.argv is not None else None
-    if have is None:
-        return ("add" if flag.reads else "advise") if flag.add else None
-    if flag.value is None or not isinstance(have, str) or have == flag.value:
-        return None
-    under = flag.ceiling and numeric(have) and float(have) <= float(flag.value)
-    return None if under else "keep"
-
-
-def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None) -> None:
-    """The engine flags the hook reads through, added where the engine's version is
-    known to take them (CONTRACT §4: a flag an older engine rejects crash-loops the
-    Pod): `given` (--engine-version), else the image's tag. Other advice, and a value
-    the user wrote, are named on stderr with plan's advice, never written."""
-    name = w.container.get("name")
-    version = version_in(given) if given is not None else image_version(w.container, w.engine)
-    for flag in engine_flags(applied.plan):
-        edit = _engine_flag_edit(w, flag)
-        if edit == "keep":
-            have = w.argv.value(flag.flag) if w.argv is not None else None
-            say(
-                "warning",
-                f"container {name}: {flag.flag} {have} kept as written; plan advises "
-                f"{flag.flag} {flag.value} ({flag.why})",
-            )
-            continue
-        if edit == "advise":
-            say("warning", f"container {name}: plan advises {' '.join(flag.args)} ({flag.why})")
-            continue
-        if edit is None:
-            continue
-        if flag.since is not None and version is None:
-            say(
-                "warning",
-                f"container {name}: {' '.join(flag.args)} not written ({flag.why}): "
-                f"the image's tag names no {w.engine} version; add it yourself if it is "
-                f"{w.engine} {flag.since} or newer, or give --engine-version",
-            )
-            continue
-        if flag.since is not None and version is not None:
-            since = tuple(int(x) for x in flag.since.split("."))
-            if version < since:
-                say(
-                    "warning",
-                    f"container {name}: {flag.flag} not written: the image's "
-                    f"{w.engine} {version[0]}.{version[1]} is older than {flag.since}",
-                )
-                continue
-        wanted = " ".join(flag.args)
-        if w.argv is None or w.argv.index is not None:
-            where = (
-                f"its engine starts in a shell script, which inject does not edit: write "
-                f"`{wanted}` on the engine's command there"
-                if w.argv
-                else f"it has no command or args here: give the engine `{wanted}`"
-            )
-            message = f"container {name}: needs {wanted} ({flag.why}); {where}"
-            if flag.needed:
-                raise Refused(message)
-            say("warning", message)
-            continue
-        w.argv.seq.extend(flag.args)
-        say("changed", f"container {name}: added {wanted} ({flag.why})")
+from drainhook.inject.kinds import groups, unwired, wired_kind
+from drainhook.inject.manifests import Document, Node, templated
+from drainhook.inject.options import Level, Message, Options, Refused
+from drainhook.inject.wire import wire_group
+from drainhook.inject.workloads import engine_containers
 
 
 @dataclass
@@ -306,7 +58,7 @@ def inject_document(doc: Document, options: Options) -> Outcome:
     for i, unit in units:  # a List's items (what kubectl get -o yaml prints) one by one
         where = _described(f"{doc.where}[{i}]" if i >= 0 else doc.where, unit)
         if i in held:
-            ours = isinstance(unit, Mapping) and known_kind(unit)  # else named, not read
+            ours = wired_kind(unit)  # else named, not read
             text = "YAML aliases to a mapping or a list: inject does not expand them"
             messages.append(Message(where, "refused" if ours else "skipped", text))
             refused = refused or ours
@@ -334,227 +86,32 @@ def _wired(where: str, data: Node, options: Options) -> tuple[Node, list[Message
 
     work = copy.deepcopy(data)
     try:
-        found = operator_sites(work, options) if isinstance(work, Mapping) else None
-        found = sites(work, options) if found is None else found
-        wiring = [(site, engine_containers(site, options)) for site in found]
-        if any(chosen for _, chosen in wiring):  # an operator's router, gateway: named
-            for site, chosen in wiring:
-                if not chosen and site.named:
+        found = groups(work, options)
+        sites = [s for g in found for s in (g.lead, *g.workers)]
+        if any(engine_containers(s, options) for s in sites):
+            _unrendered(data)
+            for site in sites:  # an operator's router, gateway: named
+                if site.named and site.spec and not engine_containers(site, options):
                     text = f"{site.named} holds no engine container (a router, a gateway)"
                     say("skipped", f"{site.path}: {text}: left as it is")
-        if any(chosen for _, chosen in wiring) and (held := list(templated(data))):
-            shown = "; ".join(held[:3]) + ("; ..." if len(held) > 3 else "")
-            raise Refused(
-                f"unrendered: template expressions ({shown}); run inject on what the "
-                "template renders (helm template, kustomize build, envsubst)"
-            )
-        injected = []
-        for site in found:
-            injected += [f"{site.path}: {n}" for n in _wire_site(site, options, say)]
+        injected = [n for g in found for n in wire_group(g, options, say)]
     except Refused as exc:
         return None, [Message(where, "refused", str(exc))], True
-    if not found and isinstance(data, Mapping) and (routed := route(data)) is not None:
-        held = list(pod_specs(data)) or list(names_engine(data))
-        if held or (data.get("apiVersion", "").split("/")[0], data.get("kind")) in ALWAYS:
-            at = f" (an engine at {', '.join(held[:3])})" if held else ""
-            text = f"{data.get('kind')}: not wired{at}: {routed}"
-            return None, [Message(where, "skipped", text)], False
-    if not found and isinstance(data, Mapping) and not known_kind(data):
-        made = (
-            "its controller's own Pod template, or the workload that runs it"
-            if "kind" in data
-            else "the chart's values or templates (or inject what `helm template` renders)"
-        )
-        text = ""
-        if held := list(pod_specs(data)):
-            text = f"containers at {', '.join(held)} not wired: inject does not know this kind "
-            text += "(wire the workload it renders, or add the hook by hand)"
-        elif named := list(names_engine(data)):
-            text = f"names an engine at {', '.join(named[:3])} but holds no pod spec inject can "
-            text += f"wire: wire the hook in {made}"
-        if text:
-            line = Message(where, "skipped", f"{data.get('kind', 'no kind')}: {text}")
-            return None, [line], False
+    if not found and isinstance(data, Mapping) and (line := unwired(data)) is not None:
+        return None, [Message(where, "skipped", line)], False
     if not injected or work == data:
         return None, messages, False
     return work, [Message(where, "injected", "; ".join(injected)), *messages], False
 
 
-def _wire_site(site: Site, options: Options, say: Say) -> list[str]:
-    """Wire every engine container of one pod spec; the names of those wired. Every
-    message names the pod spec, a refusal too, and a container of an engine's image
-    that runs something else."""
-
-    def here(level: Level, text: str) -> None:
-        say(level, f"{site.path}: {text}")
-
-    if site.not_wired is not None:
-        if engine_containers(site, options):
-            here("skipped", site.not_wired)
-        return []
-    for c in listed(site.spec.get("containers")) if options.container is None else []:
-        if not isinstance(c, Mapping) or ray_worker(site, c):
-            continue  # a Ray worker of its leader's vLLM is that engine's
-        if recognise(c) is None and (plainly := flags_of(c)) is not None:
-            here(
-                "skipped",
-                f"container {c.get('name')}: its args are {plainly}'s own flags on an image "
-                f"named after no engine: wire it with --container {c.get('name')} --engine "
-                f"{plainly}",
-            )
-        if (instead := runs(c)[1]) and engine_image(c):
-            here(
-                "skipped",
-                f"container {c.get('name')} runs {', '.join(instead)}, not an engine: left as "
-                "it is (if it starts one, name it: --container NAME --engine E)",
-            )
-    try:
-        return _wire(site, options, here)
-    except Refused as exc:
-        text = str(exc)
-        raise Refused(text if text.startswith(site.path) else f"{site.path}: {text}") from None
-
-
-def _wire(site: Site, options: Options, say: Say) -> list[str]:
-    chosen = engine_containers(site, options)
-    if not chosen:
-        return []
-    if site.spec.get("hostNetwork") is True:
+def _unrendered(data: Node) -> None:
+    """A workload to wire that holds template expressions is refused (CONTRACT §4)."""
+    if held := list(templated(data)):
+        shown = "; ".join(held[:3]) + ("; ..." if len(held) > 3 else "")
         raise Refused(
-            "hostNetwork: the Pod's loopback is the node's, where the hook "
-            "would read another Pod's engine"
+            f"unrendered: template expressions ({shown}); run inject on what the "
+            "template renders (helm template, kustomize build, envsubst)"
         )
-    wirings = [_decide(site, c, engine, options.wait_params) for c, engine in chosen]
-    lead = site.leader.wired if site.leader is not None else None
-    worker = lead is not None
-    if lead is not None:  # a worker's hook reads its leader's engine
-        for w in wirings:
-            w.engine, w.port, w.https, w.worker = lead.engine, lead.port, lead.https, True
-            w.api_servers = None  # the leader's API servers, not its own
-    raw = site.spec.get("terminationGracePeriodSeconds")
-    if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int)):
-        # A string, a bool or a fraction is no integer the API takes: not overwritten.
-        raise Refused(
-            f"terminationGracePeriodSeconds is {str(raw)[:20]!r}, not a whole number of "
-            "seconds: write the one you mean"
-        )
-    # A preStop that fails at once is worse than the sleep it replaces (CONTRACT §4).
-    unheld = options.via == "image" and not options.binary_given
-    for up in filter(None, (upstream_image(w.container) for w in wirings if unheld)):
-        raise Refused(NOT_IN_UPSTREAM.format(up))
-    given = site.default_grace if raw is None else float(raw)
-    grace, why = _grace_floor(wirings, given, lead)
-    # One grace for the Pod, the largest any advice asks for; a hook that asked for
-    # less is planned again with it and its advised R (its floors are then met).
-    first = [_config_for(w, grace, options.hook_binary) for w in wirings]
-    grace = max([grace, *(a.plan.config.grace for a in first)])
-    if any(a.plan.config.grace == grace != given for a in first) and not why:
-        why = "; ".join(ch.because[-1] for a in first for ch in a.changes if ch.field == "grace")
-    final = []
-    for w, a in zip(wirings, first, strict=True):
-        if a.plan.config.grace != grace:
-            w.hook.timeline["exit_reserve"] = a.plan.config.exit_reserve
-            a = _config_for(w, grace, options.hook_binary)
-        final.append(a)
-    _write_grace(site, grace, given, why, say)
-    names = []
-    for w, early, applied in zip(wirings, first, final, strict=True):
-        name = w.container.get("name")
-        _say_changes(w, early, applied, say)
-        if not worker:
-            for text in caveats(w.container, w.engine, w.argv, site.leads):
-                say("warning", f"container {name}: {text}")
-            _apply_engine_flags(w, applied, say, options.engine_version)
-            if w.host is not None:  # after the variable it names: Kubernetes expands it
-                _hook_env(w.container, "DRAINHOOK_HOST", w.host, say)
-        else:
-            _hook_env(w.container, "DRAINHOOK_HOST", f"$({site.leader_address})", say)
-            _hook_env(w.container, "DRAINHOOK_ALLOW_REMOTE", "1", say)
-        _set_prestop(w.container, _command(w, applied, options.hook_binary, worker))
-        bring_binary(site.spec, w.container, options)
-        names.append(str(name))
-    site.wired = Wired(grace, wirings[0].engine, wirings[0].port, wirings[0].https)
-    return names
-
-
-# A preStop whose binary the image does not hold fails at once, and the kubelet then
-# sends SIGTERM at once: worse than the sleep it replaced (CONTRACT §4).
-def _hook_env(container: dict[str, Node], name: str, value: str, say: Say) -> None:
-    """The hook's variable; one the container sets is the user's: kept, and named."""
-    env = named_list(container, "env", ("lifecycle", "resources"))
-    theirs = [e for e in env if isinstance(e, Mapping) and e.get("name") == name]
-    if not theirs:
-        env.append({"name": name, "value": value})
-    elif theirs[0] != {"name": name, "value": value}:
-        why = f"{name} kept as the container sets it, not {value}: the hook reads the one kept"
-        say("warning", f"container {container.get('name')}: {why}")
-
-
-NOT_IN_UPSTREAM = (
-    "--via image, but {} is an engine's own image, which holds no drainhook: its preStop "
-    "would fail at once, SIGTERM at once; use --via image-volume --image REF (Kubernetes "
-    ">= 1.35) or --via init --image REF, or an image FROM it that holds it at --binary PATH"
-)
-
-
-def _write_grace(site: Site, grace: float, given: float, why: str, say: Say) -> None:
-    """terminationGracePeriodSeconds set to the one grace of the Pod, and said."""
-    if "terminationGracePeriodSeconds" not in site.spec:
-        left = "KServe's preset" if site.main == KSERVE_MAIN else "Kubernetes' default"
-        say(
-            "changed",
-            f"terminationGracePeriodSeconds written: {number(grace)} "
-            f"({why or left + ', written so that --grace visibly equals it'})",
-        )
-    elif grace != given:
-        say("changed", f"terminationGracePeriodSeconds {number(given)} -> {number(grace)} ({why})")
-    insert_before(site.spec, "terminationGracePeriodSeconds", int(grace), list(site.spec)[:1])
-
-
-def _say_changes(w: Wiring, early: Applied, applied: Applied, say: Say) -> None:
-    """The lines of one container's wiring: the advice's changes and warnings, the
-    sleep it replaced."""
-    name = w.container.get("name")
-    for ch in early.changes:
-        if ch.field != "grace":
-            say("changed", f"container {name}: {ch.text()}")
-    for warning in applied.plan.warnings:
-        if warning.code != "vllm-shutdown-timeout":  # inject follows that advice itself
-            say("warning", f"container {name}: {warning.code}: {warning.message}")
-    if w.prestop == "sleep":
-        kept = w.hook.timeline.get("settle")
-        say(
-            "replaced",
-            f"container {name}: preStop sleep {w.slept} (a blind wait) "
-            "by drainhook wait"
-            + (
-                f", its {number(kept)}s kept as the settle (a router's measured propagation)"
-                if kept
-                else ""
-            ),
-        )
-
-
-def _grace_floor(wirings: Sequence[Wiring], grace: float, lead: Wired | None) -> tuple[float, str]:
-    """G, raised where the Pod needs more, and why: a sleep kept as the settle leaves
-    the default timeline's time to drain after it (and R after that); a LeaderWorkerSet
-    worker's deadline falls after its leader's kill."""
-    why = ""
-    for w in wirings:
-        reserve = float(w.hook.timeline.get("exit_reserve", wait_config().exit_reserve))
-        floors = []
-        if w.prestop == "sleep" and (settle := w.hook.timeline.get("settle")) is not None:
-            because = f"the replaced sleep's {number(settle)}s kept as the settle, then "
-            because += f"{number(DRAIN_WINDOW)}s to drain and the exit reserve"
-            floors.append((settle + DRAIN_WINDOW + reserve, because))
-        if lead is not None:
-            because = f"a worker's deadline falls {number(WORKER_MARGIN)}s after its leader's "
-            because += "kill: the leader's grace + that + the worker's --exit-reserve"
-            floors.append((lead.grace + WORKER_MARGIN + reserve, because))
-        for floor, because in floors:
-            if grace < floor:
-                grace, why = floor, because
-    return grace, why
 
 
 @dataclass(frozen=True)

@@ -260,12 +260,7 @@ class Splice:
         start, end = node.start_mark.index, self._end(node, key)
         flow = isinstance(node, yaml.ScalarNode) or getattr(node, "flow_style", False)
         inline = not _block(new) or (flow and not any(_block(v) for v in _inner(new)))
-        if inline and isinstance(node, yaml.ScalarNode) and node.style == "'":
-            text = "'" + str(new).replace("'", "''") + "'" if isinstance(new, str) else _flow(new)
-        elif inline:
-            items = node.value if isinstance(node, yaml.SequenceNode) else [node]
-            quoted = bool(items) and all(getattr(i, "style", None) == '"' for i in items)
-            text = _flow(new, quoted)
+        text = _one_line(node, new) if inline else ""
         if key is not None and (not inline or not flow or not str(node.value)):
             # After the key's colon: on its line, or the block below it.
             col = key.start_mark.column
@@ -280,6 +275,14 @@ class Splice:
                 start, text = len(self.body[:start].rstrip(" \t")), "\n" + text
         kept = "".join("\n" + ln for ln in self._comments(start, end))
         self.edits.append((start, end, text + kept))
+
+
+def _one_line(node: yaml.Node, new: Node) -> str:
+    """A value written on one line, quoted as the node it replaces was."""
+    if isinstance(node, yaml.ScalarNode) and node.style == "'":
+        return "'" + str(new).replace("'", "''") + "'" if isinstance(new, str) else _flow(new)
+    items = node.value if isinstance(node, yaml.SequenceNode) else [node]
+    return _flow(new, bool(items) and all(getattr(i, "style", None) == '"' for i in items))
 
 
 def _inner(value: Node) -> list[Node]:

@@ -8,7 +8,7 @@ import typing
 from collections.abc import Mapping, Sequence
 
 from drainhook.inject.manifests import Node, insert_before
-from drainhook.inject.pods import (
+from drainhook.inject.options import (
     IMAGE_BUILD_DIR,
     IMAGE_LAUNCHER,
     INIT_MOUNT,
