@@ -117,6 +117,24 @@ def test_command_reference_covers_every_command() -> None:
     assert "](docs/reference.md)" in README.read_text()
 
 
+def test_the_kinds_table_drives_inject_help_and_docs() -> None:
+    """inject's one table of kinds makes docs/inject.md's table and `inject --help`'s
+    list: every row there, and nothing else."""
+    from click.testing import CliRunner
+
+    from drainhook.inject.kinds import KINDS, table
+
+    text = (ROOT / "docs" / "inject.md").read_text()
+    block = text.split("<!-- kinds: ")[1].split("-->\n", 1)[1].split("<!-- /kinds -->")[0]
+    assert block == table()
+    assert len(re.findall(r"^\| ", block, re.M)) == len(KINDS) + 1  # the header's and each row
+    shown = " ".join(CliRunner().invoke(cli, ["inject", "--help"]).output.split())
+    for kind in KINDS:
+        assert kind.name in shown and kind.name in block
+    wired = shown.split("Kinds it wires: ")[1].split(", and a List of them")[0].split(", ")
+    assert wired == [k.name for k in KINDS if k.build is not None and k.refuse is None]
+
+
 def test_every_plan_warning_is_documented() -> None:
     seen: set[str] = set()
     for role, flags in (

@@ -1453,6 +1453,7 @@ def test_yaml_aliases_are_walked_once_never_expanded() -> None:
     refused = said(("w.yaml", workload))
     assert (refused.code, levels(refused)) == (1, ["refused"])
     assert refused.stdout == workload
+    assert "`kubectl kustomize DIR`" in refused.lines[0]  # the route that expands them
     # The bomb as a key (a flow list where a key goes): never written out as text.
     keyed = ALIASES + "? *i\n: v\napiVersion: apps/v1\nkind: Deployment\n"
     named = said(("k.yaml", keyed))
@@ -1920,3 +1921,79 @@ def test_every_prestop_inject_writes_parses_with_waits_own_parser(via: Options) 
                 assert name == "wait" and params["grace"] > 0, (path, words)
                 written += 1
     assert written >= 20  # the walk found the hooks it judges
+
+
+def test_a_program_is_its_basename_and_a_cache_server_is_no_engine() -> None:
+    """`/opt/venv/bin/vllm serve` is vLLM on any image; LMCache's server on an image
+    named after vLLM is not wired (named, left as it is), by its basename."""
+    engine = (
+        "        - name: engine\n          image: registry.example/base:1\n"
+        "          command: [/opt/venv/bin/vllm, serve, m, --port, '8100']\n"
+        "        - name: cache\n          image: lmcache/vllm-openai:v0.3.9\n"
+        "          command: [/opt/venv/bin/lmcache_server, 0.0.0.0, '65432']\n"
+    )
+    (doc,), result = run(("d.yaml", _deployment(engine)))
+    found = containers(doc["spec"]["template"]["spec"])
+    assert prestop(found["engine"])[:2] == [BINARY, "wait"]
+    assert "--engine" in prestop(found["engine"]) and "vllm" in prestop(found["engine"])
+    assert "lifecycle" not in found["cache"]
+    (skipped,) = [ln for ln in result.lines if ": skipped: " in ln]
+    assert "container cache runs lmcache_server, not an engine" in skipped
+
+
+def test_a_vllm_worker_in_a_pd_resource_that_also_runs_sglang_gets_vllms_advice() -> None:
+    """Kthena P/D: a vLLM prefill entry with workers beside an SGLang decode role. The
+    vLLM workers' hooks are planned as vLLM (no SGLang R 20, no G floor of 45)."""
+    role = (
+        "    - name: {name}\n      replicas: 1\n      workerReplicas: {workers}\n"
+        "      entryTemplate:\n        spec:\n          containers:\n"
+        "            - name: engine\n              image: {image}\n"
+        "              command: {command}\n{worker}"
+    )
+    worker = (
+        "      workerTemplate:\n        spec:\n          containers:\n"
+        "            - name: engine\n              image: vllm/vllm-openai:v0.18.0\n"
+        "              command: [vllm, serve, m, --headless, --kv-transfer-config,"
+        ' \'{"kv_role": "kv_producer"}\']\n'
+    )
+    vllm = '[vllm, serve, m, --kv-transfer-config, \'{"kv_role": "kv_producer"}\']'
+    sglang = "[python3, -m, sglang.launch_server, --disaggregation-mode, decode, --enable-metrics]"
+    text = (
+        "apiVersion: workload.serving.volcano.sh/v1alpha1\nkind: ModelServing\n"
+        "metadata:\n  name: pd\nspec:\n  replicas: 1\n  template:\n    roles:\n"
+        + role.format(name="prefill", workers=1, image="vllm/vllm-openai:v0.18.0",
+                      command=vllm, worker=worker)
+        + role.format(name="decode", workers=0, image="lmsysorg/sglang:v0.5.23",
+                      command=sglang, worker="")
+    )  # fmt: skip
+    result = inject_texts([("pd.yaml", text)], VIA_INIT)
+    assert result.code == 0, result.lines
+    (doc,) = yaml.safe_load_all(result.stdout)
+    prefill, decode = doc["spec"]["template"]["roles"]
+    lead = prefill["entryTemplate"]["spec"]
+    work = prefill["workerTemplate"]["spec"]
+    hook = parse_hook(prestop(work["containers"][0]))[1]
+    assert hook["exit_reserve"] < 20.0  # vLLM's, not sglang-pd-exit's 20
+    assert work["terminationGracePeriodSeconds"] == (
+        lead["terminationGracePeriodSeconds"] + 5 + hook["exit_reserve"]
+    )
+    assert not any("sglang" in ln for ln in result.lines if "workerTemplate" in ln)
+    sg = parse_hook(prestop(decode["entryTemplate"]["spec"]["containers"][0]))[1]
+    assert sg["exit_reserve"] == 20.0  # the SGLang role keeps its own
+
+
+def test_vllm_data_parallel_by_rank_across_pods_is_named() -> None:
+    """vLLM's external balancing, one rank a Pod (`--data-parallel-rank N` of
+    `--data-parallel-size M`): each Pod serves its own rank; wired, and the line says
+    the Pods must be drained together."""
+    engine = (
+        "        - name: vllm\n          image: vllm/vllm-openai:v0.18.0\n"
+        "          args: [m, --data-parallel-size, '4', --data-parallel-rank, '2']\n"
+    )
+    (doc,), result = run(("d.yaml", _deployment(engine)))
+    assert prestop(containers(doc["spec"]["template"]["spec"])["vllm"])[:2] == [BINARY, "wait"]
+    (line,) = [ln for ln in result.lines if "data-parallel" in ln and ": warning: " in ln]
+    assert "a vLLM data-parallel engine over Pods (rank 2 of 4)" in line
+    assert "each Pod's API server serves its own ranks" in line
+    alone = _deployment(VLLM + "          args: [m, --data-parallel-size, '4']\n")
+    assert not any("over Pods" in ln for ln in run(("a.yaml", alone))[1].lines)

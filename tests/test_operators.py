@@ -98,7 +98,9 @@ def test_the_crd_check_can_fail(bad: dict[str, typing.Any], where: str) -> None:
         crd.validate(doc)
 
 
-@pytest.mark.parametrize("name", [*(n for n in SOURCES if "/" not in n), "own-shapes.yaml"])
+@pytest.mark.parametrize(
+    "name", [*(n for n in SOURCES if "/" not in n), "own-shapes.yaml", "own-patches.yaml"]
+)
 def test_each_output_is_idempotent_and_keeps_every_line(name: str) -> None:
     """The second run changes nothing and says no `injected`; every input line (its
     comments, its quoting) is in the output, in order."""
@@ -196,7 +198,10 @@ def test_rbg_leader_worker_puts_the_workers_hook_in_their_patch(name: str) -> No
         assert env_of(worker)["DRAINHOOK_HOST"] == "$(RBG_LWP_LEADER_ADDRESS)"
         g = pattern["template"]["spec"]["terminationGracePeriodSeconds"]
         wg = pattern["workerTemplatePatch"]["spec"]["terminationGracePeriodSeconds"]
-        assert wg == g + 5 + 5 and hook_params(worker)["grace"] == wg
+        # A worker is planned as its leader's engine: SGLang's R 10 (sglang-exit), not
+        # the 5 an unknown engine gets.
+        assert hook_params(worker)["exit_reserve"] == 10.0
+        assert wg == g + 5 + 10 and hook_params(worker)["grace"] == wg
         assert hook_params(worker)["exit_zero"] is True
     assert pattern["workerTemplatePatch"]["metadata"] == {"labels": {"role": "worker"}}
 
@@ -341,3 +346,99 @@ def test_a_workers_own_hook_variable_is_kept_and_named(name: str) -> None:
     assert "mine.example" not in kept
     again = inject_texts([(path.name, result.stdout)], VIA_INIT)
     assert again.stdout == result.stdout  # injecting twice is injecting once
+
+
+def test_rbg_a_role_whose_template_ref_patch_runs_the_engine_is_wired_in_its_patch() -> None:
+    """The hook in the patch's container, the grace in the patch's spec, a leader-
+    worker role's workers in its workerTemplatePatch; the roles whose patch runs no
+    engine (a frontend, a store) and the shared template left as they are; a
+    templateRef to no roleTemplate named."""
+    (doc,), result = wired("own-patches.yaml")
+    source = yaml.safe_load((OPERATORS / "own-patches.yaml").read_text())
+    assert result.code == 0, result.lines
+    assert doc["spec"]["roleTemplates"] == source["spec"]["roleTemplates"]
+    roles = doc["spec"]["roles"]
+    for i in (0, 3, 4):  # the frontend's, the store's, the orphan's: as they came
+        assert roles[i] == source["spec"]["roles"][i]
+    prefill = roles[1]["standalonePattern"]["templateRef"]["patch"]["spec"]
+    assert prefill["terminationGracePeriodSeconds"] == 45  # SGLang prefill: R 20, G >= 45
+    assert hook_params(prefill["containers"][0])["exit_reserve"] == 20.0
+    decode = roles[2]["leaderWorkerPattern"]
+    lead = decode["templateRef"]["patch"]["spec"]
+    (worker,) = decode["workerTemplatePatch"]["spec"]["containers"]
+    assert hook_params(lead["containers"][0])["grace"] == lead["terminationGracePeriodSeconds"]
+    assert env_of(worker)["DRAINHOOK_HOST"] == "$(RBG_LWP_LEADER_ADDRESS)"
+    skipped = said(result, "skipped")
+    assert any("role frontend holds no engine container" in t for t in skipped)
+    assert any("role store holds no engine container" in t for t in skipped)
+    assert any("templateRef names roleTemplate missing" in t for t in skipped)
+
+
+def test_rbg_a_patch_that_runs_no_engine_over_a_wired_template_is_refused_by_role() -> None:
+    """Where another role wires the shared template, a role whose patch runs something
+    else would get that hook merged in: refused, naming that role, document unchanged."""
+    doc = yaml.safe_load((OPERATORS / "own-patches.yaml").read_text())
+    base = doc["spec"]["roleTemplates"][0]["template"]["spec"]["containers"][0]
+    base["command"] = ["python3", "-m", "sglang.launch_server", "--enable-metrics"]
+    doc["spec"]["roles"].append(
+        {"name": "plain", "replicas": 1, "standalonePattern": {"templateRef": {"name": "base"}}}
+    )
+    source = yaml.safe_dump(doc)
+    result = inject_texts([("p.yaml", source)], VIA_INIT)
+    assert (result.code, result.stdout) == (1, source)
+    (refused,) = said(result, "refused")
+    assert refused.startswith("role frontend: spec.roles[0].standalonePattern.templateRef.patch")
+    assert "runs python3 -m dynamo.frontend" in refused
+
+
+ROUTED = """\
+apiVersion: kaito.sh/v1alpha1
+kind: InferenceSet
+metadata: {name: phi}
+spec: {replicas: 2, template: {inference: {preset: {name: phi-4-mini}}}}
+---
+apiVersion: kaito.sh/v1alpha1
+kind: MultiRoleInference
+metadata: {name: pd}
+spec: {roles: [{type: prefill}, {type: decode}]}
+---
+apiVersion: nvidia.com/v1beta1
+kind: DynamoGraphDeployment
+metadata: {name: dgd}
+spec:
+  backendFramework: sglang
+  components:
+    - name: Frontend
+      type: frontend
+      podTemplate:
+        spec:
+          containers:
+            - {name: main, image: nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.0.0,
+               command: [python3, -m, dynamo.frontend]}
+    - name: Worker
+      type: worker
+      podTemplate:
+        spec:
+          containers:
+            - {name: main, image: nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.0.0,
+               command: [python3, -m, sglang.launch_server, --model-path, m]}
+"""
+
+
+def test_kaito_sets_and_dynamo_v1beta1_are_named_with_their_own_route() -> None:
+    """Named, never passed in silence, exit 0, written as they came; a v1beta1 graph
+    with v1beta1's field, and the component that runs SGLang's own server said."""
+    result = inject_texts([("r.yaml", ROUTED)], VIA_INIT)
+    assert (result.code, result.stdout) == (0, ROUTED)
+    lines = [m for ln in result.lines if (m := LINE.match(ln))]
+    assert [(m[1], m[3]) for m in lines] == [
+        ("InferenceSet", "skipped"), ("MultiRoleInference", "skipped"),
+        ("DynamoGraphDeployment", "skipped"),
+    ]  # fmt: skip
+    assert "an InferenceSet makes Workspaces" in lines[0][4]
+    assert "admission policy" in lines[1][4]
+    dynamo = lines[2][4]
+    assert "spec.components[].podTemplate.spec carries the hook" in dynamo
+    assert "extraPodSpec" not in dynamo
+    assert "spec.components[1].podTemplate.spec.containers[0] runs sglang's own server" in dynamo
+    assert "components[0]" not in dynamo.split("own server")[0].split(": ")[-1]

@@ -179,7 +179,20 @@ def install(directory: Path) -> int:
     return run_install(directory)
 
 
+class _Kinds(click.Command):
+    """inject's help, its kinds from inject's own table, loaded when the help is shown."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from drainhook.inject.kinds import listing
+
+        super().format_help_text(ctx, formatter)
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(listing())
+
+
 @click.command(
+    cls=_Kinds,
     short_help="Wire the hook into manifests: YAML in, YAML with the hook out.",
     epilog=examples(
         "drainhook inject --via image k8s/ > k8s.wired.yaml",
@@ -227,9 +240,8 @@ def inject(
 ) -> int:
     """Wire the hook into manifests: files, directories, `-` or nothing for stdin.
 
-    Writes every document to stdout, in order: each Deployment, StatefulSet,
-    DaemonSet, LeaderWorkerSet, KServe LLMInferenceService and raw-mode
-    InferenceService gets, in its engine containers, the preStop `wait` that
+    Writes every document to stdout, in order: the engine containers of each
+    workload of a kind it wires (below) get the preStop `wait` that
     `plan` advises (--grace equal to terminationGracePeriodSeconds, written where
     it was left to the default), --log-file /proc/1/fd/1, and the engine flags
     the hook reads through where they are absent; a value the user set is never

@@ -91,11 +91,12 @@ def starts(command: Sequence[str]) -> EngineName | None:
     return None
 
 
-# Words before a command's program (a prefix, an assignment, a compound's keyword), and
-# the directories of the image's own programs: a program elsewhere, or a `.sh`, is an
-# entry script of the user's, which may start the engine where inject cannot see it.
+# Words before a command's program (a prefix, an assignment, a compound's keyword).
 PREFIX = re.compile(r"exec|env|nohup|time|do|done|then|else|if|fi|while|until|[!{}]|\w+=.*")
-SYSTEM = ("/bin/", "/sbin/", "/usr/bin/", "/usr/sbin/", "/usr/local/bin/")
+# A program is its basename, wherever it lies (/opt/venv/bin/lmcache_server runs
+# lmcache_server, no engine); a script, or a program named as an entry point, may
+# start the engine where inject cannot see it.
+ENTRY = re.compile(r"(docker-)?entrypoint|start|run|launch|serve|boot|init|.*\.(sh|bash|py)")
 BUILTIN = re.compile(r"[.:]|source|cd|export|set|echo|true")
 PYTHON = re.compile(r"python[\d.]*")
 # Images whose entrypoint starts the engine (vLLM's: `vllm serve`): args are its flags.
@@ -112,8 +113,7 @@ def _program(command: Sequence[str]) -> str | None:
     base, after = rest[0].rsplit("/", 1)[-1], [*rest[1:3], "", ""]
     if PYTHON.fullmatch(base):
         return f"{base} -m {after[1]}" if after[0] == "-m" else ""
-    own = "/" in rest[0] and not rest[0].startswith(SYSTEM)
-    if own or base in SHELLS or re.search(r"\.(sh|bash|py)$", base):
+    if base in SHELLS or ENTRY.fullmatch(base):
         return ""
     return f"{base} {after[0]}" if base in BY_NAME else base
 

@@ -88,11 +88,12 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind(
         "RBG RoleBasedGroup v1alpha1", "workloads.x-k8s.io", "RoleBasedGroup",
-        "", route="inject wires RoleBasedGroup v1alpha2: write its v1alpha2 form (RBG "
+        "named: write its v1alpha2 form (RBG converts between them)",
+        route="inject wires RoleBasedGroup v1alpha2: write its v1alpha2 form (RBG "
         "converts between them) and inject that", version="v1alpha1",
     ),
     Kind(
-        "RBG RoleBasedGroup", "workloads.x-k8s.io", "RoleBasedGroup",
+        "RBG RoleBasedGroup v1alpha2", "workloads.x-k8s.io", "RoleBasedGroup",
         "each role's `standalonePattern` or `leaderWorkerPattern` template, or the "
         "`roleTemplates[]` entry its `templateRef` names (once), or that role's "
         "`templateRef.patch` where it sets the engine's command; a leader-worker role's "
@@ -101,31 +102,42 @@ KINDS: tuple[Kind, ...] = (
         operators.role_based_group,
     ),
     Kind(
-        "KubeAI Model", "kubeai.org", "Model", "",
+        "KubeAI Model", "kubeai.org", "Model",
+        "named: `modelServerPods.jsonPatches` in KubeAI's system configuration reaches "
+        "every model Pod",
         route="KubeAI makes every model Pod from its own configuration: add the hook "
         "with modelServerPods.jsonPatches in KubeAI's system configuration (its chart's "
         "values), which reaches every model Pod",
     ),
     Kind(
-        "Kthena ModelBooster", "workload.serving.volcano.sh", "ModelBooster", "",
+        "Kthena ModelBooster", "workload.serving.volcano.sh", "ModelBooster",
+        "named (every type): write the `ModelServing` it makes and inject that",
         route="a ModelBooster (every type, the disaggregated ones too) has no field for "
         "a container's lifecycle: write the ModelServing it makes and inject that",
         always=True,
     ),
     Kind(
-        "KAITO Workspace (preset)", "kaito.sh", "Workspace", "",
+        "KAITO Workspace (preset)", "kaito.sh", "Workspace",
+        "named: run the engine from `inference.template`, a pod template of your own",
         route="a preset Workspace's " + KAITO_OWN.format("the Workspace's"), preset="inference",
     ),
     Kind(
-        "KAITO InferenceSet", "kaito.sh", "InferenceSet", "",
-        route="an InferenceSet makes Workspaces: their " + KAITO_OWN.format("its template's"), always=True,
+        "KAITO InferenceSet", "kaito.sh", "InferenceSet",
+        "named: the Workspaces it makes run KAITO's Pods; a Workspace's "
+        "`inference.template`, or an admission policy on the Pods",
+        route="an InferenceSet makes Workspaces: their "
+        + KAITO_OWN.format("its template's"),
+        always=True,
     ),
     Kind(
-        "KAITO MultiRoleInference", "kaito.sh", "MultiRoleInference", "",
+        "KAITO MultiRoleInference", "kaito.sh", "MultiRoleInference",
+        "named: its roles' Pods are KAITO's; an admission policy on the Pods",
         route="a MultiRoleInference's " + KAITO_OWN.format("a Workspace's"), always=True,
     ),
     Kind(
-        "NVIDIA NIMService", "apps.nvidia.com", "NIMService", "",
+        "NVIDIA NIMService", "apps.nvidia.com", "NIMService",
+        "named (one node or several): no field for the hook or the grace; an admission "
+        "policy on the Pods it makes, or a Deployment of your own",
         route="a NIMService (one node or several) has no field for a container's "
         "lifecycle or the Pod's grace: add the hook to the Pods it makes with an "
         "admission policy (a MutatingAdmissionPolicy), or run NIM from a Deployment of "
@@ -133,11 +145,15 @@ KINDS: tuple[Kind, ...] = (
         always=True,
     ),
     Kind(
-        "Dynamo DynamoGraphDeployment v1alpha1", "nvidia.com", "DynamoGraphDeployment", "",
+        "Dynamo DynamoGraphDeployment v1alpha1", "nvidia.com", "DynamoGraphDeployment",
+        "named: its workers serve Dynamo's endpoints, not an engine's `/metrics`; where "
+        "one serves it, `services.<name>.extraPodSpec` carries the hook",
         route=DYNAMO_V1A1, always=True, version="v1alpha1",
     ),
     Kind(
-        "Dynamo DynamoGraphDeployment v1beta1", "nvidia.com", "DynamoGraphDeployment", "",
+        "Dynamo DynamoGraphDeployment v1beta1", "nvidia.com", "DynamoGraphDeployment",
+        "named, as v1alpha1, with v1beta1's field: `spec.components[].podTemplate`; a "
+        "component running vLLM's or SGLang's own server is said",
         route=DYNAMO_V1B1, always=True, version="v1beta1",
     ),
 )  # fmt: skip
@@ -220,11 +236,10 @@ def listing() -> str:
 
 def table() -> str:
     """docs/inject.md's table of kinds."""
-    rows = ["| kind | API group, kind | what inject does |", "|---|---|---|"]
+    rows = ["| kind | apiVersion, kind | what inject does |", "|---|---|---|"]
     for k in KINDS:
-        does = k.does if k.build is not None else f"named, not wired: {k.route}"
-        api = f"{k.group or 'core'}/{k.version + ' ' if k.version else ''}{k.kind}"
-        rows.append(f"| {k.name} | `{api}` | {does} |")
+        api = f"{k.group}/{k.version or '*'}".lstrip("/").replace("*", "v1", not k.group)
+        rows.append(f"| {k.name} | `{api}` `{k.kind}` | {k.does} |")
     return "\n".join(rows) + "\n"
 
 

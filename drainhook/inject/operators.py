@@ -107,6 +107,7 @@ class _Shared:
         }  # fmt: skip
         self.groups: dict[str, Group] = {}
         self.roles: dict[str, list[str]] = {}
+        self.away: list[tuple[Group, str]] = []  # a template, and a role whose patch runs none
 
     def group(self, name: Node, role: Mapping[str, Node]) -> Group | None:
         """The roleTemplate's group, its roles named; None where the document holds
@@ -151,6 +152,9 @@ def role_based_group(
             if isinstance(held := role.get(pattern), dict):
                 group = _rbg_pattern(held, f"{base}.{pattern}", role, shared, options)
                 out += [group] if group is not None and all(group is not g for g in out) else []
+    for template, why in shared.away:
+        if any(template is g for g in out):  # wired for another role, merged into this one's
+            raise Refused(why)
     return out
 
 
@@ -169,7 +173,9 @@ def _rbg_pattern(
         named.not_wired += "document does not hold: inject the document that holds both"
         return Group(named)
     else:
-        group = _patched(ref.get("patch"), f"{where}.templateRef.patch", role, group, options)
+        base = group
+        group, away = _patched(ref.get("patch"), f"{where}.templateRef.patch", role, base, options)
+        shared.away += [(base, away)] if away else []
     names = [c.get("name") for c, _ in engine_containers(group.lead, options)] if group else []
     for key in ("leaderTemplatePatch", "workerTemplatePatch"):
         _no_command(held.get(key), f"{where}.{key}", names, role)
@@ -181,32 +187,32 @@ def _rbg_pattern(
 
 def _patched(
     patch: Node, where: str, role: Mapping[str, Node], group: Group, options: Options
-) -> Group:
+) -> tuple[Group, str | None]:
     """The role's own group where its templateRef patch sets a container's command or
     args (its Pods run the patch's program, strategic merge replacing the lists): the
-    hook in the patch's container, the grace in the patch's spec. A patch that runs no
-    engine leaves the role alone, unless it replaces the wired template's engine."""
+    hook in the patch's container, the grace in the patch's spec; a patch that runs no
+    engine leaves the role alone. With why the role refuses the template's hook, where
+    its patch replaces that engine with another program."""
     spec = patch.get("spec") if isinstance(patch, dict) else None
     ran = [
         c for c in listed(spec.get("containers") if isinstance(spec, dict) else None)
         if isinstance(c, dict) and ("command" in c or "args" in c)
     ]  # fmt: skip
     if not ran or not isinstance(spec, dict):
-        return group
+        return group, None
     grace = group.lead.spec.get("terminationGracePeriodSeconds")
     site = _named([Site(f"{where}.spec", spec, {})], role)[0]
     site.default_grace = float(grace) if isinstance(grace, int) else DEFAULT_GRACE
     engines = [c.get("name") for c, _ in engine_containers(group.lead, options)]
-    if not engine_containers(site, options) and (
-        replaced := [c for c in ran if c.get("name") in engines]
-    ):
-        program = ", ".join(runs(replaced[0])[1]) or "a program inject cannot read"
-        raise Refused(
-            f"role {role.get('name')}: {where} runs {program} in container "
-            f"{replaced[0].get('name')}, whose template's engine inject wires: that hook "
-            "would hold this role's Pods; give the role a template of its own"
-        )
-    return Group(site)
+    replaced = [c for c in ran if c.get("name") in engines]
+    if engine_containers(site, options) or not replaced:
+        return Group(site), None
+    program = ", ".join(runs(replaced[0])[1]) or "a program inject cannot read"
+    return Group(site), (
+        f"role {role.get('name')}: {where} runs {program} in container "
+        f"{replaced[0].get('name')}, whose template's engine inject wires for another "
+        "role: that hook would hold this role's Pods; give the role a template of its own"
+    )
 
 
 def _rbg_address(role: Mapping[str, Node]) -> str:

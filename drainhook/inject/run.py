@@ -59,7 +59,9 @@ def inject_document(doc: Document, options: Options) -> Outcome:
         where = _described(f"{doc.where}[{i}]" if i >= 0 else doc.where, unit)
         if i in held:
             ours = wired_kind(unit)  # else named, not read
-            text = "YAML aliases to a mapping or a list: inject does not expand them"
+            text = "YAML aliases to a mapping or a list: inject does not expand them; "
+            text += "inject what a renderer that does writes (`kubectl kustomize DIR`, "
+            text += "`yq 'explode(.)'`)"
             messages.append(Message(where, "refused" if ours else "skipped", text))
             refused = refused or ours
             continue

@@ -140,12 +140,12 @@ def _decide(
 def _config_for(w: Wiring, grace: float, binary: str) -> Applied:
     values = {k: v for k, v in w.hook.timeline.items() if k in TIMELINE}
     values["grace"] = grace
-    # A worker's hook reads its leader's engine and recognises it (`auto`): the
-    # engine's own advice (its flags) is the leader's to follow.
+    # A worker's hook reads its leader's engine and recognises it (`auto`); its advice
+    # is that engine's (w.engine, the leader's), never another engine's of the document.
     values["engine"] = w.hook.timeline.get("engine", "auto") if w.worker else w.engine
     try:
         config = wait_config(**values)
-        return apply_advice(make_plan(config, w.role, binary, api_servers=w.api_servers))
+        return apply_advice(make_plan(config, w.role, binary, w.engine, api_servers=w.api_servers))
     except DrainhookError as exc:
         raise Refused(f"container {w.container.get('name')}: its hook's values: {exc}") from None
 
