@@ -4,6 +4,7 @@ the codes themselves are drainhook.exits').
     DrainhookError ...... 70  a bug (EX_SOFTWARE): a code no outcome uses
      ├─ UsageError ....... 2  flags, environment, annotations, --cacert, --api-key-file
      ├─ InstallError ..... 1  `install` could not copy the build
+     ├─ OutputError ..... 74  `plan` or `inject` could not write its output
      ├─ ObserveError ..... 3  `plan --observe`: the body could not be read, or its
      │   │                     latency histogram cannot be right
      │   ├─ NoHistogram .. 2  no latency histogram (or both engines'): usage-level

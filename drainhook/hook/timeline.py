@@ -97,8 +97,8 @@ def instants(config: WaitConfig) -> Instants:
     return Instants(config, first_read, idle_return, drains, reads_max)
 
 
-# The timeline's rules, as plan.RULES's (which begin with them): `wait` logs what
-# they find at its start, each once.
+# The timeline's rules (`plan` checks them first, then its own advice): `wait` logs
+# what they find at its start, each once.
 TimelineRule = Callable[[Instants], PlanWarning | None]
 
 

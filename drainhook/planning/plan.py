@@ -15,12 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from drainhook.engines.gauges import BY_NAME, EngineChoice, default_port
+from drainhook.engines.gauges import EngineChoice, default_port
 from drainhook.hook.config import TIMELINE as TIMELINE_FLAGS
 from drainhook.hook.config import Parsed, WaitConfig
 from drainhook.hook.timeline import (
-    GRACE_MAX,
-    GRACE_MIN,
     ROUTER_DEREGISTRATION,
     TIMELINE_RULES,
     Fix,
@@ -29,16 +27,12 @@ from drainhook.hook.timeline import (
     instants,
 )
 from drainhook.numfmt import number, seconds
+from drainhook.planning.evidence_rules import OBSERVE_RULES
 from drainhook.planning.histogram import (
     DEFAULT_QUANTILE,
-    INF,
-    SMALL_SAMPLE,
     Observation,
     Recommendation,
-    count_text,
     formula,
-    pct,
-    quantile_label,
     recommend,
 )
 from drainhook.reading.config import ReadConfig
@@ -82,7 +76,8 @@ class Plan:
     def warnings(self) -> tuple[PlanWarning, ...]:
         """What the timeline's rules, then the advice's, find wrong with this plan."""
         found = [rule(self.at) for rule in TIMELINE_RULES]
-        found += [rule(self) for rule in (*ADVICE_RULES, *OBSERVE_RULES)]
+        found += [rule(self) for rule in ADVICE_RULES]
+        found += [rule(self.recommendation, self.config.grace) for rule in OBSERVE_RULES]
         return tuple(w for w in found if w is not None)
 
     @property
@@ -274,117 +269,6 @@ def _vllm_api_servers(plan: Plan) -> PlanWarning | None:
 
 # Advice for the Pod spec and the engine's own flags: `plan` only, never logged by a
 # drain (a W set for every Pod would warn on each short-G Pod's drains).
-def _observe_small_sample(plan: Plan) -> PlanWarning | None:
-    """observe-small-sample: under 100 requests observed"""
-    if (r := plan.recommendation) is None:
-        return None
-    n = r.observed.histogram.total
-    if n >= SMALL_SAMPLE:
-        return None
-    return PlanWarning(
-        "observe-small-sample",
-        f"{count_text(n)} observed" + ("" if n else ": no recommendation"),
-        f"under {SMALL_SAMPLE} requests a {quantile_label(r.quantile)} says little about the long "
-        "requests a drain leaves; observe longer, or under real traffic",
-    )
-
-
-def _observe_inf(plan: Plan) -> PlanWarning | None:
-    """observe-inf: the quantile is in the +Inf bucket"""
-    if (r := plan.recommendation) is None or r.latency != INF:
-        return None
-    largest = r.observed.histogram.largest_bound
-    shown = "no finite bucket" if largest is None else f"the largest bound, {seconds(largest)}"
-    flag = BY_NAME[r.observed.engine].latency.bucket_flag
-    return PlanWarning(
-        "observe-inf",
-        f"the {quantile_label(r.quantile)} is in the +Inf bucket, above {shown}: no G can be "
-        "read from it",
-        f"the requests there may take any time; give the engine larger buckets ({flag})",
-    )
-
-
-def _observe_floor(plan: Plan) -> PlanWarning | None:
-    """observe-floor: the recommended G was raised to 15 s"""
-    if (r := plan.recommendation) is None:
-        return None
-    raw, grace = r.raw_grace, r.grace
-    if raw is None or grace is None or raw >= grace:
-        return None
-    return PlanWarning(
-        "observe-floor",
-        f"ceil(S + {quantile_label(r.quantile)} + R) = {raw}s, raised to {seconds(GRACE_MIN)}",
-        "under 15 s there is no room to settle, read and let the engine exit",
-    )
-
-
-def _observe_grace_range(plan: Plan) -> PlanWarning | None:
-    """observe-grace-range: the recommended G is over 3600 s"""
-    if (r := plan.recommendation) is None or r.grace is None or r.grace <= GRACE_MAX:
-        return None
-    return PlanWarning(
-        "observe-grace-range",
-        f"the recommended G = {r.grace}s is over {seconds(GRACE_MAX)}",
-        "the evidence asks for it, but a drain that long outlasts node drains "
-        "and holds every rollout as long; consider capping requests (max_tokens, "
-        "a request timeout) instead",
-    )
-
-
-def _observe_cuts(plan: Plan) -> PlanWarning | None:
-    """observe-cuts: more requests than the quantile leaves ran longer than D - S"""
-    if (r := plan.recommendation) is None or r.longer is None or r.longer <= 1 - r.quantile + 1e-12:
-        return None
-    return PlanWarning(
-        "observe-cuts",
-        f"with G = {seconds(plan.config.grace)} now, at most {pct(r.longer)} of observed "
-        f"requests ran longer than D - S = {seconds(r.window_s)}",
-        "a request that starts as the Pod is deleted has D - S to finish; "
-        "longer ones are cut at SIGTERM",
-    )
-
-
-def _observe_reset(plan: Plan) -> PlanWarning | None:
-    """observe-reset: a series restarted from 0 during --window"""
-    if (r := plan.recommendation) is None or not r.observed.resets:
-        return None
-    return PlanWarning(
-        "observe-reset",
-        f"{r.observed.resets} series restarted from 0 during the window",
-        "an engine restarted between the two reads; its requests before the "
-        "restart are not in the difference",
-    )
-
-
-def _observe_bounds(plan: Plan) -> PlanWarning | None:
-    """observe-bounds: the series disagree on bucket bounds"""
-    if (r := plan.recommendation) is None:
-        return None
-    dropped = r.observed.histogram.dropped
-    if not dropped:
-        return None
-    more = ", ..." if len(dropped) > 6 else ""
-    shown = ", ".join(seconds(b) for b in dropped[:6]) + more
-    return PlanWarning(
-        "observe-bounds",
-        f"the series disagree on bucket bounds: summed at the bounds they share ({shown} left out)",
-        "an engine or target with other custom buckets; the shared bounds are exact, only coarser",
-    )
-
-
-# The honest edges of the evidence (`observe-*`), after the plan's advice: each
-# finds nothing in a plan that holds no observation.
-OBSERVE_RULES: tuple[Rule, ...] = (
-    _observe_small_sample,
-    _observe_inf,
-    _observe_floor,
-    _observe_grace_range,
-    _observe_cuts,
-    _observe_reset,
-    _observe_bounds,
-)
-
-
 ADVICE_RULES: tuple[Rule, ...] = (
     _stall_after_deadline,
     _sglang_exit,
