@@ -22,7 +22,7 @@ from drainhook.engines.gauges import (
     series_key,
     spellings,
 )
-from drainhook.engines.grammar import BLANKS, META, NAME_END, QUOTED, parse_rest
+from drainhook.engines.grammar import BLANKS
 from drainhook.engines.verdict import (
     SERVER,
     Body,
@@ -262,7 +262,7 @@ def _scan_lines(
     candidates = _Candidates(body, [pinned] if pinned else ENGINES, progress)
     counted_bytes = 0
     for start, at, end, _ in grammar.lines(body, candidates.first_from, until, clock):
-        name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
+        name_end, place = grammar.placed(body, start, at, end)
         if name_end - at > _LONGEST_NAME:
             continue  # no counted name is that long
         hit = sample_kind(body[at:name_end].decode("ascii", "replace"))
@@ -271,13 +271,12 @@ def _scan_lines(
         eng, canonical, kind = hit
         if (pinned is not None and eng is not pinned) or (kind in _PROGRESS and not progress):
             continue
-        if BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
-            if kind == "counted" and META.fullmatch(body, start, at):
+        if place != "sample":
+            if kind == "counted" and place in ("meta", "quoted"):
                 state.seen.add(eng.name)
-            elif kind == "counted" and QUOTED.fullmatch(body, start, at):
+            if kind == "counted" and place == "quoted":
                 # Prometheus 3's `{"name",...}`, a format not asked for: its count
                 # cannot be said to be the only one (CONTRACT §2: doubt).
-                state.seen.add(eng.name)
                 state.doubt(f"{canonical} written as a quoted name (a format not asked for)")
             continue  # the name inside another line (a HELP text, a label value)
         counted_bytes += end - start
@@ -286,15 +285,12 @@ def _scan_lines(
         if kind == "counted":
             state.seen.add(eng.name)
         try:
-            # Text exposition is UTF-8; a label value that is not is a malformed
-            # line (the Prometheus Go parser rejects it too), not a series to count.
-            labels, value = parse_rest(body[name_end:end].decode("utf-8").rstrip("\r"))
-        except (UnicodeDecodeError, Malformed) as exc:
+            labels, value = grammar.sample_rest(body, name_end, end)
+        except Malformed as exc:
             if kind in _PROGRESS:
                 state.progress_bad = True
             else:
-                why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
-                state.doubt(f"malformed {canonical} line ({why})")
+                state.doubt(f"malformed {canonical} line ({exc})")
             continue
         adds[kind](eng, canonical, labels, value)
 

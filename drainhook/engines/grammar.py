@@ -131,3 +131,26 @@ def lines(
         end = len(body) if end < 0 else end
         yield start, at, end, which
         pos = end + 1
+
+
+def placed(body: Bytes, start: int, at: int, end: int) -> tuple[int, str]:
+    """Where the name a line holds at `at` ends, and where the name stands: `sample`
+    (it starts the line), `meta` (a `# TYPE`, `# HELP` or `# UNIT` line of it),
+    `quoted` (Prometheus 3's `{"name",...}`), `inside` (another line's text: a HELP
+    text, a label value)."""
+    name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
+    if BLANKS.match(body, start, at).end() == at:  # type: ignore[union-attr]
+        return name_end, "sample"
+    if META.fullmatch(body, start, at):
+        return name_end, "meta"
+    return name_end, "quoted" if QUOTED.fullmatch(body, start, at) else "inside"
+
+
+def sample_rest(body: Bytes, name_end: int, end: int) -> tuple[tuple[tuple[str, str], ...], float]:
+    """A sample line's labels and value, after its name. Text exposition is UTF-8: a
+    line that is not is malformed (the Prometheus Go parser rejects it too)."""
+    try:
+        rest = bytes(body[name_end:end]).decode("utf-8").rstrip("\r")
+    except UnicodeDecodeError:
+        raise Malformed("not UTF-8") from None
+    return parse_rest(rest)

@@ -14,16 +14,7 @@ from dataclasses import dataclass, field
 from drainhook.engines.gauges import EngineName, spellings
 
 # The sample-line grammar is the gauge scanner's own (names, label sets, values).
-from drainhook.engines.grammar import (
-    BLANKS,
-    META,
-    NAME_END,
-    NUMBER,
-    SPECIAL,
-    Needles,
-    lines,
-    parse_rest,
-)
+from drainhook.engines.grammar import NUMBER, SPECIAL, Needles, lines, placed, sample_rest
 from drainhook.engines.verdict import Body
 from drainhook.errors import Malformed, ObserveError
 from drainhook.hook.config import WaitConfig
@@ -160,7 +151,7 @@ def scan_families(
         if family.samples > MAX_SAMPLES:
             family.fail(f"more than {MAX_SAMPLES} samples")
             continue
-        _add(family, suffix, line[1])
+        _add(family, suffix, body, line[1], end)
     for family in families.values():
         if family.problem is None:
             _check(family)
@@ -169,42 +160,35 @@ def scan_families(
 
 def _line(
     body: Body, needle: bytes, family: Family, start: int, at: int, end: int
-) -> tuple[bytes, str] | None:
-    """(suffix, what follows the name) of a sample line of the family at `at`, or
-    None for anything else (a `# TYPE` line then marks the family seen)."""
-    name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
+) -> tuple[bytes, int] | None:
+    """(suffix, where the name ends) of a sample line of the family at `at`, or None
+    for anything else (a `# TYPE` line then marks the family seen)."""
+    name_end, place = placed(body, start, at, end)
     suffix = bytes(body[at + len(needle) : name_end])
-    if BLANKS.match(body, start, at).end() != at:  # type: ignore[union-attr]
-        if not suffix and META.fullmatch(body, start, at):
-            family.seen = True
+    if place != "sample":
+        family.seen = family.seen or (not suffix and place == "meta")
         return None  # the name inside another line (a HELP text, a label value)
     if suffix not in _SUFFIXES:
         return None  # another family: `_created`, a longer name
     family.seen = True
-    try:
-        # Text exposition is UTF-8; a line that is not is malformed, as for the gauges.
-        rest = bytes(body[name_end:end]).decode("utf-8").rstrip("\r")
-    except UnicodeDecodeError:
-        family.fail("a line is not UTF-8")
-        return None
-    return suffix, rest
+    return suffix, name_end
 
 
 # A bucket's upper bound, as the Prometheus parsers read one (no `1_000`, no blanks).
 _LE = re.compile(rf"{NUMBER}|{SPECIAL}")
 
 
-def _add(family: Family, suffix: bytes, rest: str) -> None:
+def _add(family: Family, suffix: bytes, body: Body, name_end: int, end: int) -> None:
     """One sample line's labels and value, stored; an OpenMetrics exemplar
     (`... value # {labels} v`) is dropped."""
     try:
         try:
-            labels, value = parse_rest(rest)
+            labels, value = sample_rest(body, name_end, end)
         except Malformed:
-            cut = rest.rfind(" # {")
+            cut = body.rfind(b" # {", name_end, end)
             if cut < 0:
                 raise
-            labels, value = parse_rest(rest[:cut])
+            labels, value = sample_rest(body, name_end, cut)
     except Malformed as exc:
         family.fail(f"malformed line ({exc})")
         return
