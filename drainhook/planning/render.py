@@ -41,10 +41,7 @@ def render(plan: Plan, output: Output) -> str:
     evidence of `plan --observe` where the plan holds it."""
     if output == "json":
         return json.dumps(to_json(plan), indent=2) + "\n"
-    if output == "yaml":
-        return to_yaml(plan)
-    rec = plan.recommendation
-    return to_text(plan) if rec is None else evidence_text(plan, rec)
+    return to_yaml(plan) if output == "yaml" else to_text(plan)
 
 
 def to_json(plan: Plan) -> dict[str, object]:
@@ -115,7 +112,20 @@ def applied_json(applied: Applied) -> dict[str, object]:
 
 
 def to_text(plan: Plan) -> str:
-    """The timeline as a person reads it, then the preStop command and the warnings."""
+    """The plan as a person reads it: its timeline, or with --observe the evidence
+    and the recommendation; then the preStop, the advice applied and the warnings."""
+    rec = plan.recommendation
+    lines = timeline_text(plan) if rec is None else evidence_text(plan, rec)
+    done = apply_advice(plan)
+    if rec is None or not done.changes:
+        lines += ["", "preStop: " + " ".join(plan.command)]
+    lines += applied_text(done)
+    lines += warnings_text(plan.warnings)
+    return "\n".join(lines) + "\n"
+
+
+def timeline_text(plan: Plan) -> list[str]:
+    """The timeline as a person reads it: each instant, and what happens there."""
     c, t = plan.config, plan.at
     d = t.deadline
     rows: list[tuple[str, str]] = [
@@ -169,11 +179,7 @@ def to_text(plan: Plan) -> str:
         f"S={seconds(c.settle)} R={seconds(c.exit_reserve)} "
         f"I={seconds(c.interval)} confirm={c.confirm}, engine {plan.engine}, role {plan.role}\n"
     ]
-    lines += [f"  {when.ljust(width)}  {what}" for when, what in rows]
-    lines += ["", "preStop: " + " ".join(plan.command)]
-    lines += applied_text(apply_advice(plan))
-    lines += warnings_text(plan.warnings)
-    return "\n".join(lines) + "\n"
+    return lines + [f"  {when.ljust(width)}  {what}" for when, what in rows]
 
 
 def applied_text(applied: Applied) -> list[str]:
@@ -258,10 +264,9 @@ def observed_json(rec: Recommendation) -> dict[str, object]:
     }
 
 
-def evidence_text(plan: Plan, rec: Recommendation) -> str:
+def evidence_text(plan: Plan, rec: Recommendation) -> list[str]:
     """The evidence, a histogram drawn in the terminal with the line where D - S
-    falls, the recommendation, and the warnings of the plan as given and of the
-    evidence."""
+    falls, and the recommendation."""
     observed = rec.observed
     h = observed.histogram
     c = plan.config
@@ -289,10 +294,7 @@ def evidence_text(plan: Plan, rec: Recommendation) -> str:
             f"with G = {seconds(c.grace)} now: D - S = {seconds(rec.window_s)}; at most "
             f"{pct(rec.longer)} of observed requests ran longer"
         )
-    done = apply_advice(plan)
-    lines += applied_text(done) or ["", "preStop: " + " ".join(done.plan.command)]
-    lines += warnings_text(plan.warnings)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def draw(h: Histogram, rec: Recommendation) -> list[str]:
