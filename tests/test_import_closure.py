@@ -114,8 +114,10 @@ def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
 # tie after a whole exchange, netlink's framing, and every PID 1 that SIGTERM stops
 # short of the engine, whose server the start finds by its listener: 5,458 for
 # SGLang's drain; the kernel's addresses load only for a host that is not loopback);
-# 5,470 with the one target a refusal's fix may name the address family of (5,465).
-WAIT_PATH_LINES = 5470
+# 5,470 with the one target a refusal's fix may name the address family of (5,465);
+# 5,485 with one reader of a sample line's place and rest, the gauges' and the
+# histogram's (issue 64: 5,482; the histogram's copy gone from plan's side).
+WAIT_PATH_LINES = 5485
 
 
 def lines_of(modules: set[str]) -> int:

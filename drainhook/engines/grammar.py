@@ -134,10 +134,8 @@ def lines(
 
 
 def placed(body: Bytes, start: int, at: int, end: int) -> tuple[int, str]:
-    """Where the name a line holds at `at` ends, and where the name stands: `sample`
-    (it starts the line), `meta` (a `# TYPE`, `# HELP` or `# UNIT` line of it),
-    `quoted` (Prometheus 3's `{"name",...}`), `inside` (another line's text: a HELP
-    text, a label value)."""
+    """Where the name at `at` ends, and where it stands: `sample` (starting the line),
+    `meta` (`# TYPE` and alike), `quoted` (`{"name",...}`), `inside` (a HELP text)."""
     name_end = NAME_END.search(body, at, end).start()  # type: ignore[union-attr]
     if BLANKS.match(body, start, at).end() == at:  # type: ignore[union-attr]
         return name_end, "sample"
@@ -147,8 +145,7 @@ def placed(body: Bytes, start: int, at: int, end: int) -> tuple[int, str]:
 
 
 def sample_rest(body: Bytes, name_end: int, end: int) -> tuple[tuple[tuple[str, str], ...], float]:
-    """A sample line's labels and value, after its name. Text exposition is UTF-8: a
-    line that is not is malformed (the Prometheus Go parser rejects it too)."""
+    """A sample line's labels and value; a line not UTF-8 is malformed (as Go's reads)."""
     try:
         rest = bytes(body[name_end:end]).decode("utf-8").rstrip("\r")
     except UnicodeDecodeError:
