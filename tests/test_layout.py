@@ -207,7 +207,9 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # after a whole exchange, netlink's framing shared with the kernel's addresses, every
 # PID 1 that SIGTERM stops short of the engine, a terminal's writes), at 10,638;
 # to 10,680 with a refused host's address family named and a node's hundreds of
-# ports said in a handful (issue 66's item 7), at 10,671:
+# ports said in a handful (issue 66's item 7), at 10,671; to 10,980 with inject's
+# one table of kinds (issue 64: its rows for four more kinds, RBG's patched roles,
+# a routed kind's own servers named, five modules where two were), at 10,979:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
@@ -215,12 +217,14 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # 2,097 once it named what it used to rewrite and four more shapes, 2,123 with the
 # warning of an upstream image under --via image, 2,452 with the operators' kinds,
 # issue 60; 2,459 with that warning a refusal and a worker's own variables kept,
-# issue 64's items 7 and 8, less the dead Argv.set; flags.py 247);
+# issue 64's items 7 and 8, less the dead Argv.set; 2,729 with its one table of
+# kinds, issue 64, against that issue's target of 2,400; flags.py 247); no module
+# over 500 (issue 64: plan.py 577 then, 461 once its evidence rules moved out);
 # uses of `typing.Any`.
 LONGEST = 60
-LONGEST_MODULE = 600
-PACKAGE_LINES = 10680
-ROOM_LINES = {"planning": 1540, "inject": 2460}
+LONGEST_MODULE = 500
+PACKAGE_LINES = 10980
+ROOM_LINES = {"planning": 1540, "inject": 2730}
 FLAGS_LINES = 300
 MOST_ANY = 10
 
@@ -249,7 +253,7 @@ def test_the_length_rule_sees_a_long_function(tmp_path: Path) -> None:
 
 
 def test_the_package_keeps_its_size() -> None:
-    """No module over 600 lines, the package at most PACKAGE_LINES, each room of
+    """No module over 500 lines, the package at most PACKAGE_LINES, each room of
     ROOM_LINES and cli/flags.py at most their budgets, `Any` at most 10 times."""
     sizes = {p: len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert [str(p) for p, n in sizes.items() if n > LONGEST_MODULE] == []

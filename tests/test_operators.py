@@ -438,7 +438,7 @@ def test_kaito_sets_and_dynamo_v1beta1_are_named_with_their_own_route() -> None:
     assert "an InferenceSet makes Workspaces" in lines[0][4]
     assert "admission policy" in lines[1][4]
     dynamo = lines[2][4]
-    assert "spec.components[].podTemplate.spec carries the hook" in dynamo
+    assert "spec.components[].podTemplate.spec.containers[].lifecycle" in dynamo
     assert "extraPodSpec" not in dynamo
     assert "spec.components[1].podTemplate.spec.containers[0] runs sglang's own server" in dynamo
     assert "components[0]" not in dynamo.split("own server")[0].split(": ")[-1]

@@ -19,35 +19,31 @@ from drainhook.inject.workloads import KNATIVE_WORDS, Builder, Group, engine_con
 
 @dataclass(frozen=True)
 class Kind:
-    """One row: a kind, and what inject does with it."""
+    """One row: a kind, and what inject does with it: `build` wires it (`does` says
+    how, in the docs), `refuse` refuses it where it holds an engine; a row with
+    neither is named `skipped` with the route its users take (`does`, on stderr and
+    in the docs), where an engine shows in it."""
 
     name: str  # as its users say it
     group: str
     kind: str
-    does: str  # docs/inject.md's words: what is wired, or the route
+    does: str
     build: Builder | None = None
-    route: str | None = None  # named `skipped` with this, where an engine shows in it
-    refuse: str | None = None  # refused where it holds an engine
+    refuse: str | None = None
     always: bool = False  # named even where no engine shows (its image is the vendor's)
     version: str | None = None  # this API version only
     preset: str | None = None  # a field whose presence means its controller runs an engine
 
 
-DYNAMO_V1A1 = (
-    "Dynamo's workers serve Dynamo's own endpoints, not an engine's HTTP /metrics the "
-    "hook reads; if a worker or the frontend serves one, services.<name>.extraPodSpec."
-    "mainContainer.lifecycle and extraPodSpec.terminationGracePeriodSeconds carry the hook"
-)
-DYNAMO_V1B1 = (
-    "Dynamo's workers (dynamo.vllm, dynamo.sglang) serve Dynamo's own endpoints, not an "
-    "engine's HTTP /metrics the hook reads; where a component serves one, spec.components"
-    "[].podTemplate.spec carries the hook (its container's lifecycle, the spec's "
-    "terminationGracePeriodSeconds)"
-)
 KAITO_OWN = (
-    "Pods are KAITO's own: run the engine from {} inference.template (a pod template of "
-    "yours) with the hook in it, or add it to the Pods KAITO makes with an admission "
-    "policy (a MutatingAdmissionPolicy)"
+    "its Pods are KAITO's own: run the engine from {} inference.template (a pod "
+    "template of yours) with the hook in it, or add it to the Pods KAITO makes with an "
+    "admission policy (a MutatingAdmissionPolicy)"
+)
+DYNAMO = (
+    "Dynamo's workers serve Dynamo's own endpoints (dynamo.vllm, dynamo.sglang), not an "
+    "engine's HTTP /metrics the hook reads; where a component serves one, {0}{1}."
+    "lifecycle and {0}terminationGracePeriodSeconds carry the hook"
 )
 
 APPS = "the pod template (`spec.template`)"
@@ -88,9 +84,8 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind(
         "RBG RoleBasedGroup v1alpha1", "workloads.x-k8s.io", "RoleBasedGroup",
-        "named: write its v1alpha2 form (RBG converts between them)",
-        route="inject wires RoleBasedGroup v1alpha2: write its v1alpha2 form (RBG "
-        "converts between them) and inject that", version="v1alpha1",
+        "inject wires RoleBasedGroup v1alpha2: write its v1alpha2 form (RBG converts "
+        "between them) and inject that", version="v1alpha1",
     ),
     Kind(
         "RBG RoleBasedGroup v1alpha2", "workloads.x-k8s.io", "RoleBasedGroup",
@@ -103,58 +98,44 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind(
         "KubeAI Model", "kubeai.org", "Model",
-        "named: `modelServerPods.jsonPatches` in KubeAI's system configuration reaches "
-        "every model Pod",
-        route="KubeAI makes every model Pod from its own configuration: add the hook "
-        "with modelServerPods.jsonPatches in KubeAI's system configuration (its chart's "
+        "KubeAI makes every model Pod from its own configuration: add the hook with "
+        "`modelServerPods.jsonPatches` in KubeAI's system configuration (its chart's "
         "values), which reaches every model Pod",
     ),
     Kind(
         "Kthena ModelBooster", "workload.serving.volcano.sh", "ModelBooster",
-        "named (every type): write the `ModelServing` it makes and inject that",
-        route="a ModelBooster (every type, the disaggregated ones too) has no field for "
-        "a container's lifecycle: write the ModelServing it makes and inject that",
+        "a ModelBooster (every type, the disaggregated ones too) has no field for a "
+        "container's lifecycle: write the ModelServing it makes and inject that",
         always=True,
     ),
     Kind(
         "KAITO Workspace (preset)", "kaito.sh", "Workspace",
-        "named: run the engine from `inference.template`, a pod template of your own",
-        route="a preset Workspace's " + KAITO_OWN.format("the Workspace's"), preset="inference",
+        "a preset Workspace: " + KAITO_OWN.format("the Workspace's"), preset="inference",
     ),
     Kind(
         "KAITO InferenceSet", "kaito.sh", "InferenceSet",
-        "named: the Workspaces it makes run KAITO's Pods; a Workspace's "
-        "`inference.template`, or an admission policy on the Pods",
-        route="an InferenceSet makes Workspaces: their "
-        + KAITO_OWN.format("its template's"),
-        always=True,
+        "an InferenceSet makes Workspaces: " + KAITO_OWN.format("a Workspace's"), always=True,
     ),
     Kind(
         "KAITO MultiRoleInference", "kaito.sh", "MultiRoleInference",
-        "named: its roles' Pods are KAITO's; an admission policy on the Pods",
-        route="a MultiRoleInference's " + KAITO_OWN.format("a Workspace's"), always=True,
+        "a MultiRoleInference's roles: " + KAITO_OWN.format("a Workspace's"), always=True,
     ),
     Kind(
         "NVIDIA NIMService", "apps.nvidia.com", "NIMService",
-        "named (one node or several): no field for the hook or the grace; an admission "
-        "policy on the Pods it makes, or a Deployment of your own",
-        route="a NIMService (one node or several) has no field for a container's "
-        "lifecycle or the Pod's grace: add the hook to the Pods it makes with an "
-        "admission policy (a MutatingAdmissionPolicy), or run NIM from a Deployment of "
-        "yours",
+        "a NIMService (one node or several) has no field for a container's lifecycle or "
+        "the Pod's grace: add the hook to the Pods it makes with an admission policy (a "
+        "MutatingAdmissionPolicy), or run NIM from a Deployment of yours",
         always=True,
     ),
     Kind(
         "Dynamo DynamoGraphDeployment v1alpha1", "nvidia.com", "DynamoGraphDeployment",
-        "named: its workers serve Dynamo's endpoints, not an engine's `/metrics`; where "
-        "one serves it, `services.<name>.extraPodSpec` carries the hook",
-        route=DYNAMO_V1A1, always=True, version="v1alpha1",
+        DYNAMO.format("services.<name>.extraPodSpec.", "mainContainer"),
+        always=True, version="v1alpha1",
     ),
     Kind(
         "Dynamo DynamoGraphDeployment v1beta1", "nvidia.com", "DynamoGraphDeployment",
-        "named, as v1alpha1, with v1beta1's field: `spec.components[].podTemplate`; a "
-        "component running vLLM's or SGLang's own server is said",
-        route=DYNAMO_V1B1, always=True, version="v1beta1",
+        DYNAMO.format("spec.components[].podTemplate.spec.", "containers[]"),
+        always=True, version="v1beta1",
     ),
 )  # fmt: skip
 
@@ -195,13 +176,13 @@ def unwired(doc: Mapping[str, Node]) -> str | None:
     an engine shows in it; a kind it does not know that holds or names an engine; None
     for anything else."""
     kind = kind_of(doc)
-    if kind is not None and kind.route is not None:
+    if kind is not None and kind.build is None:
         held = list(pod_specs(doc)) or list(names_engine(doc))
         if not held and not kind.always:
             return None
         at = f" (an engine at {', '.join(held[:3])})" if held else ""
         own = [f"{p} runs {BY_NAME[e].name}'s own server" for p, e in servers(doc)][:3]
-        return f"{doc.get('kind')}: not wired{at}: {kind.route}" + "".join(
+        return f"{doc.get('kind')}: not wired{at}: {kind.does}" + "".join(
             f"; {o}, which the hook reads: wire it there" for o in own
         )
     if kind is not None:
@@ -225,7 +206,7 @@ def unwired(doc: Mapping[str, Node]) -> str | None:
 def listing() -> str:
     """`inject --help`'s paragraph of kinds."""
     wired = [k.name for k in KINDS if k.build is not None and k.refuse is None]
-    named = [k.name for k in KINDS if k.route is not None]
+    named = [k.name for k in KINDS if k.build is None]
     refused = [k.name for k in KINDS if k.refuse is not None]
     return (
         f"Kinds it wires: {', '.join(wired)}, and a List of them. Named with the route "
@@ -239,7 +220,8 @@ def table() -> str:
     rows = ["| kind | apiVersion, kind | what inject does |", "|---|---|---|"]
     for k in KINDS:
         api = f"{k.group}/{k.version or '*'}".lstrip("/").replace("*", "v1", not k.group)
-        rows.append(f"| {k.name} | `{api}` `{k.kind}` | {k.does} |")
+        does = k.does if k.build is not None else f"named, not wired: {k.does}"
+        rows.append(f"| {k.name} | `{api}` `{k.kind}` | {does} |")
     return "\n".join(rows) + "\n"
 
 

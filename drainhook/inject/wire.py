@@ -206,52 +206,47 @@ def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None
     name = w.container.get("name")
     version = version_in(given) if given is not None else image_version(w.container, w.engine)
     for flag in engine_flags(applied.plan):
-        edit = _engine_flag_edit(w, flag)
-        if edit == "keep":
-            have = w.argv.value(flag.flag) if w.argv is not None else None
-            say(
-                "warning",
-                f"container {name}: {flag.flag} {have} kept as written; plan advises "
-                f"{flag.flag} {flag.value} ({flag.why})",
-            )
+        if (edit := _engine_flag_edit(w, flag)) is None:
             continue
-        if edit == "advise":
-            say("warning", f"container {name}: plan advises {' '.join(flag.args)} ({flag.why})")
-            continue
-        if edit is None:
-            continue
-        if flag.since is not None and version is None:
-            say(
-                "warning",
-                f"container {name}: {' '.join(flag.args)} not written ({flag.why}): "
-                f"the image's tag names no {w.engine} version; add it yourself if it is "
-                f"{w.engine} {flag.since} or newer, or give --engine-version",
-            )
-            continue
-        if flag.since is not None and version is not None:
-            since = tuple(int(x) for x in flag.since.split("."))
-            if version < since:
-                say(
-                    "warning",
-                    f"container {name}: {flag.flag} not written: the image's "
-                    f"{w.engine} {version[0]}.{version[1]} is older than {flag.since}",
-                )
-                continue
-        wanted = " ".join(flag.args)
-        if w.argv is None or w.argv.index is not None:
-            where = (
-                f"its engine starts in a shell script, which inject does not edit: write "
-                f"`{wanted}` on the engine's command there"
-                if w.argv
-                else f"it has no command or args here: give the engine `{wanted}`"
-            )
-            message = f"container {name}: needs {wanted} ({flag.why}); {where}"
-            if flag.needed:
-                raise Refused(message)
-            say("warning", message)
-            continue
-        w.argv.seq.extend(flag.args)
-        say("changed", f"container {name}: added {wanted} ({flag.why})")
+        why_not = _not_written(w, flag, edit, version)
+        if why_not is None and w.argv is not None:
+            w.argv.seq.extend(flag.args)
+            say("changed", f"container {name}: added {' '.join(flag.args)} ({flag.why})")
+        elif why_not is not None and flag.needed and why_not.startswith("needs"):
+            raise Refused(f"container {name}: {why_not}")
+        elif why_not is not None:
+            say("warning", f"container {name}: {why_not}")
+
+
+def _not_written(
+    w: Wiring, flag: EngineFlag, edit: str, version: tuple[int, int] | None
+) -> str | None:
+    """Why a flag the advice names is not written, in words; None to write it."""
+    wanted, engine = " ".join(flag.args), w.engine
+    if edit == "keep":
+        have = w.argv.value(flag.flag) if w.argv is not None else None
+        advised = f"{flag.flag} {flag.value}"
+        return f"{flag.flag} {have} kept as written; plan advises {advised} ({flag.why})"
+    if edit == "advise":
+        return f"plan advises {wanted} ({flag.why})"
+    if flag.since is not None and version is None:
+        return (
+            f"{wanted} not written ({flag.why}): the image's tag names no {engine} version; "
+            f"add it yourself if it is {engine} {flag.since} or newer, or give --engine-version"
+        )
+    since = tuple(int(x) for x in (flag.since or "0").split("."))
+    if version is not None and version < since:
+        shown = f"{version[0]}.{version[1]}"
+        return f"{flag.flag} not written: the image's {engine} {shown} is older than {flag.since}"
+    if w.argv is None:
+        where = "it has no command or args here: give the engine"
+        return f"needs {wanted} ({flag.why}); {where} `{wanted}`"
+    if w.argv.index is not None:
+        return (
+            f"needs {wanted} ({flag.why}); its engine starts in a shell script, which inject "
+            f"does not edit: write `{wanted}` on the engine's command there"
+        )
+    return None
 
 
 @dataclass(frozen=True)
