@@ -442,3 +442,16 @@ def test_kaito_sets_and_dynamo_v1beta1_are_named_with_their_own_route() -> None:
     assert "extraPodSpec" not in dynamo
     assert "spec.components[1].podTemplate.spec.containers[0] runs sglang's own server" in dynamo
     assert "components[0]" not in dynamo.split("own server")[0].split(": ")[-1]
+
+
+def test_rbg_a_refusal_in_a_shared_template_names_every_role_that_runs_it() -> None:
+    """Not the first role of the template alone: each role whose Pods run it."""
+    doc = next(yaml.safe_load_all((OPERATORS / "own-shapes.yaml").read_text()))
+    doc["spec"]["roleTemplates"][0]["template"]["spec"]["hostNetwork"] = True
+    source = yaml.safe_dump(doc)
+    result = inject_texts([("s.yaml", source)], VIA_INIT)
+    assert (result.code, result.stdout) == (1, source)
+    (refused,) = said(result, "refused")
+    assert refused.startswith(
+        "spec.roleTemplates[0].template.spec (roles chat, batch): hostNetwork"
+    )
