@@ -77,6 +77,15 @@ def listed(value: Node) -> list[Node]:
     return value if isinstance(value, list) else []
 
 
+# The Python modules that start each engine's server (`python -m MODULE`); an
+# engine's own program starts it as `NAME serve` (its name in the gauge table).
+# `drainhook policy` renders the same rules into CEL.
+MODULES: tuple[tuple[str, EngineName], ...] = (
+    ("vllm.entrypoints.", "vllm"),
+    ("sglang.launch_server", "sglang"),
+)
+
+
 def starts(command: Sequence[str]) -> EngineName | None:
     """The engine these words start: `vllm serve`, `python -m vllm.entrypoints...`,
     `python -m sglang.launch_server`, `sglang serve`."""
@@ -84,10 +93,9 @@ def starts(command: Sequence[str]) -> EngineName | None:
         base = w.rsplit("/", 1)[-1]
         if base in BY_NAME and after == "serve":
             return BY_NAME[base].name
-        if w == "-m" and after.startswith("vllm.entrypoints."):
-            return "vllm"
-        if w == "-m" and after.startswith("sglang.launch_server"):
-            return "sglang"
+        for module, engine in MODULES if w == "-m" else ():
+            if after.startswith(module):
+                return engine
     return None
 
 
