@@ -220,7 +220,9 @@ def test_version_names_each_build() -> None:
 
 
 @needs_binary
-@pytest.mark.parametrize("command", [[], ["wait"], ["probe"], ["plan"], ["install"], ["inject"]])
+@pytest.mark.parametrize(
+    "command", [[], ["wait"], ["probe"], ["plan"], ["install"], ["inject"], ["policy"]]
+)
 def test_help_texts_are_the_same_as_the_packages(command: list[str]) -> None:
     env = {"COLUMNS": "100"}
     from_python = run([sys.executable, "-m", "drainhook", *command, "--help"], env)
@@ -243,6 +245,17 @@ def test_inject_runs_in_the_directory_build() -> None:
     assert from_binary.stdout == from_python.stdout
     assert from_binary.stderr == from_python.stderr
     assert "/proc/1/fd/1" in from_binary.stdout
+
+
+@needs_binary
+def test_policy_runs_in_the_directory_build() -> None:
+    """`policy` writes from the bundle what the package writes."""
+    args = ["policy", "--via", "init", "--image", "registry.example/drainhook:0.1.0"]
+    from_python = run([sys.executable, "-m", "drainhook", *args], {})
+    from_binary = run([BINARY, *args], {})
+    assert from_binary.returncode == from_python.returncode == 0, from_binary.stderr
+    assert from_binary.stdout == from_python.stdout
+    assert "kind: MutatingAdmissionPolicy" in from_binary.stdout
 
 
 @needs_binary

@@ -295,7 +295,9 @@ def _command_lines() -> list[tuple[str, list[str]]]:
                 words = shlex.split(line, comments=True)
                 at = [i for i, w in enumerate(words) if Path(w).name == "drainhook"]
                 if at and not words[0].startswith("scripts/"):
-                    found.append((f"{doc.name}-{len(found)}", words[at[0] :]))
+                    command = words[at[0] :]  # to where the shell ends it: `>`, `|`, `&&`
+                    ends = [i for i, w in enumerate(command) if w in (">", "|", "&&", ";")]
+                    found.append((f"{doc.name}-{len(found)}", command[: (ends or [None])[0]]))
     return found
 
 

@@ -134,7 +134,7 @@ def test_a_bare_drainhook_prints_its_help_formatted(capfd: pytest.CaptureFixture
     start = lines.index("Commands:") + 1
     listed = lines[start : lines.index("", start)]
     assert [line.split()[0] for line in listed if line.startswith("  ") and line[2] != " "] == [
-        "inject", "install", "plan", "probe", "wait",
+        "inject", "install", "plan", "policy", "probe", "wait",
     ]  # fmt: skip
 
 

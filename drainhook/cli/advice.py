@@ -179,6 +179,14 @@ def install(directory: Path) -> int:
     return run_install(directory)
 
 
+def _wait_params() -> tuple[click.Parameter, ...]:
+    """`wait`'s own click parameters, from the group that holds both commands."""
+    ctx = click.get_current_context()
+    group = ctx.find_root().command
+    wait = group.get_command(ctx, "wait") if isinstance(group, click.Group) else None
+    return tuple(wait.params) if wait is not None else ()
+
+
 class _Kinds(click.Command):
     """inject's help, its kinds from inject's own table, loaded when the help is shown."""
 
@@ -262,15 +270,51 @@ def inject(
             "image-volume --image REF (Kubernetes >= 1.35) or init --image REF (any "
             "cluster); upstream engine images hold no drainhook"
         )
-    ctx = click.get_current_context()  # wait's flags, from the group that holds both
-    group = ctx.find_root().command
-    wait = group.get_command(ctx, "wait") if isinstance(group, click.Group) else None
-    params = tuple(wait.params) if wait is not None else ()
-    given = ctx.get_parameter_source("binary") is not ParameterSource.DEFAULT
-    options = Options(via, image, binary, container, engine, engine_version, params, given)
+    given = click.get_current_context().get_parameter_source("binary")
+    options = Options(
+        via, image, binary, container, engine, engine_version, _wait_params(),
+        given is not ParameterSource.DEFAULT,
+    )  # fmt: skip
     result = run_inject(paths, options)
     write_out(result.stdout)
     for line in result.lines:
         with contextlib.suppress(OSError):  # what it says is said on stderr, if it can be
             click.echo(line, err=True)
     return result.code
+
+
+@click.command(
+    short_help="An admission policy that wires the hook into every engine Pod.",
+    epilog=examples(
+        "drainhook policy --via init --image REGISTRY/drainhook:0.1.0 > policy.yaml",
+        "kubectl apply -f policy.yaml",
+        "kubectl label namespace NS drainhook.io/inject=enabled",
+    ),
+)
+@click.option(
+    "--via",
+    type=click.Choice(["init", "image-volume"]),
+    required=True,
+    help="How the binary reaches the engine: an initContainer that installs it, or "
+    "an image volume of drainhook's image (Kubernetes >= 1.35).",
+)
+@click.option("--image", metavar="REF", required=True, help="drainhook's image.")
+def policy(via: Via, image: str) -> int:
+    """Write an admission policy that wires the hook into every engine Pod.
+
+    Writes, as YAML on stdout, a MutatingAdmissionPolicy and its binding
+    (admissionregistration.k8s.io/v1, Kubernetes >= 1.36; 1.34 and 1.35 with
+    the beta API turned on) that wire `drainhook wait` into each engine Pod
+    created in a namespace labelled drainhook.io/inject=enabled, as `inject`
+    wires the same Pod, and a ValidatingAdmissionPolicy and its binding that
+    warn (never deny) on an engine Pod left unwired. A Pod labelled
+    drainhook.io/inject=disabled is left alone. No server, no certificate:
+    failurePolicy Ignore, so an unwired Pod is today's Pod.
+
+    Exit: 0, 2 usage, 74 output not written.
+    """
+    from drainhook.inject.options import Options
+    from drainhook.inject.policy import render
+
+    write_out(render(Options(via, image, wait_params=_wait_params(), binary_given=True)))
+    return 0

@@ -29,7 +29,7 @@ from drainhook.reading.config import positive
 
 # The advisory commands (drainhook.cli.advice), loaded only when one is named
 # or the commands are listed: `wait`'s start never imports them.
-ADVICE = ("plan", "install", "inject")
+ADVICE = ("plan", "install", "inject", "policy")
 
 
 class _Commands(click.Group):

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 
 import yaml
 
 from drainhook.engines.gauges import BY_NAME, default_port
+from drainhook.inject.argv import LOOPBACK_REACHES
 from drainhook.inject.containers import ENTRY, MODULES, NOT_AN_ENGINE, SHELLS
 from drainhook.inject.options import (
     IMAGE_BUILD_DIR,
@@ -28,10 +30,17 @@ from drainhook.inject.options import (
     Options,
 )
 from drainhook.inject.via import RESTRICTED
-from drainhook.inject.argv import LOOPBACK_REACHES
 from drainhook.inject.wire import DRAIN_WINDOW, UNREADABLE, WORKER_MARGIN
-from drainhook.planning.plan import LOG_FILE, SPLIT_ROLES, apply_advice, make_plan, wait_config
+from drainhook.planning.plan import (
+    LOG_FILE,
+    SPLIT_ROLES,
+    Role,
+    apply_advice,
+    make_plan,
+    wait_config,
+)
 
+ROLES: tuple[Role, ...] = ("unified", *SPLIT_ROLES)
 LABEL = "drainhook.io/inject"  # a namespace's `enabled`, a Pod's `disabled`
 NOTES = "drainhook.io/policy"  # the annotation on a Pod the policy wired
 API = "admissionregistration.k8s.io/v1"
@@ -60,7 +69,8 @@ def _q(text: str) -> str:
 
 def _join(c: str) -> str:
     """A container's command and args as one text, blank-bounded (a script's too)."""
-    return f'(" " + ((has({c}.command) ? {c}.command : []) + (has({c}.args) ? {c}.args : [])).join(" ") + " ")'
+    words = f"(has({c}.command) ? {c}.command : []) + (has({c}.args) ? {c}.args : [])"
+    return f'(" " + ({words}).join(" ") + " ")'
 
 
 def _engine_of(c: str) -> str:
@@ -71,8 +81,8 @@ def _engine_of(c: str) -> str:
     by: dict[str, list[str]] = {}
     for name in BY_NAME:
         by.setdefault(BY_NAME[name].name, []).append(rf"[\s/]{re.escape(name)}\s+serve\s")
-    for module, engine in MODULES:
-        by.setdefault(engine, []).append(rf"\s-m\s+{re.escape(module)}")
+    for module, started in MODULES:
+        by.setdefault(started, []).append(rf"\s-m\s+{re.escape(module)}")
     unread = _q(r"\s-m\s+(" + "|".join(re.escape(m) for m in UNREADABLE) + r")\s")
     text = _join(c)
     shells = "|".join(SHELLS)
@@ -83,7 +93,8 @@ def _engine_of(c: str) -> str:
     out = '""'
     for engine, patterns in reversed(by.items()):
         named = _q(rf"(^|/)[^/:@]*{engine}[^/:@]*([:@]|$)")
-        image = f"({shown} && has({c}.image) && {c}.image.matches({named}) && !{c}.image.matches({router}))"
+        image = f"({shown} && has({c}.image) && {c}.image.matches({named}) && "
+        image += f"!{c}.image.matches({router}))"
         test = f"{text}.matches({_q('|'.join(patterns))})"
         if engine == "vllm":
             ray = f"(variables.worker && {text}.matches({_q(RAY)}))"
@@ -102,12 +113,11 @@ def _advice() -> str:
     by delta and to least at least, R is the exit reserve."""
     rows = []
     for engine in ("vllm", "sglang"):
-        for role in ("unified", *SPLIT_ROLES):
+        for role in ROLES:
 
-            def planned(g: float, engine: str = engine, role: str = role) -> tuple[float, float]:
-                config = apply_advice(
-                    make_plan(wait_config(grace=g, engine=engine), role)
-                ).plan.config
+            def planned(g: float, engine: str = engine, role: Role = role) -> tuple[float, float]:
+                plan = make_plan(wait_config(grace=g, engine=engine), role)
+                config = apply_advice(plan).plan.config
                 return config.grace, config.exit_reserve
 
             high, reserve = planned(1000.0)
@@ -125,23 +135,24 @@ def _advice() -> str:
 DISAGGREGATION, SPACE = "--disaggregation-mode[= ]", r"\s"
 
 
-def _variables(options: Options) -> list[dict[str, str]]:
-    labels = "(has(object.metadata.labels) ? object.metadata.labels : {})"
+LABELS = "(has(object.metadata.labels) ? object.metadata.labels : {})"
+
+
+def _found() -> list[dict[str, str]]:
+    """The variables that find the engine container and what its preStop holds
+    (the validating policy's too)."""
+    labels = LABELS
     shells = "|".join(SHELLS)
-    sleep = rf"^(((/usr)?/bin/)?({shells})\s+-[a-z]*c[a-z]*\s+)?(exec\s+)?((/usr)?/bin/)?sleep\s+[0-9]+s?\s*;?\s*$"
+    shell = rf"((/usr)?/bin/)?({shells})\s+-[a-z]*c[a-z]*\s+"
+    sleep = rf"^({shell})?(exec\s+)?((/usr)?/bin/)?sleep\s+[0-9]+s?\s*;?\s*$"
     pre = "variables.ctr.lifecycle.preStop"
     has_pre = "has(variables.ctr.lifecycle) && has(variables.ctr.lifecycle.preStop)"
     command = f"({has_pre} && has({pre}.exec) && has({pre}.exec.command) ? {pre}.exec.command : [])"
-    kv = {"prefill": "kv_producer", "decode": "kv_consumer"}
-    roles = " : ".join(
-        f"variables.text.matches({_q(DISAGGREGATION + r + SPACE)}) || "
-        f"variables.text.contains({_q(kv[r])}) ? {_q(r)}"
-        for r in SPLIT_ROLES
-    )
     return [
         {
             "name": "worker",
-            "expression": f'{labels}.exists(k, k == "{WORKER_INDEX}") && {labels}["{WORKER_INDEX}"] != "0"',
+            "expression": f'{labels}.exists(k, k == "{WORKER_INDEX}") && '
+            f'{labels}["{WORKER_INDEX}"] != "0"',
         },
         {"name": "engines", "expression": f"object.spec.containers.map(c, {_engine_of('c')})"},
         {"name": "at", "expression": 'variables.engines.map(e, e != "").indexOf(true)'},
@@ -168,6 +179,20 @@ def _variables(options: Options) -> list[dict[str, str]]:
                 'int(variables.command.join(" ").find("sleep\\\\s+[0-9]+").find("[0-9]+"))'
             ),
         },
+    ]
+
+
+def _wiring() -> list[dict[str, str]]:
+    """The variables that decide the wiring: whether to wire, the role and plan's
+    advice for it, the grace, the port, the scheme."""
+    labels = LABELS
+    kv = {"prefill": "kv_producer", "decode": "kv_consumer"}
+    roles = " : ".join(
+        f"variables.text.matches({_q(DISAGGREGATION + r + SPACE)}) || "
+        f"variables.text.contains({_q(kv[r])}) ? {_q(r)}"
+        for r in SPLIT_ROLES
+    )
+    return [
         {"name": "hostgiven", "expression": _last("--host", r"\S+")},
         {"name": "host", "expression": _host()},
         {
@@ -176,8 +201,11 @@ def _variables(options: Options) -> list[dict[str, str]]:
                 'variables.at >= 0 && variables.prestop in ["none", "sleep"] && '
                 "!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && "
                 '(variables.worker || variables.host != "!") && '
-                f"({labels}.exists(k, k == {_q(WORKER_INDEX)}) || !variables.text.matches({_q(RANKED)})) && "
-                '!(variables.engine == "vllm" && variables.text.contains(" --disable-log-stats "))'
+                f"({labels}.exists(k, k == {_q(WORKER_INDEX)}) || "
+                f"!variables.text.matches({_q(RANKED)})) && "
+                '!(variables.engine == "vllm" && '
+                'variables.text.contains(" --disable-log-stats ")) && '
+                '!(variables.engine == "sglang" && !variables.text.contains(" --enable-metrics"))'
             ),
         },
         {
@@ -215,10 +243,14 @@ def _https() -> str:
     """CEL: the engine serves TLS (its --ssl-certfile, or a probe that says HTTPS)."""
     probes = [
         f"(has(variables.ctr.{p}) && has(variables.ctr.{p}.httpGet) && "
-        f"has(variables.ctr.{p}.httpGet.scheme) && variables.ctr.{p}.httpGet.scheme == \"HTTPS\")"
+        f'has(variables.ctr.{p}.httpGet.scheme) && variables.ctr.{p}.httpGet.scheme == "HTTPS")'
         for p in ("readinessProbe", "livenessProbe", "startupProbe")
     ]
-    return '!variables.worker && (variables.text.contains(" --ssl-certfile") || ' + " || ".join(probes) + ")"
+    return (
+        '!variables.worker && (variables.text.contains(" --ssl-certfile") || '
+        + " || ".join(probes)
+        + ")"
+    )
 
 
 def _last(flag: str, value: str) -> str:
@@ -243,7 +275,7 @@ def _host() -> str:
     given = "variables.hostgiven"
     loopback = json.dumps(list(LOOPBACK_REACHES))
     pod_ip = (
-        f"has(variables.ctr.env) && variables.ctr.env.exists(e, {given} == \"$(\" + e.name + \")\" "
+        f'has(variables.ctr.env) && variables.ctr.env.exists(e, {given} == "$(" + e.name + ")" '
         "&& has(e.valueFrom) && has(e.valueFrom.fieldRef) && "
         'e.valueFrom.fieldRef.fieldPath in ["status.podIP", "status.podIPs"])'
     )
@@ -272,7 +304,8 @@ def _port() -> str:
     (`$(NAME)`, `$NAME`, `${NAME}`, `${NAME:-N}`) the container's env gives a literal
     value (else its default N)."""
     name = 'variables.portgiven.find("[A-Za-z_][A-Za-z0-9_]*")'
-    values = f"(has(variables.ctr.env) ? variables.ctr.env : []).filter(e, e.name == {name} && has(e.value))"
+    env = "(has(variables.ctr.env) ? variables.ctr.env : [])"
+    values = f"{env}.filter(e, e.name == {name} && has(e.value))"
     default = 'variables.portgiven.find(":-[0-9]+").replace(":-", "")'
     resolved = (
         'variables.portgiven.matches("^[0-9]+$") ? variables.portgiven : '
@@ -281,7 +314,8 @@ def _port() -> str:
     defaults = " || ".join(
         f'(p == "{default_port(e)}" && variables.engine == "{e}")' for e in ("vllm", "sglang")
     )
-    return f'variables.worker ? "" : [{resolved}].map(p, !p.matches("^[0-9]+$") || {defaults} ? "" : p)[0]'
+    number = '!p.matches("^[0-9]+$")'
+    return f'variables.worker ? "" : [{resolved}].map(p, {number} || {defaults} ? "" : p)[0]'
 
 
 def _hook(options: Options) -> str:
@@ -310,9 +344,7 @@ def _entries(where: str, at: str, key: str, values: str) -> str:
     new = f"{values}.filter(v, !(has({where}.{key}) && {where}.{key}.exists(e, e.name == v.name)))"
     one = _patch(f'{at} + "/{key}/-"', "v")
     made = _patch(f'{at} + "/{key}"', new)
-    return (
-        f"({new}.size() == 0 ? [] : has({where}.{key}) ? {new}.map(v, {one}) : [{made}])"
-    )
+    return f"({new}.size() == 0 ? [] : has({where}.{key}) ? {new}.map(v, {one}) : [{made}])"
 
 
 def _entry(where: str, at: str, key: str, value: dict[str, object]) -> str:
@@ -338,7 +370,7 @@ def _mutation(options: Options) -> str:
     volume: dict[str, object]
     mount: dict[str, object]
     if options.via == "init":
-        installer = {
+        installer: dict[str, object] = {
             "name": INIT_NAME,
             "image": options.image,
             "command": [IMAGE_LAUNCHER, "install", INIT_MOUNT],
@@ -374,14 +406,15 @@ OPTED_OUT = (
 UNWIRED = (
     '"engine container " + variables.ctr.name + " has no drainhook preStop: label its '
     f"namespace {LABEL}=enabled (drainhook policy), or run drainhook inject on its "
-    'manifest; a preStop of its own, hostNetwork or --disable-log-stats keep it unwired"'
+    "manifest (a preStop of its own, hostNetwork, SGLang without --enable-metrics, vLLM "
+    'with --disable-log-stats, a rank of a group outside a LeaderWorkerSet stay unwired)"'
 )
 
 
-def objects(options: Options) -> list[dict[str, object]]:
+def objects(options: Options) -> list[dict[str, typing.Any]]:
     """The four objects `drainhook policy` writes, in the order to apply them."""
     options.check()
-    variables = _variables(options)
+    variables = _found() + _wiring()
     match = {"resourceRules": RULES}
     conditions = [{"name": "not-opted-out", "expression": OPTED_OUT}]
     meta = {"name": NAME, "labels": {"app.kubernetes.io/name": "drainhook"}}
@@ -402,11 +435,7 @@ def objects(options: Options) -> list[dict[str, object]]:
     }
     enabled = {"namespaceSelector": {"matchLabels": {LABEL: "enabled"}}}
     not_disabled = {"key": LABEL, "operator": "NotIn", "values": ["disabled"]}
-    found = [
-        v
-        for v in variables
-        if v["name"] in ("worker", "engines", "at", "ctr", "command", "prestop")
-    ]
+    found = _found()
     validating = {
         "apiVersion": API,
         "kind": "ValidatingAdmissionPolicy",

@@ -9,6 +9,7 @@ applies patches with its own library (docs/inject.md, "What the tests prove").""
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import typing
 
@@ -73,12 +74,15 @@ FUNCTIONS = {
 }
 
 
+@functools.lru_cache(maxsize=256)
 def _program(expression: str, mutation: bool) -> celpy.Runner:
     if not mutation and ("JSONPatch{" in expression or "Object{" in expression):
         raise Refused("a constructor outside mutations: the apiserver compiles this without it")
     if mutation:  # JSONPatch{op: O, path: P, value: V} as the map it builds
         expression = _PATCH.sub('{"op": ', expression)
-        expression = expression.replace(", path: ", ', "path": ').replace(", value: ", ', "value": ')
+        expression = expression.replace(", path: ", ', "path": ').replace(
+            ", value: ", ', "value": '
+        )
     env = celpy.Environment()
     try:
         return env.program(env.compile(expression), functions=FUNCTIONS)
