@@ -810,3 +810,22 @@ def test_a_grace_plan_assumed_is_marked_default_as_waits_start_line(hook: Hook) 
     assert json.loads(as_json.stdout)["grace_from"] == "default"
     given_json = hook("plan", "--grace", "45", "--output", "json")
     assert json.loads(given_json.stdout)["grace_from"] is None
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag"),
+    [("vllm", "--enable-server-load-tracking"), ("sglang", "--enable-metrics"), ("auto", None)],
+)
+def test_plan_names_the_engine_flags_the_hook_reads_through(engine: str, flag: str | None) -> None:
+    """Text and YAML name the engine's own flags as inject adds them (JSON already
+    lists them): for auto, whose flag is unknown, none."""
+    made = planning.make_plan(planning.wait_config(engine=engine))
+    text, fragment = render.render(made, "text"), render.render(made, "yaml")
+    listed = render.to_json(made)["applied"]["engine_args"]  # type: ignore[index]
+    if flag is None:
+        assert "reads through" not in text and "# engine flag:" not in fragment
+        return
+    assert f"the engine's own flags the hook reads through ({engine}):" in text
+    assert f"\n  {flag}: " in text and flag in listed
+    assert f"# engine flag: {flag} on the engine's command line" in fragment
+    assert yaml.safe_load(fragment)["terminationGracePeriodSeconds"] >= 30  # still YAML

@@ -26,6 +26,11 @@ from tests.support.process import Hook
 IDLE = sample("vllm-http-plain-idle.txt")
 BUSY = sample("vllm-http-plain.txt")  # running 1
 
+NO_ROUTE = (
+    "a vLLM without the /load route: vLLM 0.9 or newer, with "
+    "--enable-server-load-tracking, counts it"
+)
+
 
 @pytest.mark.parametrize(
     ("body", "want"),
@@ -108,7 +113,10 @@ def test_a_busy_read_asks_no_load_but_probe_does() -> None:
 @pytest.mark.parametrize(
     ("answer", "why"),
     [
-        ((404, b"not found\n"), "/load answered HTTP 404 (a vLLM without the /load route)"),
+        (
+            (404, b"not found\n"),
+            f"/load answered HTTP 404 ({NO_ROUTE})",
+        ),
         ((200, IDLE), "/load is not vLLM's (not JSON)"),
     ],
 )
@@ -129,7 +137,10 @@ def test_no_load_route_is_missing_and_asked_again(answer: tuple[int, bytes], why
 @pytest.mark.parametrize(
     ("answer", "why"),
     [
-        ((404, b"not found\n"), "/load answered HTTP 404 (a vLLM without the /load route)"),
+        (
+            (404, b"not found\n"),
+            f"/load answered HTTP 404 ({NO_ROUTE})",
+        ),
         ((403, b"forbidden\n"), "/load answered HTTP 403 (vLLM's --api-key guards it; "),
         ((200, b"<html>proxy</html>"), "/load is not vLLM's (not JSON)"),
         ((200, b'{"ok": true}'), "/load is not vLLM's (no server_load in the body)"),
@@ -263,7 +274,7 @@ def test_a_missing_signal_is_said_once(hook: Hook) -> None:
         {
             "event": "signal",
             "signal": "server",
-            "missing": "/load answered HTTP 404 (a vLLM without the /load route)",
+            "missing": f"/load answered HTTP 404 ({NO_ROUTE})",
             "target": None,
         }
     ]

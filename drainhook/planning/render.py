@@ -31,6 +31,7 @@ from drainhook.planning.plan import (
     Plan,
     apply_advice,
     engine_args,
+    engine_flags,
 )
 
 BAR = 40
@@ -120,8 +121,23 @@ def to_text(plan: Plan) -> str:
     if rec is None or not done.changes:
         lines += ["", "preStop: " + " ".join(plan.command)]
     lines += applied_text(done)
+    lines += flags_text(done.plan)
     lines += warnings_text(plan.warnings)
     return "\n".join(lines) + "\n"
+
+
+def flags_text(plan: Plan) -> list[str]:
+    """The engine's own flags the hook reads through (inject adds them where the
+    engine's version takes them), each with why."""
+    shown = [f for f in engine_flags(plan) if f.reads]
+    lines = ["", f"the engine's own flags the hook reads through ({plan.engine}):"] if shown else []
+    for flag in shown:
+        since = f", {plan.engine} {flag.since} or newer" if flag.since else ""
+        lines += textwrap.wrap(
+            f"{' '.join(flag.args)}: {flag.why}{since}", 100, initial_indent="  ",
+            subsequent_indent="    ", break_on_hyphens=False,
+        )  # fmt: skip
+    return lines
 
 
 def timeline_text(plan: Plan) -> list[str]:
@@ -228,6 +244,10 @@ def to_yaml(plan: Plan) -> str:
         f"# --grace must equal terminationGracePeriodSeconds. Container name: yours ({name}).",
     ]
     lines += [f"# changed: {ch.text()}" for ch in applied.changes]
+    lines += [
+        f"# engine flag: {' '.join(f.args)} on the engine's command line ({f.why})"
+        for f in engine_flags(chosen) if f.reads
+    ]  # fmt: skip
     if plan.recommendation is not None:
         lines += evidence_notes(plan, applied)
     # The share the G given leaves uncovered (observe-cuts) is text's and JSON's.
