@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import typing
@@ -434,7 +435,7 @@ def test_evidence_replaces_g_for_the_applied_reserve_then_the_floors_act() -> No
 
     lower = planning.apply_advice(observed(make(grace=60.0), 30.0, "vllm"))
     assert [ch.text() for ch in lower.changes] == [
-        "terminationGracePeriodSeconds 60 -> 40 (observed: G = ceil(S 5 + p99.9 30 + R 5) = 40)"
+        "terminationGracePeriodSeconds 60 -> 40, lower (observed: G = ceil(S 5 + p99.9 30 + R 5) = 40)"
     ]
     assert planning.apply_advice(make()).changes == ()
 
@@ -829,3 +830,32 @@ def test_plan_names_the_engine_flags_the_hook_reads_through(engine: str, flag: s
     assert f"\n  {flag}: " in text and flag in listed
     assert f"# engine flag: {flag} on the engine's command line" in fragment
     assert yaml.safe_load(fragment)["terminationGracePeriodSeconds"] >= 30  # still YAML
+
+
+RAISE = re.compile(r"raise G to (\d+) s")
+G_CODES = {"grace-range", "settle-past-deadline", "no-room", "stall-after-deadline"}
+
+
+@pytest.mark.parametrize("settle", [0.5, 2.0, 5.0, 12.0, 40.0])
+@pytest.mark.parametrize("reserve", [1.0, 5.0, 20.0])
+@pytest.mark.parametrize("stall", [None, 30.0])
+def test_a_g_the_advice_names_passes_every_floor(
+    settle: float, reserve: float, stall: float | None
+) -> None:
+    """Following "raise G to N" leaves no warning about G: N is past the room the
+    reads need and the range's floor (a G of 6 once named was under 15)."""
+    for grace in (3.0, 10.0, 16.0):
+        values = {"grace": grace, "settle": settle, "exit_reserve": reserve}
+        made = planning.make_plan(planning.wait_config(**values, stall_after=stall))
+        for warning in made.warnings:
+            for named in RAISE.findall(warning.reason):
+                again = planning.wait_config(**{**values, "grace": float(named)}, stall_after=stall)
+                left = {w.code for w in planning.make_plan(again).warnings} & G_CODES
+                assert left == set(), (values, warning.code, named, left)
+
+
+def test_observe_says_lower_when_it_lowers_a_g_given() -> None:
+    lower = planning.Change("grace", 600.0, 40.0, ("observed: G = 40",))
+    higher = planning.Change("grace", 30.0, 40.0, ("observed: G = 40",))
+    assert lower.text() == "terminationGracePeriodSeconds 600 -> 40, lower (observed: G = 40)"
+    assert higher.text() == "terminationGracePeriodSeconds 30 -> 40 (observed: G = 40)"

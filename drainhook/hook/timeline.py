@@ -142,15 +142,17 @@ def _settle_past_deadline(t: Instants) -> PlanWarning | None:
         f"the settle S = {seconds(s)} lasts to the deadline D = {seconds(d)} or past it: "
         "not a single read",
         "the hook returns at D with `deadline` without knowing whether the engine "
-        f"is idle; raise G to {_room(t.config)} s, or lower --settle or --exit-reserve",
+        f"is idle; raise G to {least_grace(t.config)} s, or lower --settle or --exit-reserve",
     )
 
 
-def _room(c: WaitConfig) -> int:
-    """The least whole G that leaves room after S for the confirming reads before D."""
-    return math.ceil(
-        c.settle + (c.confirm - 1) * c.interval + c.reach.read_timeout + c.exit_reserve
-    )
+def least_grace(c: WaitConfig) -> int:
+    """The least whole G past every floor, the G each "raise G" names: room after S
+    for the confirming reads before D, the range's floor, and a --stall-after given
+    ending its window before D."""
+    room = c.settle + (c.confirm - 1) * c.interval + c.reach.read_timeout + c.exit_reserve
+    stall = math.floor(c.settle + c.stall_after + c.exit_reserve) + 1 if c.stall_after else 0
+    return max(math.ceil(room), stall, int(GRACE_MIN))
 
 
 def _no_room(t: Instants) -> PlanWarning | None:
@@ -164,7 +166,7 @@ def _no_room(t: Instants) -> PlanWarning | None:
         f"D - S = {seconds(t.deadline - c.settle)} leaves no room for the {c.confirm} "
         f"confirming reads (they need {seconds(need)}: {c.confirm - 1} x interval + "
         "read timeout)",
-        f"even an idle engine's hook then runs to the deadline; raise G to {_room(c)} s, "
+        f"even an idle engine's hook then runs to the deadline; raise G to {least_grace(c)} s, "
         "or lower --settle, --exit-reserve or --interval",
     )
 

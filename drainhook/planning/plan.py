@@ -25,6 +25,7 @@ from drainhook.hook.timeline import (
     Instants,
     PlanWarning,
     instants,
+    least_grace,
 )
 from drainhook.numfmt import number, seconds
 from drainhook.planning.evidence_rules import OBSERVE_RULES
@@ -214,7 +215,7 @@ def _stall_after_deadline(plan: Plan) -> PlanWarning | None:
         f"D = {seconds(plan.at.deadline)}",
         "a stalled engine then holds the replica to D as a busy one does; lower "
         "--stall-after (above the longest healthy flat stretch) or raise G to "
-        f"{math.ceil(start + c.stall_after + c.exit_reserve)} s",
+        f"{least_grace(c)} s",
     )
 
 
@@ -324,7 +325,8 @@ class Change:
 
     def text(self) -> str:
         why = "; ".join(self.because)
-        return f"{self.label} {number(self.given)} -> {number(self.applied)} ({why})"
+        lower = ", lower" if self.applied < self.given else ""  # plan --observe's shorter G
+        return f"{self.label} {number(self.given)} -> {number(self.applied)}{lower} ({why})"
 
 
 @dataclass(frozen=True)
