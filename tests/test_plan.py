@@ -435,7 +435,8 @@ def test_evidence_replaces_g_for_the_applied_reserve_then_the_floors_act() -> No
 
     lower = planning.apply_advice(observed(make(grace=60.0), 30.0, "vllm"))
     assert [ch.text() for ch in lower.changes] == [
-        "terminationGracePeriodSeconds 60 -> 40, lower (observed: G = ceil(S 5 + p99.9 30 + R 5) = 40)"
+        "terminationGracePeriodSeconds 60 -> 40, lower "
+        "(observed: G = ceil(S 5 + p99.9 30 + R 5) = 40)"
     ]
     assert planning.apply_advice(make()).changes == ()
 

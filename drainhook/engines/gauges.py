@@ -103,10 +103,8 @@ def _guarded(engine: str, absent: str) -> dict[int, str]:
 LOADS = SideSource("/v1/loads", "scheduler", _guarded("SGLang", "this SGLang has no /v1/loads"))
 # vLLM's server count: `GET /load` -> {"server_load": N}, counted by
 # `load_aware_call` with --enable-server-load-tracking (0 without it, in 0.32).
-SERVER_LOAD = SideSource(
-    "/load", "server", _guarded("vLLM", "a vLLM without the /load route: vLLM 0.9 or newer, "
-                                "with --enable-server-load-tracking, counts it")
-)  # fmt: skip
+NO_LOAD = "a vLLM without the /load route: vLLM 0.9 or newer, with --enable-server-load-tracking"
+SERVER_LOAD = SideSource("/load", "server", _guarded("vLLM", NO_LOAD + ", counts it"))
 
 
 # An engine, and --engine: one of them or auto (the body shows which).

@@ -147,9 +147,8 @@ def _settle_past_deadline(t: Instants) -> PlanWarning | None:
 
 
 def least_grace(c: WaitConfig) -> int:
-    """The least whole G past every floor, the G each "raise G" names: room after S
-    for the confirming reads before D, the range's floor, and a --stall-after given
-    ending its window before D."""
+    """The G each "raise G" names, past every floor: room after S for the confirming
+    reads before D, the range's floor, a given --stall-after's window before D."""
     room = c.settle + (c.confirm - 1) * c.interval + c.reach.read_timeout + c.exit_reserve
     stall = math.floor(c.settle + c.stall_after + c.exit_reserve) + 1 if c.stall_after else 0
     return max(math.ceil(room), stall, int(GRACE_MIN))
