@@ -211,7 +211,9 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # one table of kinds (issue 64: its rows for four more kinds, RBG's patched roles,
 # a routed kind's own servers named, five modules where two were), at 10,979; to
 # 11,520 with `drainhook policy` (issue 65: the admission policy, 484 lines counted
-# apart from inject's room, and its command), at 11,515:
+# apart from inject's room, and its command), at 11,515; to 11,540 with plan's
+# engine flags named in its text and YAML, and a G it names past every floor
+# (issue 66's items 2 and 3), at 11,539:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
@@ -227,7 +229,7 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 500
-PACKAGE_LINES = 11520
+PACKAGE_LINES = 11540
 ROOM_LINES = {"planning": 1540, "inject": 2740}
 POLICY = PACKAGE / "inject" / "policy.py"
 POLICY_LINES = 485
