@@ -515,3 +515,19 @@ def test_shell_completion_as_documented(hook: Hook) -> None:
         env = {"_DRAINHOOK_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": cword}
         done = hook(env=env)
         assert (done.code, done.stdout.split()) == (0, [want]), done.stderr
+
+
+def test_the_readmes_command_table_has_every_exit_each_help_names() -> None:
+    """Each command's rows in "Commands at a glance" name the exit codes its --help
+    names (2, a usage error, is the table's sentence under it for every command)."""
+    table = README.read_text().split("## Commands at a glance", 1)[1].split("\n\n", 2)[1]
+    rows: dict[str, set[str]] = {}
+    for row in table.splitlines()[2:]:
+        command, _, codes = (cell.strip() for cell in row.strip("|").split("|"))
+        name = command.strip("`").split()[1]
+        rows.setdefault(name, set()).update(re.findall(r"\b\d+\b", codes))
+    assert set(rows) == {n for n, c in all_commands().items() if not c.hidden}
+    for name, codes in rows.items():
+        text = " ".join(all_commands()[name].help.split())  # type: ignore[union-attr]
+        said = text.split("Exit:", 1)[1].split(".", 1)[0]
+        assert codes | {"2"} == set(re.findall(r"\b\d+\b", said)) | {"2"}, name

@@ -3,12 +3,15 @@ and written as text or JSON, and the two carry the same facts, field for field."
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import re
+import shlex
 
 import pytest
 
-from drainhook.engines.verdict import Reading, Series, Verdict
+from drainhook.engines.verdict import Reading, Series, Signals, Verdict
 from drainhook.hook.drain import Outcome, Result
 from drainhook.hook.log import (
     Event,
@@ -19,7 +22,9 @@ from drainhook.hook.log import (
     warning_event,
 )
 from drainhook.hook.stall import Frozen, Stall
+from drainhook.planning.plan import wait_config
 from tests.support.logs import fields
+from tests.support.process import ROOT
 
 BUSY = Reading(
     Verdict.BUSY, "vllm", 2.0, (Series("vllm:num_requests_running", (), 2.0),), None, 3.25
@@ -116,3 +121,35 @@ def test_wait_help_says_the_pulse_and_the_heartbeat_the_log_keeps() -> None:
 
     shown = " ".join(CliRunner().invoke(cli, ["wait", "--help"]).output.split())
     assert f"else one every {PULSE:g} s while work remains, {HEARTBEAT:g} s when idle" in shown
+
+
+def test_the_operations_guides_sample_lines_are_the_tools_own() -> None:
+    """docs/operations.md's sample drain: each line's keys are those the hook writes
+    for its kind, in the hook's order (`at` second), none it never writes."""
+    stream = io.StringIO()
+    log = Log(stream=stream, reads="all")
+    log.start(dataclasses.replace(wait_config(), grace_default=True), "http://h/metrics", 0.0)
+    log.warning("G = 5s is under 15s", code="grace-range", reason="no room")
+    signals = Signals(scheduler=0.0, server=0.0, connections=1.0, missing=())
+    held = dataclasses.replace(BUSY, source="metrics", signals=signals)
+    for n, reading in enumerate((held, FAILED, PARTS)):
+        log.read(5.0 + n, reading)
+    done = Result(Outcome.DRAINED, 8.0, 4, held)
+    log.emit(summary_event(done, 0, "http://h/metrics", 25.0))
+    order: dict[str, list[str]] = {}
+    for line in stream.getvalue().splitlines():
+        keys = [w.split("=", 1)[0] for w in shlex.split(line)[1:]]
+        known = order.setdefault(keys[0], [])
+        known += [k for k in keys if k not in known]
+    order["t"] = [k for k, _ in read_event(0.0, 1, PARTS).fields]
+    order["t"].insert(1, "at")
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    block = guide.split("### What the lines say", 1)[1].split("```", 2)[1]
+    samples = [ln for ln in block.splitlines() if ln.startswith("drainhook ")]
+    assert len(samples) >= 6
+    for sample in samples:
+        keys = [w.split("=", 1)[0] for w in shlex.split(sample)[1:]]
+        assert keys[1] == "at", sample
+        tool = order[keys[0]]
+        assert [k for k in tool if k in keys] == keys, (sample, tool)
+    assert re.search(r"^drainhook outcome=", block, re.M)
