@@ -505,7 +505,8 @@ def test_every_form_of_a_sleep_hook_is_replaced(sleep: str) -> None:
                               "--settle", "15"]  # fmt: skip
     assert next(ln for ln in result.lines if ": replaced: " in ln).endswith(
         "preStop sleep 15 (a blind wait) by drainhook wait, its 15s kept as the settle "
-        "(a router's measured propagation)"
+        "(a router's measured propagation): an idle Pod now goes about 16 s after deletion, "
+        "not 6 (lower --settle where routers drop a Pod sooner)"
     )
 
 
@@ -1005,7 +1006,10 @@ def test_a_kubectl_list_is_wired_item_by_item() -> None:
                                "metadata": {"name": "c"}, "data": {"k": "v"}}  # fmt: skip
     # Each item is named as a document of its own: its index in the List, its kind.
     assert result.lines[0].startswith("drainhook inject: list.yaml#0[0] Deployment/")
-    assert result.lines[0].endswith(": injected: spec.template.spec: vllm")
+    assert result.lines[0].endswith(
+        ": injected: spec.template.spec: vllm (G 30; an idle Pod goes about 6 s after "
+        "deletion; added --enable-server-load-tracking)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -1997,3 +2001,27 @@ def test_vllm_data_parallel_by_rank_across_pods_is_named() -> None:
     assert "each Pod's API server serves its own ranks" in line
     alone = _deployment(VLLM + "          args: [m, --data-parallel-size, '4']\n")
     assert not any("over Pods" in ln for ln in run(("a.yaml", alone))[1].lines)
+
+
+def test_inject_says_what_it_did_in_a_line_per_document_and_one_per_value() -> None:
+    """The `injected` line sums each pod spec up (G before and after, the idle exit
+    to expect, the flags added); each variable and flag a worker gets is a line with
+    why; a short sleep replaced says when an idle Pod now goes."""
+    _, result = run(file(PLAIN / "lws-vllm.yaml"))
+    (line,) = [ln for ln in result.lines if ": injected: " in ln]
+    assert "leaderTemplate.spec: vllm-leader (G 60; an idle Pod goes about 6 s after " in line
+    assert "workerTemplate.spec: vllm-worker (G 30 -> 70; an idle Pod goes about 6 s" in line
+    changed = [ln.split(": changed: ", 1)[1] for ln in result.lines if ": changed: " in ln]
+    worker = "spec.leaderWorkerTemplate.workerTemplate.spec: container vllm-worker: "
+    assert (
+        worker + "env DRAINHOOK_HOST=$(LWS_LEADER_ADDRESS) (a worker's hook waits on "
+        in "\n".join(changed)
+    )
+    assert any(c.startswith(worker + "env DRAINHOOK_ALLOW_REMOTE=1 (") for c in changed)
+    assert any(c.startswith(worker + "--exit-zero (a worker holds to its D") for c in changed)
+    short = _deployment(VLLM + "          lifecycle: {preStop: {exec: {command: [sleep, '3']}}}\n")
+    replaced = [ln for ln in run(("s.yaml", short))[1].lines if ": replaced: " in ln]
+    assert replaced[0].endswith(
+        "preStop sleep 3 (a blind wait) by drainhook wait: an idle Pod now goes about 6 s "
+        "after deletion, a busy one when done"
+    )

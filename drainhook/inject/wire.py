@@ -198,24 +198,28 @@ def _engine_flag_edit(w: Wiring, flag: EngineFlag) -> str | None:
     return None if under else "keep"
 
 
-def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None) -> None:
+def _apply_engine_flags(w: Wiring, applied: Applied, say: Say, given: str | None) -> list[str]:
     """The engine flags the hook reads through, added where the engine's version is
     known to take them (CONTRACT §4: a flag an older engine rejects crash-loops the
     Pod): `given` (--engine-version), else the image's tag. Other advice, and a value
-    the user wrote, are named on stderr with plan's advice, never written."""
+    the user wrote, are named on stderr with plan's advice, never written. The flags
+    added."""
     name = w.container.get("name")
     version = version_in(given) if given is not None else image_version(w.container, w.engine)
+    added: list[str] = []
     for flag in engine_flags(applied.plan):
         if (edit := _engine_flag_edit(w, flag)) is None:
             continue
         why_not = _not_written(w, flag, edit, version)
         if why_not is None and w.argv is not None:
             w.argv.seq.extend(flag.args)
-            say("changed", f"container {name}: added {' '.join(flag.args)} ({flag.why})")
+            added.append(" ".join(flag.args))
+            say("changed", f"container {name}: added {added[-1]} ({flag.why})")
         elif why_not is not None and flag.needed and why_not.startswith("needs"):
             raise Refused(f"container {name}: {why_not}")
         elif why_not is not None:
             say("warning", f"container {name}: {why_not}")
+    return added
 
 
 def _not_written(
@@ -257,6 +261,7 @@ class Wired:
     engine: EngineChoice
     port: int | None
     https: bool  # a worker's hook reads its leader as the leader is served
+    summary: str = ""  # the pod spec's wiring in words, for the `injected` line
 
 
 def wire_group(group: Group, options: Options, say: Say) -> list[str]:
@@ -290,7 +295,8 @@ def _wire_site(
         raise Refused(
             text if text.startswith(site.path) else f"{site.path}{named}: {text}"
         ) from None
-    return [f"{site.path}: {c.get('name')}" for c, _ in chosen] if wired else [], wired
+    names = ", ".join(str(c.get("name")) for c, _ in chosen)
+    return [f"{site.path}: {names} ({wired.summary})"] if wired else [], wired
 
 
 def _name_others(site: Site, options: Options, say: Say) -> None:
@@ -352,21 +358,40 @@ def _wire(
     given = _given_grace(site, options, wirings)
     grace, why, plans = _one_grace(wirings, given, lead, options.hook_binary)
     _write_grace(site, grace, given, why, say)
+    added: list[str] = []
     for w, (early, applied) in zip(wirings, plans, strict=True):
         name = w.container.get("name")
         _say_changes(w, early, applied, say)
         if lead is None:
             for text in caveats(w.container, w.engine, w.argv, leads):
                 say("warning", f"container {name}: {text}")
-            _apply_engine_flags(w, applied, say, options.engine_version)
+            added += _apply_engine_flags(w, applied, say, options.engine_version)
             if w.host is not None:  # after the variable it names: Kubernetes expands it
-                _hook_env(w.container, "DRAINHOOK_HOST", w.host, say)
+                _hook_env(w.container, "DRAINHOOK_HOST", w.host, say, BOUND)
         else:
-            _hook_env(w.container, "DRAINHOOK_HOST", f"$({site.leader_address})", say)
-            _hook_env(w.container, "DRAINHOOK_ALLOW_REMOTE", "1", say)
+            _hook_env(w.container, "DRAINHOOK_HOST", f"$({site.leader_address})", say, LEADER)
+            _hook_env(w.container, "DRAINHOOK_ALLOW_REMOTE", "1", say, REMOTE)
+            if "--exit-zero" not in {f[0].partition("=")[0] for f in w.hook.others}:
+                say("changed", f"container {name}: --exit-zero ({EXIT_ZERO})")
         _set_prestop(w.container, _command(w, applied, options.hook_binary, lead is not None))
         bring_binary(site.spec, w.container, options)
-    return Wired(grace, wirings[0].engine, wirings[0].port, wirings[0].https)
+    idle = plans[0][1].plan.at.idle_return
+    summary = f"G {number(grace)}" if grace == given else f"G {number(given)} -> {number(grace)}"
+    summary += f"; an idle Pod goes about {round(idle)} s after deletion"
+    summary += f"; added {' '.join(added)}" if added else ""
+    return Wired(grace, wirings[0].engine, wirings[0].port, wirings[0].https, summary)
+
+
+# When an idle engine's hook returns on the default timeline, in whole seconds.
+DEFAULT_IDLE = round(make_plan(wait_config()).at.idle_return)
+# Why inject writes each of the hook's variables, and a worker's --exit-zero.
+BOUND = "the engine listens on the Pod's IP alone: the hook reads it there"
+LEADER = "a worker's hook waits on its leader's engine, at the address its platform sets"
+REMOTE = "the leader is not this Pod's loopback"
+EXIT_ZERO = (
+    "a worker holds to its D once its leader has gone (CONTRACT §2): exit 0 keeps that "
+    "out of FailedPreStopHook events; its summary still says why"
+)
 
 
 def _one_grace(
@@ -390,12 +415,14 @@ def _one_grace(
     return grace, why, plans
 
 
-def _hook_env(container: dict[str, Node], name: str, value: str, say: Say) -> None:
-    """The hook's variable; one the container sets is the user's: kept, and named."""
+def _hook_env(container: dict[str, Node], name: str, value: str, say: Say, why: str) -> None:
+    """The hook's variable, said with why; one the container sets is the user's: kept,
+    and named."""
     env = named_list(container, "env", ("lifecycle", "resources"))
     theirs = [e for e in env if isinstance(e, Mapping) and e.get("name") == name]
     if not theirs:
         env.append({"name": name, "value": value})
+        say("changed", f"container {container.get('name')}: env {name}={value} ({why})")
     elif theirs[0] != {"name": name, "value": value}:
         why = f"{name} kept as the container sets it, not {value}: the hook reads the one kept"
         say("warning", f"container {container.get('name')}: {why}")
@@ -436,16 +463,15 @@ def _say_changes(w: Wiring, early: Applied, applied: Applied, say: Say) -> None:
             say("warning", f"container {name}: {warning.code}: {warning.message}")
     if w.prestop == "sleep":
         kept = w.hook.timeline.get("settle")
-        say(
-            "replaced",
-            f"container {name}: preStop sleep {w.slept} (a blind wait) "
-            "by drainhook wait"
-            + (
-                f", its {number(kept)}s kept as the settle (a router's measured propagation)"
-                if kept
-                else ""
-            ),
-        )
+        idle = round(applied.plan.at.idle_return)
+        text = f"container {name}: preStop sleep {w.slept} (a blind wait) by drainhook wait"
+        if kept:
+            text += f", its {number(kept)}s kept as the settle (a router's measured propagation)"
+            text += f": an idle Pod now goes about {idle} s after deletion, not {DEFAULT_IDLE}"
+            text += " (lower --settle where routers drop a Pod sooner)"
+        else:
+            text += f": an idle Pod now goes about {idle} s after deletion, a busy one when done"
+        say("replaced", text)
 
 
 def _grace_floor(wirings: Sequence[Wiring], grace: float, lead: Wired | None) -> tuple[float, str]:
