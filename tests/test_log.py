@@ -103,12 +103,15 @@ def test_text_values(value: object, text: str) -> None:
     assert text_value(value) == text  # type: ignore[arg-type]
 
 
-def test_quiet_keeps_only_the_summary_on_stderr() -> None:
+def test_quiet_keeps_only_the_sentence_and_the_summary_on_stderr() -> None:
     stream = io.StringIO()
     log = Log("json", quiet=True, stream=stream)
     log.read(5.0, BUSY)
+    log.warning("a warning")
+    log.end("drained in 6.0 s after 2 reads; nothing in flight")
     log.summary(Result(Outcome.DRAINED, 6.0, 2, BUSY), 0, "t", 25.0)
-    assert [json.loads(x)["event"] for x in stream.getvalue().splitlines()] == ["summary"]
+    events = [json.loads(x)["event"] for x in stream.getvalue().splitlines()]
+    assert events == ["end", "summary"]
 
 
 def test_wait_help_says_the_pulse_and_the_heartbeat_the_log_keeps() -> None:

@@ -550,13 +550,13 @@ def test_json_summary_of_a_failure_carries_the_reason(hook: Hook) -> None:
     assert "refused" in summary["reason"]
 
 
-def test_quiet_prints_only_the_summary(hook: Hook) -> None:
+def test_quiet_prints_only_the_sentence_and_the_summary(hook: Hook) -> None:
     with Loopback(sequence(serve(BUSY), serve(IDLE))) as srv:
         run = wait(hook, srv.url, "--quiet")
     assert run.code == 0
-    assert len(run.lines) == 1
-    assert fields(run.lines[0])["outcome"] == "drained"
-    assert fields(run.lines[0])["reads"] == "3"
+    assert len(run.lines) == 2 and run.lines[0].startswith("drainhook: drained in ")
+    assert fields(run.lines[1])["outcome"] == "drained"
+    assert fields(run.lines[1])["reads"] == "3"
     assert srv.connections == 3
 
 

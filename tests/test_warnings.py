@@ -184,10 +184,10 @@ def test_quiet_keeps_them_in_the_log_file_only(hook: Hook, tmp_path: Path) -> No
     log = tmp_path / "hook.log"
     run = hook("wait", "--grace", "5", "--quiet", "--log-file", str(log), "--port", "1")
     assert run.code == 3
-    assert len(run.lines) == 1 and run.lines[0] == run.summary
+    assert len(run.lines) == 2 and end_line(run.lines[0]) and run.lines[1] == run.summary
     logged = log.read_text().splitlines()
     assert start_line(logged[0])
-    assert end_line(logged[-2])  # the file has every line; stderr the summary alone
+    assert end_line(logged[-2])  # the file has every line; stderr the sentence and summary
     assert [fields(line).get("code") for line in logged[1:-2]] == codes_of("--grace", "5")
 
 

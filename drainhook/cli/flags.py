@@ -243,7 +243,7 @@ LOG_OPTIONS = (
         "turns it off]",
     ),
     option("--exit-zero", is_flag=True, help="Exit 0 whatever the outcome."),
-    option("--quiet", is_flag=True, help="Only the summary line on stderr."),
+    option("--quiet", is_flag=True, help="Only the ending and the summary on stderr."),
 )
 
 

@@ -286,10 +286,11 @@ class Log:
 
     def emit(self, event: Event, when: float | None = None, plain: str = "") -> None:
         """Write one event's line, with its time of day (by default now: printed, never
-        used to decide), or `plain` as the text line; the summary even when quiet."""
+        used to decide), or `plain` as the text line; quiet, only the ending in words and
+        the summary (CONTRACT §5: --quiet drops the other lines, never the sentence)."""
         at = wall_time(time.time() if when is None else when)
         line = event.json(at) if self._json else plain or event.text(at)
-        if event.kind == "summary" or not self._quiet:
+        if event.kind in ("summary", "end") or not self._quiet:
             self._stderr(line)
         if self._fd is not None:
             # A full disk or a full pipe loses the line; the hook goes on.
