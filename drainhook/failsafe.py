@@ -200,7 +200,8 @@ def hold(
     failure = line.split(": ", 1)[-1]
     ended = f"failed safe at {{:.1f}} s (held to D = {deadline:g} s): {failure}"
     try:
-        say(f"{line}; holding as a blind sleep until D = {deadline:g} s", log_file)
+        held = f"{line}; holding as a blind sleep until D = {deadline:g} s"
+        say(held + ("; Ctrl-C stops it" if _at_terminal() else ""), log_file)
         sleep_until(t0 + max(0.0, deadline - EXIT_ALLOWANCE), clock, sleep)
     except BaseException:
         ended = f"interrupted at {{:.1f}} s while failed safe (D = {deadline:g} s): {failure}"
@@ -210,6 +211,14 @@ def hold(
             why = write_termination(termination[0], termination[1], ended.format(clock() - t0))
             if why is not None:
                 say(f"drainhook: cannot write --termination-log {termination[0]}: {why}")
+
+
+def _at_terminal() -> bool:
+    """Whether stderr is a terminal (a person ran the hook by hand, not a kubelet)."""
+    try:
+        return os.isatty(2)
+    except OSError:
+        return False
 
 
 def hold_plain(line: str, argv: Sequence[str], t0: float) -> None:

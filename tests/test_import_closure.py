@@ -116,8 +116,10 @@ def test_the_check_sees_inject_and_its_yaml_library_when_loaded() -> None:
 # SGLang's drain; the kernel's addresses load only for a host that is not loopback);
 # 5,470 with the one target a refusal's fix may name the address family of (5,465);
 # 5,485 with one reader of a sample line's place and rest, the gauges' and the
-# histogram's (issue 64: 5,482; the histogram's copy gone from plan's side).
-WAIT_PATH_LINES = 5485
+# histogram's (issue 64: 5,482; the histogram's copy gone from plan's side);
+# 5,535 with a person's terminal (issue 66's item 4: lines fit to it, the way out
+# of a held usage error and the flag meant, the ending's time of day; 5,534).
+WAIT_PATH_LINES = 5535
 
 
 def lines_of(modules: set[str]) -> int:

@@ -214,7 +214,8 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # apart from inject's room, and its command), at 11,515; to 11,540 with plan's
 # engine flags named in its text and YAML, and a G it names past every floor
 # (issue 66's items 2 and 3), at 11,539; to 11,570 with inject saying what it did
-# (issue 66's item 5: each pod spec summed up, each variable a worker gets), at 11,565:
+# (issue 66's item 5: each pod spec summed up, each variable a worker gets), at 11,565;
+# to 11,615 with a person's terminal (issue 66's item 4), at 11,612:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
@@ -232,7 +233,7 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 500
-PACKAGE_LINES = 11570
+PACKAGE_LINES = 11615
 ROOM_LINES = {"planning": 1565, "inject": 2765}
 POLICY = PACKAGE / "inject" / "policy.py"
 POLICY_LINES = 485

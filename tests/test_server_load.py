@@ -225,7 +225,7 @@ def test_probe_shows_each_signal_apart_and_which_held(hook: Hook) -> None:
     assert obj["signals"]["connections"] == 0  # the probe's own connection is not counted
     assert obj["signals"]["missing"] == {}
     rows = dict(line.split(None, 1) for line in text.stdout.splitlines() if line[:1] != " ")
-    assert rows["signals"] == "scheduler=0 server=1 unanswered=0"  # connections unanswered
+    assert rows["signals"] == "scheduler=0 server=1 connections=0"  # as wait and JSON say it
     assert rows["held_by"] == "server"
 
 

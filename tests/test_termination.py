@@ -141,6 +141,8 @@ def summary(run: Run) -> str:
     return run.summary
 
 
+# The same sentence on stderr, with its time of day.
+TIMED = re.compile(r"(drainhook: .*) \(\d\d:\d\d:\d\d\.\d{3}Z\)")
 LINE = re.compile(r"drainhook: (\w+) (?:in|at|by \w+ at) (\d+\.\d) s after (\d+) reads?; (.*)")
 
 
@@ -163,7 +165,8 @@ def test_drained(hook: Hook, tmp_path: Path) -> None:
     assert elapsed == pytest.approx(float(summary(run).split("elapsed=")[1].split()[0]), abs=0.06)
     assert "warning" not in "".join(hook_lines(run.lines))
     # The same sentence on stderr, just before the summary (which stays the last line).
-    assert run.lines[-2:] == [path.read_text(), summary(run)]
+    assert run.lines[-1] == summary(run)
+    assert TIMED.fullmatch(run.lines[-2]).group(1) == path.read_text()  # type: ignore[union-attr]
 
 
 @pytest.mark.reads
@@ -174,7 +177,8 @@ def test_deadline_with_requests_in_flight(hook: Hook, tmp_path: Path) -> None:
         run = wait(hook, url, *SHORT, "--termination-log", str(path))
         reads = srv.connections
     assert run.code == 3, run.stderr
-    assert run.lines[-2] == path.read_text()  # said on stderr too, before the summary
+    said = TIMED.fullmatch(run.lines[-2])  # said on stderr too, before the summary
+    assert said is not None and said.group(1) == path.read_text()
     outcome, elapsed, n, work = parse(path)
     lines = [fields(line) for line in run.lines if " read=" in line]
     # A read that D cut short (one started less than --read-timeout before the loop's

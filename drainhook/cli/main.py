@@ -160,6 +160,24 @@ def one_sentence(message: str) -> str:
     return f"{m.group(1)}; did you mean {', '.join(most)}{' or ' if most else ''}{last}?"
 
 
+# Flags people type that are another's spelling here, and what they mean.
+NEAR = {
+    "--json": "--log-format json",
+    "--format": "--log-format",
+    "--timeout": "--read-timeout",
+    "--grace-period": "--grace",
+    "--verbose": "--log-reads all",
+    "--metrics-url": "--url",
+}
+
+
+def near(said: str) -> str:
+    """A usage message with the flag meant where an unknown one is another's spelling
+    (`--json`: `--log-format json`), unless click already suggests one."""
+    m = re.match(r"no such option:? '?(--[\w-]+)'?$", said)
+    return f"{said}; did you mean {NEAR[m.group(1)]}?" if m and m.group(1) in NEAR else said
+
+
 def _in_echo(exc: BaseException) -> bool:
     """Whether exc came from writing click's own output (--help, --version)."""
     tb = exc.__traceback__
@@ -189,7 +207,7 @@ def run(argv: list[str], hold: Callable[[str], None] | None = None) -> int:
     except click.UsageError as exc:
         named = argv[:1] if argv[:1] and argv[0] in (*cli.commands, *ADVICE) else []
         where = " ".join(["drainhook", *named])
-        return error(f"{where}: {one_sentence(exc.format_message())}", exits.USAGE)
+        return error(f"{where}: {near(one_sentence(exc.format_message()))}", exits.USAGE)
     except click.ClickException as exc:
         return error(f"drainhook: {exc.format_message()}", exits.USAGE)
     except click.Abort:

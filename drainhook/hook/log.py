@@ -53,6 +53,19 @@ class Event:
             out.insert(2, f"at={at}")
         return " ".join(out)
 
+    def terminal(self, at: str) -> str:
+        """The line a person reads at a terminal (CONTRACT §5): the time of day without
+        the date, `left=` in tenths, the line cut to TERMINAL columns (a file or a
+        pipe keeps the full record)."""
+        fields = tuple(
+            (k, round(v, 1) if k == "left" and isinstance(v, float) else v) for k, v in self.fields
+        )
+        line = Event(self.kind, fields, self.shown).text(at[11:-1] if "T" in at else at)
+        return line if len(line) <= TERMINAL else line[: TERMINAL - 1] + "…"
+
+
+TERMINAL = 120  # columns a terminal's line fits
+
 
 def wall_time(seconds: float) -> str:
     """A wall-clock instant as UTC to the millisecond: `2026-12-06T04:41:10.123Z`."""
@@ -205,6 +218,7 @@ class Log:
         self._said: tuple[tuple[object, ...], float, int] | None = None  # last line's
         self._quiet = quiet
         self._stream = stream
+        self._tty = stream is None and not self._json and _isatty(2)
         self._fd: int | None = None
         self._warned: set[str] = set()
         self._deadline: float | None = None  # D, for each read line's time left
@@ -280,9 +294,10 @@ class Log:
 
     def end(self, sentence: str) -> None:
         """The drain's ending in words, the termination message's line, before the
-        summary: `drainhook: drained in 5.3 s after 2 reads; nothing in flight`."""
+        summary, with its time of day (the Pod's status has the kubelet's): `drainhook:
+        drained in 5.3 s after 2 reads; nothing in flight (04:50:58.753Z)`."""
         event = Event("end", (("message", sentence),))
-        self.emit(event, plain=f"drainhook: {sentence}")
+        self.emit(event, plain=f"drainhook: {sentence} ({wall_time(time.time())[11:]})")
 
     def emit(self, event: Event, when: float | None = None, plain: str = "") -> None:
         """Write one event's line, with its time of day (by default now: printed, never
@@ -291,7 +306,7 @@ class Log:
         at = wall_time(time.time() if when is None else when)
         line = event.json(at) if self._json else plain or event.text(at)
         if event.kind in ("summary", "end") or not self._quiet:
-            self._stderr(line)
+            self._stderr(event.terminal(at) if self._tty and not plain else line)
         if self._fd is not None:
             # A full disk or a full pipe loses the line; the hook goes on.
             write_now(self._fd, (line + "\n").encode("utf-8", "replace"))
@@ -301,6 +316,13 @@ class Log:
             write_now(2, (line + "\n").encode("utf-8", "replace"))
         else:
             self._stream.write(line + "\n")
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
 
 
 def stall_json(stall: Stall) -> dict[str, object]:

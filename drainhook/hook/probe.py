@@ -122,7 +122,7 @@ def probe_text(reading: Reading, target: str) -> str:
         ("in_flight", shown(reading.in_flight)),
         ("source", reading.source or "-"),
         ("signals", _signals_text(reading)),
-        ("held_by", ",".join(UNANSWERED.get(h, h) for h in held_by(reading)) or "-"),
+        ("held_by", ",".join(held_by(reading)) or "-"),
         ("read_ms", f"{reading.read_ms:.1f}"),
         ("series", str(len(reading.series))),
     ]
@@ -150,18 +150,15 @@ def probe_text(reading: Reading, target: str) -> str:
     return "\n".join(lines)
 
 
-# The connection signal in probe's text: what it counts, connections whose request
-# has no answer yet (CONTRACT §2a), by that name.
-UNANSWERED = {"connections": "unanswered"}
-
-
 def _signals_text(reading: Reading) -> str:
-    """`scheduler=N server=N unanswered=N`, `-` for a signal not answered."""
+    """`scheduler=N server=N connections=N`, `-` for a signal not answered: the names
+    `wait`'s lines and the JSON give them (connections: those whose request has no
+    answer yet, CONTRACT §2a)."""
     found = signals_json(reading)
     if found is None:
         return "-"
     return " ".join(
-        f"{UNANSWERED.get(k, k)}={shown(v) if isinstance(v, (int, float)) else '-'}"
+        f"{k}={shown(v) if isinstance(v, (int, float)) else '-'}"
         for k, v in found.items()
         if k != "missing"
     )
