@@ -231,6 +231,7 @@ class SimEngine:
     _frozen_at: list[Shown] | None = None
     _first_arrival: float | None = None
     server: ServerCounts = field(default_factory=ServerCounts)
+    latencies: list[float] = field(default_factory=list)  # finished requests' e2e seconds
     _render_locks: list[threading.Lock] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -448,6 +449,10 @@ class SimEngine:
     def _freeze_later(self) -> None:
         assert self._first_arrival is not None and self.config.freeze_after is not None
         _sleep_until(self._first_arrival + self.config.freeze_after)
+        self.freeze()
+
+    def freeze(self) -> None:
+        """Freeze now, as a SIGSTOPped engine core: no token more, /metrics as it is."""
         self._frozen_at = self.shown()
         self.frozen.set()
         self.log("frozen", in_flight=self.in_flight())
@@ -458,7 +463,7 @@ class SimEngine:
         c = self.config
         counts = [(s.running, s.waiting) for s in shown]
         if c.kind == "vllm":
-            text = pages.vllm_metrics(counts, c.model, shown)
+            text = pages.vllm_metrics(counts, c.model, shown, list(self.latencies))
         else:
             active = self.server.active() if c.http_active else None
             text = pages.sglang_metrics(counts, c.role, c.model, shown, active)

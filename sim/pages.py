@@ -40,8 +40,30 @@ class Shown:
     prompt: int = 0  # vllm:prompt_tokens_total
 
 
-def vllm_metrics(counts: Counts, model: str, shown: Sequence[Shown] = ()) -> str:
-    """vLLM V1 with len(counts) DP engines."""
+# vLLM's buckets of vllm:e2e_request_latency_seconds (its metrics.py, 0.32).
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+
+
+def e2e_histogram(latencies: Sequence[float], model: str) -> list[str]:
+    """vllm:e2e_request_latency_seconds of the requests finished so far (one engine's
+    series): what `drainhook plan --observe` reads."""
+    name, labels = "vllm:e2e_request_latency_seconds", f'engine="0",model_name="{model}"'
+    lines = [f"# HELP {name} Histogram of e2e request latency in seconds.",
+             f"# TYPE {name} histogram"]  # fmt: skip
+    for bound in (*E2E_BUCKETS, float("inf")):
+        le = "+Inf" if bound == float("inf") else str(bound)
+        count = sum(1 for x in latencies if x <= bound)
+        lines.append(f'{name}_bucket{{{labels},le="{le}"}} {float(count)}')
+    lines.append(f"{name}_sum{{{labels}}} {float(sum(latencies))}")
+    lines.append(f"{name}_count{{{labels}}} {float(len(latencies))}")
+    return lines
+
+
+def vllm_metrics(
+    counts: Counts, model: str, shown: Sequence[Shown] = (), latencies: Sequence[float] = ()
+) -> str:
+    """vLLM V1 with len(counts) DP engines; with `latencies`, the e2e histogram."""
     lines: list[str] = []
     families = (
         ("vllm:num_requests_running", "Number of requests in model execution batches.", 0),
@@ -76,6 +98,7 @@ def vllm_metrics(counts: Counts, model: str, shown: Sequence[Shown] = ()) -> str
         for rank, s in enumerate(shown):
             labels = f'engine="{rank}",model_name="{model}"'
             lines.append(f"{sample}{{{labels}}} {float(getattr(s, attr))}")
+    lines += e2e_histogram(latencies, model) if latencies else []
     return "\n".join(lines) + "\n"
 
 

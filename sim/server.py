@@ -154,8 +154,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._plain(500, ENGINE_LOST_ERROR)
                 return
             self._stream_head()
+            began = time.monotonic()
             with engine.stream(self.connection):
                 self._stream(engine.request_seconds(request))
+            engine.latencies.append(time.monotonic() - began)
             self.close_connection = True
         finally:
             engine.server.load_end(process)
