@@ -120,7 +120,7 @@ def dump(n: int) -> str:
 
 def timed(n: int, runs: int) -> dict[str, float]:
     text = dump(n)
-    options = Options(via="image", wait_params=tuple(wait.params))
+    options = Options(via="image", wait_params=tuple(wait.params), binary_given=True)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
