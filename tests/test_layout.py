@@ -215,7 +215,10 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # engine flags named in its text and YAML, and a G it names past every floor
 # (issue 66's items 2 and 3), at 11,539; to 11,570 with inject saying what it did
 # (issue 66's item 5: each pod spec summed up, each variable a worker gets), at 11,565;
-# to 11,615 with a person's terminal (issue 66's item 4), at 11,612:
+# to 11,615 with a person's terminal (issue 66's item 4), at 11,612; to 11,665 with
+# the tables and lists this session had packed under `# fmt: skip` written out as
+# ruff writes them (not a budget met by packing), less --via's entries built once
+# for inject and the policy, at 11,665:
 # a line added must earn its place, or another go), of its advisory room,
 # planning/ (issue 58's target: 1,500), of inject/ (its target: 1,950) and of
 # cli/flags.py (its target: 300), each set to the honest sum as it stands
@@ -227,14 +230,15 @@ def test_the_rule_catches_a_breach(tmp_path: Path, where: str, code: str, expect
 # issue 64's items 7 and 8, less the dead Argv.set; 2,729 with its one table of
 # kinds, issue 64, against that issue's target of 2,400; 2,737 with the engines'
 # modules one table the policy renders too; 2,763 saying what it did, issue 66;
+# 2,814 with the kinds' table unpacked from `# fmt: skip`;
 # flags.py 247); inject/policy.py, the
 # admission policy beside inject, at most POLICY_LINES (issue 65: 484); no module
 # over 500 (issue 64: plan.py 577 then, 461 once its evidence rules moved out);
 # uses of `typing.Any`.
 LONGEST = 60
 LONGEST_MODULE = 500
-PACKAGE_LINES = 11615
-ROOM_LINES = {"planning": 1565, "inject": 2765}
+PACKAGE_LINES = 11665
+ROOM_LINES = {"planning": 1565, "inject": 2815}
 POLICY = PACKAGE / "inject" / "policy.py"
 POLICY_LINES = 485
 FLAGS_LINES = 300

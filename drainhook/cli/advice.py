@@ -272,9 +272,15 @@ def inject(
         )
     given = click.get_current_context().get_parameter_source("binary")
     options = Options(
-        via, image, binary, container, engine, engine_version, _wait_params(),
+        via,
+        image,
+        binary,
+        container,
+        engine,
+        engine_version,
+        _wait_params(),
         given is not ParameterSource.DEFAULT,
-    )  # fmt: skip
+    )
     result = run_inject(paths, options)
     write_out(result.stdout)
     for line in result.lines:

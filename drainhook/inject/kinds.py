@@ -54,41 +54,61 @@ KINDS: tuple[Kind, ...] = (
     Kind("DaemonSet", "apps", "DaemonSet", APPS, workloads.template),
     Kind("Argo Rollout", "argoproj.io", "Rollout", APPS, workloads.template),
     Kind(
-        "LeaderWorkerSet", "leaderworkerset.x-k8s.io", "LeaderWorkerSet",
+        "LeaderWorkerSet",
+        "leaderworkerset.x-k8s.io",
+        "LeaderWorkerSet",
         "leader and worker templates; workers wait on `$(LWS_LEADER_ADDRESS)`",
         workloads.leader_worker_set,
     ),
     Kind(
-        "KServe LLMInferenceService", "serving.kserve.io", "LLMInferenceService",
+        "KServe LLMInferenceService",
+        "serving.kserve.io",
+        "LLMInferenceService",
         "`template`, `worker` and `prefill`'s pair, merged over the preset (`main`); "
-        "workers wait on their leader", workloads.llm_inference_service,
+        "workers wait on their leader",
+        workloads.llm_inference_service,
     ),
     Kind(
-        "KServe InferenceService (raw mode)", "serving.kserve.io", "InferenceService",
+        "KServe InferenceService (raw mode)",
+        "serving.kserve.io",
+        "InferenceService",
         "the predictor; refused in Serverless mode (a Knative Service)",
         workloads.inference_service,
     ),
     Kind(
-        "Knative Service", "serving.knative.dev", "Service",
-        f"refused where it holds an engine: {KNATIVE_WORDS}", workloads.template,
+        "Knative Service",
+        "serving.knative.dev",
+        "Service",
+        f"refused where it holds an engine: {KNATIVE_WORDS}",
+        workloads.template,
         refuse=KNATIVE_WORDS,
     ),
     Kind(
-        "AIBrix StormService", "orchestration.aibrix.ai", "StormService",
-        "each role's `template` (`spec.template.spec.roles[]`)", operators.storm_service,
+        "AIBrix StormService",
+        "orchestration.aibrix.ai",
+        "StormService",
+        "each role's `template` (`spec.template.spec.roles[]`)",
+        operators.storm_service,
     ),
     Kind(
-        "Kthena ModelServing", "workload.serving.volcano.sh", "ModelServing",
+        "Kthena ModelServing",
+        "workload.serving.volcano.sh",
+        "ModelServing",
         "each role's `entryTemplate`; its `workerTemplate` waits on `$(ENTRY_ADDRESS)`",
         operators.model_serving,
     ),
     Kind(
-        "RBG RoleBasedGroup v1alpha1", "workloads.x-k8s.io", "RoleBasedGroup",
+        "RBG RoleBasedGroup v1alpha1",
+        "workloads.x-k8s.io",
+        "RoleBasedGroup",
         "inject wires RoleBasedGroup v1alpha2: write its v1alpha2 form (RBG converts "
-        "between them) and inject that", version="v1alpha1",
+        "between them) and inject that",
+        version="v1alpha1",
     ),
     Kind(
-        "RBG RoleBasedGroup v1alpha2", "workloads.x-k8s.io", "RoleBasedGroup",
+        "RBG RoleBasedGroup v1alpha2",
+        "workloads.x-k8s.io",
+        "RoleBasedGroup",
         "each role's `standalonePattern` or `leaderWorkerPattern` template, or the "
         "`roleTemplates[]` entry its `templateRef` names (once), or that role's "
         "`templateRef.patch` where it sets the engine's command; a leader-worker role's "
@@ -97,47 +117,68 @@ KINDS: tuple[Kind, ...] = (
         operators.role_based_group,
     ),
     Kind(
-        "KubeAI Model", "kubeai.org", "Model",
+        "KubeAI Model",
+        "kubeai.org",
+        "Model",
         "KubeAI makes every model Pod from its own configuration: add the hook with "
         "`modelServerPods.jsonPatches` in KubeAI's system configuration (its chart's "
         "values), which reaches every model Pod",
     ),
     Kind(
-        "Kthena ModelBooster", "workload.serving.volcano.sh", "ModelBooster",
+        "Kthena ModelBooster",
+        "workload.serving.volcano.sh",
+        "ModelBooster",
         "a ModelBooster (every type, the disaggregated ones too) has no field for a "
         "container's lifecycle: write the ModelServing it makes and inject that",
         always=True,
     ),
     Kind(
-        "KAITO Workspace (preset)", "kaito.sh", "Workspace",
-        "a preset Workspace: " + KAITO_OWN.format("the Workspace's"), preset="inference",
+        "KAITO Workspace (preset)",
+        "kaito.sh",
+        "Workspace",
+        "a preset Workspace: " + KAITO_OWN.format("the Workspace's"),
+        preset="inference",
     ),
     Kind(
-        "KAITO InferenceSet", "kaito.sh", "InferenceSet",
-        "an InferenceSet makes Workspaces: " + KAITO_OWN.format("a Workspace's"), always=True,
+        "KAITO InferenceSet",
+        "kaito.sh",
+        "InferenceSet",
+        "an InferenceSet makes Workspaces: " + KAITO_OWN.format("a Workspace's"),
+        always=True,
     ),
     Kind(
-        "KAITO MultiRoleInference", "kaito.sh", "MultiRoleInference",
-        "a MultiRoleInference's roles: " + KAITO_OWN.format("a Workspace's"), always=True,
+        "KAITO MultiRoleInference",
+        "kaito.sh",
+        "MultiRoleInference",
+        "a MultiRoleInference's roles: " + KAITO_OWN.format("a Workspace's"),
+        always=True,
     ),
     Kind(
-        "NVIDIA NIMService", "apps.nvidia.com", "NIMService",
+        "NVIDIA NIMService",
+        "apps.nvidia.com",
+        "NIMService",
         "a NIMService (one node or several) has no field for a container's lifecycle or "
         "the Pod's grace: add the hook to the Pods it makes with an admission policy (a "
         "MutatingAdmissionPolicy), or run NIM from a Deployment of yours",
         always=True,
     ),
     Kind(
-        "Dynamo DynamoGraphDeployment v1alpha1", "nvidia.com", "DynamoGraphDeployment",
+        "Dynamo DynamoGraphDeployment v1alpha1",
+        "nvidia.com",
+        "DynamoGraphDeployment",
         DYNAMO.format("services.<name>.extraPodSpec.", "mainContainer"),
-        always=True, version="v1alpha1",
+        always=True,
+        version="v1alpha1",
     ),
     Kind(
-        "Dynamo DynamoGraphDeployment v1beta1", "nvidia.com", "DynamoGraphDeployment",
+        "Dynamo DynamoGraphDeployment v1beta1",
+        "nvidia.com",
+        "DynamoGraphDeployment",
         DYNAMO.format("spec.components[].podTemplate.spec.", "containers[]"),
-        always=True, version="v1beta1",
+        always=True,
+        version="v1beta1",
     ),
-)  # fmt: skip
+)
 
 
 def kind_of(doc: Mapping[str, Node]) -> Kind | None:

@@ -195,9 +195,10 @@ def _patched(
     its patch replaces that engine with another program."""
     spec = patch.get("spec") if isinstance(patch, dict) else None
     ran = [
-        c for c in listed(spec.get("containers") if isinstance(spec, dict) else None)
+        c
+        for c in listed(spec.get("containers") if isinstance(spec, dict) else None)
         if isinstance(c, dict) and ("command" in c or "args" in c)
-    ]  # fmt: skip
+    ]
     if not ran or not isinstance(spec, dict):
         return group, None
     grace = group.lead.spec.get("terminationGracePeriodSeconds")

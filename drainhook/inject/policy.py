@@ -19,17 +19,9 @@ from drainhook.engines.gauges import BY_NAME, default_port
 from drainhook.inject.argv import LOOPBACK_REACHES
 from drainhook.inject.containers import ENTRY, MODULES, NOT_AN_ENGINE, SHELLS
 from drainhook.inject.options import (
-    IMAGE_BUILD_DIR,
-    IMAGE_LAUNCHER,
-    INIT_MOUNT,
-    INIT_NAME,
-    INIT_SIZE,
-    INIT_VOLUME,
-    VOLUME_MOUNT,
-    VOLUME_NAME,
     Options,
 )
-from drainhook.inject.via import RESTRICTED
+from drainhook.inject.via import arrival
 from drainhook.inject.wire import DRAIN_WINDOW, UNREADABLE, WORKER_MARGIN
 from drainhook.planning.plan import (
     LOG_FILE,
@@ -45,6 +37,7 @@ LABEL = "drainhook.io/inject"  # a namespace's `enabled`, a Pod's `disabled`
 NOTES = "drainhook.io/policy"  # the annotation on a Pod the policy wired
 API = "admissionregistration.k8s.io/v1"
 NAME = "drainhook"
+META = {"name": NAME, "labels": {"app.kubernetes.io/name": "drainhook"}}
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_LEADER = "LWS_LEADER_ADDRESS"
 DEFAULT_GRACE = 30  # what the apiserver defaults terminationGracePeriodSeconds to
@@ -360,33 +353,22 @@ def _mutation(options: Options) -> str:
         f"[{_patch(base + ' + ' + _q('/lifecycle'), '{' + _q('preStop') + ': ' + prestop + '}')}])",
         f"[{_patch(_q('/spec/terminationGracePeriodSeconds'), 'variables.grace')}]",
     ]
-    worker = json.dumps([
-        {"name": "DRAINHOOK_HOST", "value": f"$({LWS_LEADER})"},
-        {"name": "DRAINHOOK_ALLOW_REMOTE", "value": "1"},
-    ])  # fmt: skip
+    worker = json.dumps(
+        [
+            {"name": "DRAINHOOK_HOST", "value": f"$({LWS_LEADER})"},
+            {"name": "DRAINHOOK_ALLOW_REMOTE", "value": "1"},
+        ]
+    )
     own = '[{"name": "DRAINHOOK_HOST", "value": variables.host}]'
     env = f'(variables.worker ? {worker} : variables.host.startsWith("$(") ? {own} : [])'
     parts.append(_entries(ctr, base, "env", env))
-    volume: dict[str, object]
-    mount: dict[str, object]
-    if options.via == "init":
-        installer: dict[str, object] = {
-            "name": INIT_NAME,
-            "image": options.image,
-            "command": [IMAGE_LAUNCHER, "install", INIT_MOUNT],
-            "securityContext": RESTRICTED,
-            "volumeMounts": [{"name": INIT_VOLUME, "mountPath": INIT_MOUNT}],
-        }
-        parts.append(_entry("object.spec", spec, "initContainers", installer))
-        volume = {"name": INIT_VOLUME, "emptyDir": {"sizeLimit": INIT_SIZE}}
-        mount = {"name": INIT_VOLUME, "mountPath": INIT_MOUNT, "readOnly": True}
-    else:
-        image = {"reference": options.image, "pullPolicy": "IfNotPresent"}
-        volume = {"name": VOLUME_NAME, "image": image}
-        mount = {"name": VOLUME_NAME, "mountPath": VOLUME_MOUNT, "subPath": IMAGE_BUILD_DIR}
-        mount["readOnly"] = True
-    parts.append(_entry("object.spec", spec, "volumes", volume))
-    parts.append(_entry(ctr, base, "volumeMounts", mount))
+    installer, volume, mount = arrival(options)
+    for where, at, key, entry in (
+        ("object.spec", spec, "initContainers", installer),
+        ("object.spec", spec, "volumes", volume),
+        (ctr, base, "volumeMounts", mount),
+    ):
+        parts += [_entry(where, at, key, entry)] if entry is not None else []
     note = f'{_q(ONLY_INJECT)} + (variables.worker ? {_q(WORKER_NOTE)} : "")'
     key = NOTES.replace("~", "~0").replace("/", "~1")
     parts.append(
@@ -417,11 +399,10 @@ def objects(options: Options) -> list[dict[str, typing.Any]]:
     variables = _found() + _wiring()
     match = {"resourceRules": RULES}
     conditions = [{"name": "not-opted-out", "expression": OPTED_OUT}]
-    meta = {"name": NAME, "labels": {"app.kubernetes.io/name": "drainhook"}}
     mutating = {
         "apiVersion": API,
         "kind": "MutatingAdmissionPolicy",
-        "metadata": meta,
+        "metadata": META,
         "spec": {
             "matchConstraints": match,
             "matchConditions": conditions,
@@ -439,7 +420,7 @@ def objects(options: Options) -> list[dict[str, typing.Any]]:
     validating = {
         "apiVersion": API,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": meta,
+        "metadata": META,
         "spec": {
             "matchConstraints": match,
             "matchConditions": conditions,
@@ -456,13 +437,24 @@ def objects(options: Options) -> list[dict[str, typing.Any]]:
     }
     return [
         mutating,
-        {"apiVersion": API, "kind": "MutatingAdmissionPolicyBinding", "metadata": meta,
-         "spec": {"policyName": NAME, "matchResources": enabled}},
+        _binding("Mutating", matchResources=enabled),
         validating,
-        {"apiVersion": API, "kind": "ValidatingAdmissionPolicyBinding", "metadata": meta,
-         "spec": {"policyName": NAME, "validationActions": ["Warn", "Audit"],
-                  "matchResources": {"namespaceSelector": {"matchExpressions": [not_disabled]}}}},
-    ]  # fmt: skip
+        _binding(
+            "Validating",
+            validationActions=["Warn", "Audit"],
+            matchResources={"namespaceSelector": {"matchExpressions": [not_disabled]}},
+        ),
+    ]
+
+
+def _binding(kind: str, **spec: object) -> dict[str, typing.Any]:
+    """A policy's binding: the policy it binds, and where."""
+    return {
+        "apiVersion": API,
+        "kind": f"{kind}AdmissionPolicyBinding",
+        "metadata": META,
+        "spec": {"policyName": NAME, **spec},
+    }
 
 
 class _Dumper(yaml.SafeDumper):

@@ -50,26 +50,35 @@ def bring_binary(spec: dict[str, Node], container: dict[str, Node], options: Opt
     if options.via != "init" and _drop(spec, "initContainers", INIT_NAME, lambda c: True):
         _drop(spec, "volumes", INIT_VOLUME, lambda v: "emptyDir" in v)
         _drop(container, "volumeMounts", INIT_VOLUME, lambda m: m.get("mountPath") == INIT_MOUNT)
+    installer, volume, mount = arrival(options)
+    if installer is not None:
+        upsert(named_list(spec, "initContainers", ("containers",)), installer)
+    if volume is not None and mount is not None:
+        upsert(named_list(spec, "volumes"), volume)
+        upsert(named_list(container, "volumeMounts"), mount)
+
+
+Entry = dict[str, object]
+
+
+def arrival(options: Options) -> tuple[Entry | None, Entry | None, Entry | None]:
+    """What --via adds for the binary to arrive: the installer initContainer, the
+    Pod's volume, the engine container's mount (None for what it does not add)."""
     if options.via == "image-volume":
         image = {"reference": options.image, "pullPolicy": "IfNotPresent"}
-        upsert(named_list(spec, "volumes"), {"name": VOLUME_NAME, "image": image})
-        mount = {"name": VOLUME_NAME, "mountPath": VOLUME_MOUNT, "subPath": IMAGE_BUILD_DIR}
-        upsert(named_list(container, "volumeMounts"), {**mount, "readOnly": True})
-    elif options.via == "init":
-        installer = {
-            "name": INIT_NAME,
-            "image": options.image,
-            "command": [IMAGE_LAUNCHER, "install", INIT_MOUNT],
-            "securityContext": RESTRICTED,
-            "volumeMounts": [{"name": INIT_VOLUME, "mountPath": INIT_MOUNT}],
-        }
-        upsert(named_list(spec, "initContainers", ("containers",)), installer)
-        empty = {"name": INIT_VOLUME, "emptyDir": {"sizeLimit": INIT_SIZE}}
-        upsert(named_list(spec, "volumes"), empty)
-        upsert(
-            named_list(container, "volumeMounts"),
-            {"name": INIT_VOLUME, "mountPath": INIT_MOUNT, "readOnly": True},
-        )
+        mount: Entry = {"name": VOLUME_NAME, "mountPath": VOLUME_MOUNT, "subPath": IMAGE_BUILD_DIR}
+        return None, {"name": VOLUME_NAME, "image": image}, {**mount, "readOnly": True}
+    if options.via != "init":
+        return None, None, None
+    installer: Entry = {
+        "name": INIT_NAME,
+        "image": options.image,
+        "command": [IMAGE_LAUNCHER, "install", INIT_MOUNT],
+        "securityContext": RESTRICTED,
+        "volumeMounts": [{"name": INIT_VOLUME, "mountPath": INIT_MOUNT}],
+    }
+    empty: Entry = {"name": INIT_VOLUME, "emptyDir": {"sizeLimit": INIT_SIZE}}
+    return installer, empty, {"name": INIT_VOLUME, "mountPath": INIT_MOUNT, "readOnly": True}
 
 
 # The installer's securityContext: what Pod Security's `restricted` level asks (and

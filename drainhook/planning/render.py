@@ -134,9 +134,12 @@ def flags_text(plan: Plan) -> list[str]:
     for flag in shown:
         since = f", {plan.engine} {flag.since} or newer" if flag.since else ""
         lines += textwrap.wrap(
-            f"{' '.join(flag.args)}: {flag.why}{since}", 100, initial_indent="  ",
-            subsequent_indent="    ", break_on_hyphens=False,
-        )  # fmt: skip
+            f"{' '.join(flag.args)}: {flag.why}{since}",
+            100,
+            initial_indent="  ",
+            subsequent_indent="    ",
+            break_on_hyphens=False,
+        )
     return lines
 
 
@@ -246,8 +249,9 @@ def to_yaml(plan: Plan) -> str:
     lines += [f"# changed: {ch.text()}" for ch in applied.changes]
     lines += [
         f"# engine flag: {' '.join(f.args)} on the engine's command line ({f.why})"
-        for f in engine_flags(chosen) if f.reads
-    ]  # fmt: skip
+        for f in engine_flags(chosen)
+        if f.reads
+    ]
     if plan.recommendation is not None:
         lines += evidence_notes(plan, applied)
     # The share the G given leaves uncovered (observe-cuts) is text's and JSON's.
